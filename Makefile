@@ -1,0 +1,125 @@
+# chunkup's build, test and CI entry points. `make test` is the one command a fresh
+# Debian machine with Go needs: it installs what is missing, then runs every test.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := test
+.DELETE_ON_ERROR:
+MAKEFLAGS += --no-builtin-rules
+
+GO ?= go
+
+# Where test servers and code generators are installed, shared with internal/testenv
+# (testenv.CacheDir uses the same rule; exporting CHUNKUP_CACHE makes them agree).
+CACHE ?= $(or $(CHUNKUP_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/chunkup)
+export CHUNKUP_CACHE := $(CACHE)
+BIN := $(CACHE)/bin
+
+# Pinned tool versions. MINIO_VERSION must match testenv.MinIOVersion.
+MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
+BUF_VERSION := v1.73.0
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+
+# Debian packages the tests need. An entry COMMAND:PACKAGE installs PACKAGE when COMMAND
+# is not on PATH; a bare PACKAGE installs it when dpkg does not have it. The OCR tests
+# will add: tesseract:tesseract-ocr tesseract-ocr-eng pdftoppm:poppler-utils
+APT_DEPS ?= redis-server:redis-server
+APT_DEPS += $(APT_DEPS_EXTRA)
+
+GO_TEST_FLAGS ?=
+
+.PHONY: all deps deps-apt deps-minio test bench tools generate lint check-generate ci clean-cache
+
+all: test
+
+## deps: install redis-server (apt) and MinIO (go install) when missing
+deps: deps-apt deps-minio
+
+deps-apt:
+	@missing=""; \
+	for dep in $(APT_DEPS); do \
+	  case "$$dep" in \
+	    *:*) if command -v "$${dep%%:*}" >/dev/null 2>&1; then continue; fi; pkg="$${dep#*:}" ;; \
+	    *)   if dpkg-query -W -f='$${Status}' "$$dep" 2>/dev/null | grep -q 'ok installed'; then continue; fi; pkg="$$dep" ;; \
+	  esac; \
+	  missing="$$missing $$pkg"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	echo "deps: installing Debian packages:$$missing"; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "deps: apt-get not found; install these packages by hand:$$missing" >&2; exit 1; \
+	fi; \
+	sudo=""; \
+	if [ "$$(id -u)" -ne 0 ]; then \
+	  if command -v sudo >/dev/null 2>&1; then sudo="sudo"; \
+	  else echo "deps: not root and no sudo; install these packages by hand:$$missing" >&2; exit 1; fi; \
+	fi; \
+	$$sudo apt-get update; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	for dep in $(APT_DEPS); do \
+	  case "$$dep" in *:*) command -v "$${dep%%:*}" >/dev/null || { echo "deps: $${dep%%:*} still not on PATH after installing $${dep#*:}" >&2; exit 1; } ;; esac; \
+	done
+
+# go_install BINARY, PACKAGE, VERSION: `go install PACKAGE@VERSION` into $(BIN) unless
+# $(BIN)/BINARY is already a build of VERSION (checked with `go version -m`).
+define go_install
+	@mkdir -p "$(BIN)"
+	@if [ -x "$(BIN)/$(1)" ] && $(GO) version -m "$(BIN)/$(1)" 2>/dev/null | grep -qE '^[[:space:]]+mod[[:space:]].*[[:space:]]$(3)([[:space:]]|$$)'; then \
+	  : "$(1) $(3) is installed"; \
+	else \
+	  echo "installing $(1) $(3) into $(BIN)"; \
+	  lock="$(CACHE)/$(1).lock"; \
+	  if command -v flock >/dev/null 2>&1; then \
+	    flock "$$lock" env GOBIN="$(BIN)" GOWORK=off $(GO) install "$(2)@$(3)"; \
+	  else \
+	    GOBIN="$(BIN)" GOWORK=off $(GO) install "$(2)@$(3)"; \
+	  fi; \
+	fi
+endef
+
+# The lock file is the one internal/testenv takes before building MinIO itself.
+deps-minio:
+	$(call go_install,minio,github.com/minio/minio,$(MINIO_VERSION))
+
+## test: run every test, with the race detector
+test: deps
+	$(GO) test -race -timeout 30m $(GO_TEST_FLAGS) ./...
+
+## bench: run every benchmark (no tests)
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem $(GO_TEST_FLAGS) ./...
+
+## tools: install buf and the protoc plugins `make generate` uses
+tools:
+	$(call go_install,buf,github.com/bufbuild/buf/cmd/buf,$(BUF_VERSION))
+	$(call go_install,protoc-gen-go,google.golang.org/protobuf/cmd/protoc-gen-go,$(PROTOC_GEN_GO_VERSION))
+	$(call go_install,protoc-gen-go-grpc,google.golang.org/grpc/cmd/protoc-gen-go-grpc,$(PROTOC_GEN_GO_GRPC_VERSION))
+
+## generate: regenerate gen/ from proto/
+generate: tools
+	PATH="$(BIN):$$PATH" buf generate
+
+## lint: buf lint, go vet and gofmt
+lint: tools
+	PATH="$(BIN):$$PATH" buf lint
+	$(GO) vet ./...
+	@unformatted="$$(find . -name '*.go' -not -path './.git/*' -not -path '*/testdata/*' -print0 | xargs -0 -r gofmt -l)"; \
+	if [ -n "$$unformatted" ]; then \
+	  echo "gofmt: these files are not formatted (run gofmt -w):" >&2; echo "$$unformatted" >&2; exit 1; \
+	fi
+
+## check-generate: fail if gen/ differs from what `make generate` produces
+check-generate: generate
+	@git diff --exit-code --stat -- gen/ || { echo "gen/ is stale: run make generate and commit the result" >&2; exit 1; }
+	@untracked="$$(git ls-files --others --exclude-standard -- gen/)"; \
+	if [ -n "$$untracked" ]; then \
+	  echo "make generate created files that are not committed:" >&2; echo "$$untracked" >&2; exit 1; \
+	fi
+
+## ci: everything CI runs
+ci: lint check-generate test
+
+## clean-cache: remove the installed tools and test servers
+clean-cache:
+	rm -rf "$(CACHE)"

@@ -1,0 +1,456 @@
+// Package chunkworker moves staged chunks from Redis to S3. A worker is woken by pub/sub
+// when a chunk is staged and, because a wake-up can be lost, also sweeps the durable
+// index of pending chunks. It leases a chunk (one winner), uploads it as an S3 part (or
+// as the whole object for a one-chunk upload), records the part's ETag, and only then
+// lets the staged bytes go. A worker that dies leaves its lease to expire, after which
+// the chunk is offered again.
+package chunkworker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/staging"
+)
+
+// S3API is the part of the S3 client a worker uses.
+type S3API interface {
+	PutObject(ctx context.Context, in *s3.PutObjectInput, opts ...func(*s3.Options)) (*s3.PutObjectOutput, error)
+	CreateMultipartUpload(ctx context.Context, in *s3.CreateMultipartUploadInput, opts ...func(*s3.Options)) (*s3.CreateMultipartUploadOutput, error)
+	UploadPart(ctx context.Context, in *s3.UploadPartInput, opts ...func(*s3.Options)) (*s3.UploadPartOutput, error)
+	AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, opts ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error)
+}
+
+var _ S3API = (*s3.Client)(nil)
+
+// Store is the part of the staging store a worker uses.
+type Store interface {
+	Now() time.Time
+	SubscribeChunks(ctx context.Context) *redis.PubSub
+	DuePending(ctx context.Context, limit int64) ([]staging.ChunkRef, error)
+	Claim(ctx context.Context, ref staging.ChunkRef, token string, lease time.Duration) (staging.Claim, error)
+	ChunkData(ctx context.Context, ref staging.ChunkRef, lease time.Duration) ([]byte, error)
+	Renew(ctx context.Context, ref staging.ChunkRef, token string, lease time.Duration) (bool, error)
+	Release(ctx context.Context, ref staging.ChunkRef, token string, retryAt time.Time) error
+	SetMultipart(ctx context.Context, id, multipartID string) (string, error)
+	Record(ctx context.Context, ref staging.ChunkRef, token, etag string, crc uint32, size int64) (staging.RecordOutcome, bool, error)
+	Defer(ctx context.Context, ref staging.ChunkRef, at time.Time) error
+	DonePending(ctx context.Context, ref staging.ChunkRef) error
+	EnqueueCompletion(ctx context.Context, id string) error
+}
+
+var _ Store = (*staging.Store)(nil)
+
+// Ender ends an upload that cannot succeed (see cleanup.Ender).
+type Ender interface {
+	End(ctx context.Context, id string, status staging.Status, reason string, fromCompleting bool) error
+}
+
+// Config tunes a Worker. Zero values mean the documented defaults.
+type Config struct {
+	// Concurrency is how many chunks are uploaded at once. Zero means 4.
+	Concurrency int
+	// Lease is how long a claim lasts without renewal; a worker that dies holds its
+	// chunks this long. It is renewed every third of it. Zero means 30 s.
+	Lease time.Duration
+	// SweepInterval is how often the pending index is swept for chunks whose wake-up
+	// was lost or whose worker died. Zero means 1 s.
+	SweepInterval time.Duration
+	// RetryBase and RetryMax bound the backoff (exponential, full jitter) before a chunk
+	// whose upload failed transiently is tried again. The S3 client's own retries
+	// happen first. Zero means 500 ms and 30 s.
+	RetryBase, RetryMax time.Duration
+	// DrainTimeout is how long in-flight uploads may run after Run's context ends before
+	// they are cancelled and their leases released. Zero means 10 s.
+	DrainTimeout time.Duration
+	// OnReady, when set, is called (after the completion is enqueued) when an upload has
+	// all its parts, so an in-process completer can start at once.
+	OnReady func(uploadID string)
+	Logger  *slog.Logger
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Concurrency < 0 || c.Lease < 0 || c.SweepInterval < 0 || c.RetryBase < 0 || c.RetryMax < 0 || c.DrainTimeout < 0 {
+		return errors.New("chunkworker: settings must not be negative")
+	}
+	if c.Lease > 0 && c.Lease < 300*time.Millisecond {
+		return errors.New("chunkworker: lease must be at least 300ms")
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() {
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = time.Second
+	}
+	if c.RetryBase == 0 {
+		c.RetryBase = 500 * time.Millisecond
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = 30 * time.Second
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Worker uploads staged chunks.
+type Worker struct {
+	cfg   Config
+	store Store
+	s3    S3API
+	ender Ender
+	work  chan staging.ChunkRef
+
+	mu       sync.Mutex
+	failures map[staging.ChunkRef]int // consecutive transient failures, for backoff
+}
+
+// New returns a Worker.
+func New(store Store, s3c S3API, ender Ender, cfg Config) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	return &Worker{
+		cfg: cfg, store: store, s3: s3c, ender: ender,
+		work:     make(chan staging.ChunkRef, cfg.Concurrency*4),
+		failures: map[staging.ChunkRef]int{},
+	}, nil
+}
+
+// Run works until ctx ends, then lets in-flight uploads finish for DrainTimeout,
+// releases what is left, and returns.
+func (w *Worker) Run(ctx context.Context) error {
+	// In-flight work gets its own context so that shutdown drains rather than aborts.
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.DrainTimeout, cancelWork) })
+	defer stop()
+
+	ps := w.store.SubscribeChunks(ctx)
+	defer ps.Close()
+
+	var wg sync.WaitGroup
+	wg.Go(func() { w.listen(ctx, ps) })
+	wg.Go(func() { w.sweepLoop(ctx) })
+	for range w.cfg.Concurrency {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case ref := <-w.work:
+					w.Process(workCtx, ref)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+func (w *Worker) listen(ctx context.Context, ps *redis.PubSub) {
+	ch := ps.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case msg, ok := <-ch:
+			if !ok {
+				return
+			}
+			if ref, ok := staging.ParseChunkRef(msg.Payload); ok {
+				w.offer(ref)
+			}
+		}
+	}
+}
+
+// offer queues ref unless the queue is full: a dropped offer is picked up by a sweep.
+func (w *Worker) offer(ref staging.ChunkRef) {
+	select {
+	case w.work <- ref:
+	default:
+	}
+}
+
+func (w *Worker) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(w.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		if err := w.Sweep(ctx); err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Warn("sweep pending chunks", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sweep offers every chunk whose sweep time has come: chunks whose wake-up was lost,
+// whose worker died, or whose retry is due.
+func (w *Worker) Sweep(ctx context.Context) error {
+	refs, err := w.store.DuePending(ctx, int64(cap(w.work)))
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
+		w.offer(ref)
+	}
+	return nil
+}
+
+// Process claims ref and, if the claim is won, uploads it and records the part.
+func (w *Worker) Process(ctx context.Context, ref staging.ChunkRef) {
+	log := w.cfg.Logger.With("upload_id", ref.UploadID, "chunk", ref.N)
+	token := staging.NewToken()
+	c, err := w.store.Claim(ctx, ref, token, w.cfg.Lease)
+	if err != nil {
+		log.Warn("claim chunk", "err", err)
+		return
+	}
+	switch c.Outcome {
+	case staging.AlreadyDone:
+		w.finish(ctx, ref, c.Ready, log)
+		return
+	case staging.Busy:
+		_ = w.store.Defer(ctx, ref, c.Until)
+		return
+	case staging.Missing, staging.Gone:
+		_ = w.store.DonePending(ctx, ref)
+		return
+	}
+
+	etag, err := w.upload(ctx, c)
+	if err != nil {
+		w.failed(ctx, c, err, log)
+		return
+	}
+	w.clearFailures(ref)
+	outcome, ready, err := w.store.Record(ctx, ref, token, etag, c.CRC32C, c.Size)
+	if err != nil {
+		log.Warn("record part", "err", err)
+		w.release(ctx, c, time.Time{})
+		return
+	}
+	switch outcome {
+	case staging.Recorded, staging.RecordedBefore:
+		w.finish(ctx, ref, ready, log)
+	case staging.Stale:
+		_ = w.store.Defer(ctx, ref, w.store.Now()) // new bytes arrived: upload them
+	case staging.Ended:
+		_ = w.store.DonePending(ctx, ref)
+	case staging.LeaseLost:
+		log.Info("lease lost before the part was recorded; another worker has the chunk")
+	}
+}
+
+// finish hands a completed upload to the completers, then drops the chunk from the
+// pending index. In that order: a crash in between leaves the chunk pending, and the
+// next claim finds it done and comes here again.
+func (w *Worker) finish(ctx context.Context, ref staging.ChunkRef, ready bool, log *slog.Logger) {
+	if ready {
+		if err := w.store.EnqueueCompletion(ctx, ref.UploadID); err != nil {
+			log.Warn("enqueue completion", "err", err)
+			return
+		}
+		if w.cfg.OnReady != nil {
+			w.cfg.OnReady(ref.UploadID)
+		}
+	}
+	if err := w.store.DonePending(ctx, ref); err != nil {
+		log.Warn("drop pending chunk", "err", err)
+	}
+}
+
+// upload sends a claimed chunk to S3 while keeping its lease alive, and returns the
+// part's (or object's) ETag. Losing the lease cancels the upload.
+func (w *Worker) upload(ctx context.Context, c staging.Claim) (string, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	renewDone := make(chan struct{})
+	defer func() {
+		cancel(nil)
+		<-renewDone
+	}()
+	go func() {
+		defer close(renewDone)
+		t := time.NewTicker(w.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				ok, err := w.store.Renew(ctx, c.Ref, c.Token, w.cfg.Lease)
+				if err == nil && !ok {
+					cancel(errLeaseLost)
+					return
+				}
+			}
+		}
+	}()
+
+	data, err := w.store.ChunkData(ctx, c.Ref, w.cfg.Lease)
+	if err != nil {
+		return "", err
+	}
+	if got := crc.Checksum(data); got != c.CRC32C || int64(len(data)) != c.Size {
+		return "", &permanentError{fmt.Errorf("staged chunk %d is corrupt: crc32c %08x, want %08x", c.Ref.N, got, c.CRC32C)}
+	}
+	if c.Ref.N == 1 && c.Total == 1 && c.MultipartID == "" {
+		out, err := w.s3.PutObject(ctx, &s3.PutObjectInput{
+			Bucket: aws.String(c.Bucket), Key: aws.String(c.Key), Body: bytes.NewReader(data),
+			ContentLength: aws.Int64(int64(len(data))), ContentType: contentType(c.ContentType),
+		})
+		if err != nil {
+			return "", withCause(ctx, fmt.Errorf("put object: %w", err))
+		}
+		return aws.ToString(out.ETag), nil
+	}
+	mpu := c.MultipartID
+	if mpu == "" {
+		if mpu, err = w.createMultipart(ctx, c); err != nil {
+			return "", withCause(ctx, err)
+		}
+	}
+	out, err := w.s3.UploadPart(ctx, &s3.UploadPartInput{
+		Bucket: aws.String(c.Bucket), Key: aws.String(c.Key), UploadId: aws.String(mpu),
+		PartNumber: aws.Int32(int32(c.Ref.N)), Body: bytes.NewReader(data),
+		ContentLength: aws.Int64(int64(len(data))),
+	})
+	if err != nil {
+		return "", withCause(ctx, fmt.Errorf("upload part %d: %w", c.Ref.N, err))
+	}
+	return aws.ToString(out.ETag), nil
+}
+
+var errLeaseLost = errors.New("chunk lease lost")
+
+// withCause replaces a cancellation error by its cause (e.g. a lost lease).
+func withCause(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (%w)", cause, err)
+	}
+	return err
+}
+
+func contentType(ct string) *string {
+	if ct == "" {
+		return nil
+	}
+	return aws.String(ct)
+}
+
+// createMultipart starts the upload's S3 multipart upload. Several workers may race to
+// do so; the first recorded id wins and the others abort theirs.
+func (w *Worker) createMultipart(ctx context.Context, c staging.Claim) (string, error) {
+	out, err := w.s3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
+		Bucket: aws.String(c.Bucket), Key: aws.String(c.Key), ContentType: contentType(c.ContentType),
+	})
+	if err != nil {
+		return "", fmt.Errorf("create multipart upload: %w", err)
+	}
+	mine := aws.ToString(out.UploadId)
+	won, err := w.store.SetMultipart(ctx, c.Ref.UploadID, mine)
+	if err == nil && won == mine {
+		return mine, nil
+	}
+	_, abortErr := w.s3.AbortMultipartUpload(context.WithoutCancel(ctx), &s3.AbortMultipartUploadInput{
+		Bucket: aws.String(c.Bucket), Key: aws.String(c.Key), UploadId: aws.String(mine),
+	})
+	if abortErr != nil {
+		w.cfg.Logger.Warn("abort surplus multipart upload", "upload_id", c.Ref.UploadID, "err", abortErr)
+	}
+	return won, err
+}
+
+// failed handles an upload error: a permanent one fails the whole upload with its
+// reason; anything else releases the lease and retries after a backoff.
+func (w *Worker) failed(ctx context.Context, c staging.Claim, err error, log *slog.Logger) {
+	var se *staging.StateError
+	if errors.As(err, &se) {
+		_ = w.store.DonePending(ctx, c.Ref)
+		return
+	}
+	if errors.Is(err, errLeaseLost) {
+		log.Info("lease lost while uploading", "err", err)
+		return
+	}
+	if Permanent(err) {
+		log.Error("chunk upload failed permanently; failing the upload", "err", err)
+		if endErr := w.ender.End(ctx, c.Ref.UploadID, staging.StatusFailed, err.Error(), false); endErr != nil {
+			log.Warn("fail upload", "err", endErr)
+		}
+		_ = w.store.DonePending(ctx, c.Ref)
+		return
+	}
+	n := w.noteFailure(c.Ref)
+	retryAt := w.store.Now().Add(Backoff(w.cfg.RetryBase, w.cfg.RetryMax, n))
+	if ctx.Err() != nil {
+		retryAt = time.Time{} // shutting down: let another replica take it at once
+	}
+	log.Warn("chunk upload failed; will retry", "err", err, "attempt", n, "retry_at", retryAt)
+	w.release(ctx, c, retryAt)
+}
+
+// release gives the chunk's lease back (even during shutdown) so it is retried at at,
+// or at once when at is zero.
+func (w *Worker) release(ctx context.Context, c staging.Claim, at time.Time) {
+	if at.IsZero() {
+		at = w.store.Now()
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := w.store.Release(rctx, c.Ref, c.Token, at); err != nil {
+		w.cfg.Logger.Warn("release chunk lease", "upload_id", c.Ref.UploadID, "chunk", c.Ref.N, "err", err)
+	}
+}
+
+func (w *Worker) noteFailure(ref staging.ChunkRef) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.failures[ref]++
+	return w.failures[ref]
+}
+
+func (w *Worker) clearFailures(ref staging.ChunkRef) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.failures, ref)
+}
+
+// Backoff returns the wait before attempt n (from 1): a random duration up to
+// base·2^(n-1), capped at max ("full jitter").
+func Backoff(base, max time.Duration, n int) time.Duration {
+	d := max
+	if n < 32 {
+		if e := base << (n - 1); e > 0 && e < max {
+			d = e
+		}
+	}
+	return rand.N(d) + 1
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// flagSet wraps flag.FlagSet so every flag has an environment twin, named in its
+// usage, whose value becomes the flag's default.
+type flagSet struct {
+	*flag.FlagSet
+	errs []error
+}
+
+func newFlagSet(name, usage string) *flagSet {
+	fs := &flagSet{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError)}
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: chunkup %s\n\nflags (each also read from the environment variable shown):\n", usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func (fs *flagSet) env(name, envName string) (string, bool) {
+	if envName == "" {
+		return "", false
+	}
+	return os.LookupEnv(envName)
+}
+
+func help(usage, envName string) string {
+	if envName == "" {
+		return usage
+	}
+	return usage + " [$" + envName + "]"
+}
+
+func (fs *flagSet) String(name, envName, def, usage string) *string {
+	if v, ok := fs.env(name, envName); ok {
+		def = v
+	}
+	return fs.FlagSet.String(name, def, help(usage, envName))
+}
+
+func (fs *flagSet) Bool(name, envName string, def bool, usage string) *bool {
+	if v, ok := fs.env(name, envName); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			fs.errs = append(fs.errs, fmt.Errorf("$%s: %w", envName, err))
+		}
+		def = b
+	}
+	return fs.FlagSet.Bool(name, def, help(usage, envName))
+}
+
+func (fs *flagSet) Int(name, envName string, def int, usage string) *int {
+	if v, ok := fs.env(name, envName); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			fs.errs = append(fs.errs, fmt.Errorf("$%s: %w", envName, err))
+		}
+		def = n
+	}
+	return fs.FlagSet.Int(name, def, help(usage, envName))
+}
+
+func (fs *flagSet) Duration(name, envName string, def time.Duration, usage string) *time.Duration {
+	if v, ok := fs.env(name, envName); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			fs.errs = append(fs.errs, fmt.Errorf("$%s: %w", envName, err))
+		}
+		def = d
+	}
+	return fs.FlagSet.Duration(name, def, help(usage, envName))
+}
+
+// Size is a byte count flag accepting suffixes KiB, MiB, GiB (and K, M, G).
+func (fs *flagSet) Size(name, envName string, def int64, usage string) *int64 {
+	v := &sizeValue{n: def}
+	if s, ok := fs.env(name, envName); ok {
+		if err := v.Set(s); err != nil {
+			fs.errs = append(fs.errs, fmt.Errorf("$%s: %w", envName, err))
+		}
+	}
+	fs.Var(v, name, help(usage, envName))
+	return &v.n
+}
+
+type sizeValue struct{ n int64 }
+
+func (v *sizeValue) String() string {
+	switch {
+	case v.n != 0 && v.n%(1<<30) == 0:
+		return strconv.FormatInt(v.n>>30, 10) + "GiB"
+	case v.n != 0 && v.n%(1<<20) == 0:
+		return strconv.FormatInt(v.n>>20, 10) + "MiB"
+	}
+	return strconv.FormatInt(v.n, 10)
+}
+
+func (v *sizeValue) Set(s string) error {
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not a size (e.g. 8MiB)", s)
+	}
+	v.n = n * mult
+	return nil
+}
+
+// parse parses args and reports flag and environment errors together.
+func (fs *flagSet) parse(args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if len(fs.errs) > 0 {
+		return fs.errs[0]
+	}
+	return nil
+}

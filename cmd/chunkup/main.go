@@ -1,0 +1,278 @@
+// Command chunkup runs the chunkup service and talks to it.
+//
+//	chunkup serve                      run every role (or --roles api,worker,completer)
+//	chunkup upload --server ADDR FILE  upload a file and print the final upload
+//	chunkup status --server ADDR ID    print an upload's state
+//	chunkup abort  --server ADDR ID    abort an upload
+//
+// main only turns flags into configurations and wires packages together.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/chunkup/chunkup/client"
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/app"
+	"github.com/chunkup/chunkup/internal/s3x"
+)
+
+// Exit codes scripts can rely on.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the operation failed (server error, upload failed)
+	exitUsage   = 2 // bad command line
+)
+
+const usage = `usage: chunkup COMMAND [flags]
+
+commands:
+  serve    run the service (all roles unless --roles narrows them)
+  upload   upload files and print the final upload
+  status   print an upload's state
+  abort    abort an upload
+
+Run 'chunkup COMMAND -h' for a command's flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(ctx, args[1:], stderr)
+	case "upload":
+		err = upload(ctx, args[1:], stdout, stderr)
+	case "status":
+		err = statusCmd(ctx, args[1:], stdout, stderr)
+	case "abort":
+		err = abort(ctx, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "chunkup: unknown command %q\n\n%s", args[0], usage)
+		return exitUsage
+	}
+	var ue usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "chunkup: %v\n", err)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "chunkup: %s\n", describe(err))
+		return exitFailure
+	}
+}
+
+type usageError struct{ error }
+
+// describe turns a gRPC status into "CODE: message", which says what to do.
+func describe(err error) string {
+	if s, ok := status.FromError(errors.Unwrap(err)); ok && errors.Unwrap(err) != nil {
+		return fmt.Sprintf("%s: %s", s.Code(), s.Message())
+	}
+	return err.Error()
+}
+
+func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError{fmt.Errorf("log level %q: use debug, info, warn or error", level)}
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usageError{fmt.Errorf("log format %q: use text or json", format)}
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlagSet("serve", "serve [flags]")
+	fs.SetOutput(stderr)
+	var cfg app.Config
+	grpcAddr := fs.String("grpc-addr", "CHUNKUP_GRPC_ADDR", "127.0.0.1:7070", "gRPC listen address")
+	httpAddr := fs.String("http-addr", "CHUNKUP_HTTP_ADDR", "127.0.0.1:7071", "HTTP address for /healthz and /readyz (off to disable)")
+	redisURL := fs.String("redis-url", "CHUNKUP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
+	s3Endpoint := fs.String("s3-endpoint", "CHUNKUP_S3_ENDPOINT", "", "S3-compatible endpoint URL (empty: AWS S3)")
+	s3Region := fs.String("s3-region", "CHUNKUP_S3_REGION", "us-east-1", "S3 region")
+	bucket := fs.String("s3-bucket", "CHUNKUP_S3_BUCKET", "chunkup", "bucket for the objects (created if missing)")
+	roles := fs.String("roles", "CHUNKUP_ROLES", strings.Join(app.AllRoles, ","), "roles to run, comma-separated")
+	nodeID := fs.String("node-id", "CHUNKUP_NODE_ID", "", "name of this process (default hostname-pid)")
+	chunkSize := fs.Size("chunk-size", "CHUNKUP_CHUNK_SIZE", 8<<20, "default chunk size (at least 5MiB)")
+	maxChunk := fs.Size("max-chunk-size", "CHUNKUP_MAX_CHUNK_SIZE", 64<<20, "largest chunk size chosen for big uploads")
+	chunkTTL := fs.Duration("chunk-ttl", "CHUNKUP_CHUNK_TTL", 0, "how long staged chunk bytes live in Redis (default 1h)")
+	stateTTL := fs.Duration("state-ttl", "CHUNKUP_STATE_TTL", 0, "how long upload state lives after its last activity (default 24h)")
+	workers := fs.Int("worker-concurrency", "CHUNKUP_WORKER_CONCURRENCY", 4, "chunks uploaded to S3 at once")
+	lease := fs.Duration("lease", "CHUNKUP_LEASE", 0, "chunk claim lease; a dead worker's chunks wait this long (default 30s)")
+	sweep := fs.Duration("sweep-interval", "CHUNKUP_SWEEP_INTERVAL", 0, "how often lost wake-ups and expired leases are swept (default 1s)")
+	complLease := fs.Duration("completer-lease", "CHUNKUP_COMPLETER_LEASE", 0, "completion guard lease (default 60s)")
+	s3Attempts := fs.Int("s3-max-attempts", "CHUNKUP_S3_MAX_ATTEMPTS", 3, "attempts per S3 call on transient errors")
+	shutdown := fs.Duration("shutdown-timeout", "CHUNKUP_SHUTDOWN_TIMEOUT", 0, "graceful shutdown limit (default 20s)")
+	logFormat := fs.String("log-format", "CHUNKUP_LOG_FORMAT", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "CHUNKUP_LOG_LEVEL", "info", "log level: debug, info, warn, error")
+	if err := fs.parse(args); err != nil {
+		return usageErr(err)
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("serve takes no arguments, got %q", fs.Args())}
+	}
+	logger, err := newLogger(*logFormat, *logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	cfg = app.Config{
+		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, RedisURL: *redisURL, Bucket: *bucket,
+		S3:     s3x.Config{Endpoint: *s3Endpoint, Region: *s3Region, MaxAttempts: *s3Attempts},
+		NodeID: *nodeID, ShutdownTimeout: *shutdown, Logger: logger,
+	}
+	for r := range strings.SplitSeq(*roles, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			cfg.Roles = append(cfg.Roles, r)
+		}
+	}
+	cfg.Staging.ChunkTTL, cfg.Staging.StateTTL = *chunkTTL, *stateTTL
+	cfg.Server.ChunkSize, cfg.Server.MaxChunkSize = *chunkSize, *maxChunk
+	cfg.Worker.Concurrency, cfg.Worker.Lease, cfg.Worker.SweepInterval = *workers, *lease, *sweep
+	cfg.Completer.Lease, cfg.Completer.SweepInterval = *complLease, *sweep
+	if err := cfg.Validate(); err != nil {
+		return usageError{err}
+	}
+	a, err := app.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+func usageErr(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err}
+}
+
+// clientFlags are the flags every client command takes.
+func clientFlags(fs *flagSet) (server *string, asJSON *bool) {
+	server = fs.String("server", "CHUNKUP_SERVER", "127.0.0.1:7070", "chunkup server address")
+	asJSON = fs.Bool("json", "", false, "print the result as one JSON object")
+	return server, asJSON
+}
+
+func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("upload", "upload [flags] FILE...")
+	fs.SetOutput(stderr)
+	server, asJSON := clientFlags(fs)
+	contentType := fs.String("content-type", "", "", "content type of the object(s)")
+	key := fs.String("key", "", "", "object key (one file only; default uploads/ID/NAME)")
+	if err := fs.parse(args); err != nil {
+		return usageErr(err)
+	}
+	if fs.NArg() == 0 {
+		return usageError{errors.New("upload needs at least one FILE")}
+	}
+	if *key != "" && fs.NArg() > 1 {
+		return usageError{errors.New("--key applies to one file only")}
+	}
+	c, err := client.Dial(*server)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for _, path := range fs.Args() {
+		var opts []client.UploadOption
+		if *contentType != "" {
+			opts = append(opts, client.WithContentType(*contentType))
+		}
+		if *key != "" {
+			opts = append(opts, client.WithKey(*key))
+		}
+		up, err := c.UploadFile(ctx, path, opts...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if err := printUpload(stdout, up, *asJSON); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return withUploadID(ctx, "status", args, stdout, stderr, func(ctx context.Context, c *client.Client, id string) (*chunkupv1.Upload, error) {
+		r, err := c.API().GetUpload(ctx, &chunkupv1.GetUploadRequest{UploadId: id})
+		return r.GetUpload(), err
+	})
+}
+
+func abort(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return withUploadID(ctx, "abort", args, stdout, stderr, func(ctx context.Context, c *client.Client, id string) (*chunkupv1.Upload, error) {
+		r, err := c.API().AbortUpload(ctx, &chunkupv1.AbortUploadRequest{UploadId: id, Reason: "aborted from the command line"})
+		return r.GetUpload(), err
+	})
+}
+
+func withUploadID(ctx context.Context, name string, args []string, stdout, stderr io.Writer,
+	call func(context.Context, *client.Client, string) (*chunkupv1.Upload, error)) error {
+	fs := newFlagSet(name, name+" [flags] UPLOAD_ID")
+	fs.SetOutput(stderr)
+	server, asJSON := clientFlags(fs)
+	if err := fs.parse(args); err != nil {
+		return usageErr(err)
+	}
+	if fs.NArg() != 1 {
+		return usageError{fmt.Errorf("%s needs exactly one UPLOAD_ID", name)}
+	}
+	c, err := client.Dial(*server)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	up, err := call(ctx, c, fs.Arg(0))
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return printUpload(stdout, up, *asJSON)
+}
+
+func printUpload(w io.Writer, up *chunkupv1.Upload, asJSON bool) error {
+	if asJSON {
+		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(up)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	state := strings.TrimPrefix(up.State.String(), "UPLOAD_STATE_")
+	_, err := fmt.Fprintf(w, "%s %s s3://%s/%s size=%d etag=%s\n", up.UploadId, state, up.Bucket, up.Key, up.Size, up.Etag)
+	return err
+}

@@ -1,0 +1,329 @@
+// Package app assembles a chunkup process from its configuration: it connects to Redis
+// and S3, builds the roles asked for (api, worker, completer) from their packages, and
+// runs them until the context ends, then shuts down gracefully. cmd/chunkup only turns
+// flags into a Config; tests start the same App in process.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/chunkup/chunkup/chunkworker"
+	"github.com/chunkup/chunkup/cleanup"
+	"github.com/chunkup/chunkup/completion"
+	"github.com/chunkup/chunkup/internal/s3x"
+	"github.com/chunkup/chunkup/server"
+	"github.com/chunkup/chunkup/staging"
+)
+
+// The roles a process can run.
+const (
+	RoleAPI       = "api"
+	RoleWorker    = "worker"
+	RoleCompleter = "completer"
+)
+
+// AllRoles is the default: every role in one process.
+var AllRoles = []string{RoleAPI, RoleWorker, RoleCompleter}
+
+// Config configures a process. Zero values mean the documented defaults.
+type Config struct {
+	// GRPCAddr is where the API listens. Zero means 127.0.0.1:7070; port 0 picks one.
+	GRPCAddr string
+	// HTTPAddr serves /healthz and /readyz. Zero means 127.0.0.1:7071; "off" disables it.
+	HTTPAddr string
+	// RedisURL locates Redis. Zero means redis://127.0.0.1:6379/0.
+	RedisURL string
+	// S3 locates S3; Bucket is created if missing. Zero Bucket means "chunkup".
+	S3     s3x.Config
+	Bucket string
+	// Roles to run. Zero means AllRoles.
+	Roles []string
+	// NodeID names the process. Zero means hostname-pid.
+	NodeID string
+	// ShutdownTimeout bounds graceful shutdown. Zero means 20 s.
+	ShutdownTimeout time.Duration
+
+	Staging   staging.Config
+	Server    server.Config // Bucket, NodeID, OnReady and Logger are set from above
+	Worker    chunkworker.Config
+	Completer completion.Config
+	Logger    *slog.Logger
+}
+
+// Validate checks the configuration and the configurations of every role.
+func (c *Config) Validate() error {
+	for _, r := range c.Roles {
+		if !slices.Contains(AllRoles, r) {
+			return fmt.Errorf("unknown role %q (roles: %s)", r, strings.Join(AllRoles, ", "))
+		}
+	}
+	if c.ShutdownTimeout < 0 {
+		return errors.New("shutdown timeout must not be negative")
+	}
+	if _, err := redis.ParseURL(c.redisURL()); err != nil {
+		return fmt.Errorf("redis url: %w", err)
+	}
+	srv := c.Server
+	srv.Bucket = c.bucket()
+	return errors.Join(c.S3.Validate(), c.Staging.Validate(), srv.Validate(), c.Worker.Validate(), c.Completer.Validate())
+}
+
+func (c *Config) redisURL() string {
+	if c.RedisURL == "" {
+		return "redis://127.0.0.1:6379/0"
+	}
+	return c.RedisURL
+}
+
+func (c *Config) bucket() string {
+	if c.Bucket == "" {
+		return "chunkup"
+	}
+	return c.Bucket
+}
+
+func (c *Config) has(role string) bool { return len(c.Roles) == 0 || slices.Contains(c.Roles, role) }
+
+// App is a running chunkup process.
+type App struct {
+	cfg     Config
+	log     *slog.Logger
+	rdb     *redis.Client
+	s3      *s3.Client
+	store   *staging.Store
+	grpcLis net.Listener
+	httpLis net.Listener
+	grpc    *grpc.Server
+	health  interface {
+		SetServingStatus(string, healthpb.HealthCheckResponse_ServingStatus)
+	}
+	http      *http.Server
+	worker    *chunkworker.Worker
+	completer *completion.Completer
+}
+
+// New connects to Redis and S3, makes sure the bucket exists, and binds the listeners,
+// so addresses are known (and clients can connect) before Run.
+func New(ctx context.Context, cfg Config) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.GRPCAddr == "" {
+		cfg.GRPCAddr = "127.0.0.1:7070"
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = "127.0.0.1:7071"
+	}
+	if cfg.NodeID == "" {
+		host, _ := os.Hostname()
+		cfg.NodeID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 20 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &App{cfg: cfg, log: cfg.Logger.With("node_id", cfg.NodeID)}
+	ok := false
+	defer func() {
+		if !ok {
+			a.Close()
+		}
+	}()
+
+	opt, _ := redis.ParseURL(cfg.redisURL())
+	a.rdb = redis.NewClient(opt)
+	if err := a.rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("redis at %s: %w", opt.Addr, err)
+	}
+	a.warnRedisConfig(ctx)
+	var err error
+	if a.store, err = staging.New(a.rdb, cfg.Staging); err != nil {
+		return nil, err
+	}
+	if a.s3, err = s3x.New(ctx, cfg.S3); err != nil {
+		return nil, err
+	}
+	if err := ensureBucket(ctx, a.s3, cfg.bucket()); err != nil {
+		return nil, err
+	}
+	ender := &cleanup.Ender{Store: a.store, S3: a.s3, Logger: a.log}
+
+	if cfg.has(RoleCompleter) {
+		cc := cfg.Completer
+		cc.Logger = a.log.With("role", RoleCompleter)
+		if a.completer, err = completion.New(a.store, a.s3, ender, cc); err != nil {
+			return nil, err
+		}
+	}
+	onReady := func(string) {}
+	if a.completer != nil {
+		onReady = a.completer.Notify
+	}
+	if cfg.has(RoleWorker) {
+		wc := cfg.Worker
+		wc.OnReady = onReady
+		wc.Logger = a.log.With("role", RoleWorker)
+		if a.worker, err = chunkworker.New(a.store, a.s3, ender, wc); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.has(RoleAPI) {
+		sc := cfg.Server
+		sc.Bucket, sc.NodeID, sc.OnReady, sc.Logger = cfg.bucket(), cfg.NodeID, onReady, a.log.With("role", RoleAPI)
+		svc, err := server.NewUploadService(a.store, ender, sc)
+		if err != nil {
+			return nil, err
+		}
+		gs, hs := server.NewGRPCServer(svc, sc.Logger)
+		a.grpc, a.health = gs, hs
+		if a.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			return nil, fmt.Errorf("grpc listen: %w", err)
+		}
+	}
+	if cfg.HTTPAddr != "off" {
+		if a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return nil, fmt.Errorf("http listen: %w", err)
+		}
+		a.http = &http.Server{
+			Handler: server.NewHTTPHandler(map[string]server.Pinger{
+				"redis": func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() },
+			}),
+			ReadHeaderTimeout: 5 * time.Second,
+		}
+	}
+	ok = true
+	return a, nil
+}
+
+// warnRedisConfig warns when Redis may evict staged chunks or lose them on restart.
+func (a *App) warnRedisConfig(ctx context.Context) {
+	if v, err := a.rdb.ConfigGet(ctx, "maxmemory-policy").Result(); err == nil && v["maxmemory-policy"] != "noeviction" {
+		a.log.Warn("REDIS MAY EVICT STAGED CHUNKS: maxmemory-policy is not noeviction; acknowledged chunks can be lost",
+			"maxmemory-policy", v["maxmemory-policy"])
+	}
+	aof, err1 := a.rdb.ConfigGet(ctx, "appendonly").Result()
+	save, err2 := a.rdb.ConfigGet(ctx, "save").Result()
+	if err1 == nil && err2 == nil && aof["appendonly"] != "yes" && save["save"] == "" {
+		a.log.Warn("Redis persistence is off (no AOF, no RDB snapshots): a Redis restart loses staged chunks")
+	}
+}
+
+func ensureBucket(ctx context.Context, c *s3.Client, bucket string) error {
+	if _, err := c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(bucket)}); err == nil {
+		return nil
+	}
+	_, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)})
+	var owned *types.BucketAlreadyOwnedByYou
+	if err != nil && !errors.As(err, &owned) {
+		return fmt.Errorf("create bucket %s: %w", bucket, err)
+	}
+	return nil
+}
+
+// GRPCAddr is the API's address, or "" without the api role.
+func (a *App) GRPCAddr() string {
+	if a.grpcLis == nil {
+		return ""
+	}
+	return a.grpcLis.Addr().String()
+}
+
+// HTTPAddr is the health endpoint's address, or "" when off.
+func (a *App) HTTPAddr() string {
+	if a.httpLis == nil {
+		return ""
+	}
+	return a.httpLis.Addr().String()
+}
+
+// Store is the process's staging store.
+func (a *App) Store() *staging.Store { return a.store }
+
+// Run serves until ctx ends, then shuts down: it stops accepting calls, gives streams
+// and in-flight parts ShutdownTimeout to finish, releases what is left, and returns.
+func (a *App) Run(ctx context.Context) error {
+	defer a.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	if a.http != nil {
+		wg.Go(func() {
+			if err := a.http.Serve(a.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("http: %w", err)
+			}
+		})
+	}
+	if a.grpc != nil {
+		a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		wg.Go(func() {
+			if err := a.grpc.Serve(a.grpcLis); err != nil {
+				errc <- fmt.Errorf("grpc: %w", err)
+			}
+		})
+	}
+	if a.worker != nil {
+		wg.Go(func() { _ = a.worker.Run(ctx) })
+	}
+	if a.completer != nil {
+		wg.Go(func() { _ = a.completer.Run(ctx) })
+	}
+	a.log.Info("chunkup running", "grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "roles", a.cfg.Roles)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	cancel() // stops the worker and completer loops, which drain in-flight work
+	a.log.Info("shutting down")
+	if a.grpc != nil {
+		a.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+		done := make(chan struct{})
+		go func() { a.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(a.cfg.ShutdownTimeout):
+			a.grpc.Stop() // streams still open end UNAVAILABLE; clients resume elsewhere
+		}
+	}
+	if a.http != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = a.http.Shutdown(sctx)
+		cancel()
+	}
+	wg.Wait()
+	return runErr
+}
+
+// Close releases connections. Run calls it.
+func (a *App) Close() {
+	if a.grpcLis != nil {
+		_ = a.grpcLis.Close()
+	}
+	if a.httpLis != nil {
+		_ = a.httpLis.Close()
+	}
+	if a.rdb != nil {
+		_ = a.rdb.Close()
+	}
+}

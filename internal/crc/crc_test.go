@@ -1,0 +1,36 @@
+package crc
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+func TestCombineMatchesWholeChecksum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range []struct{ a, b int }{
+		{0, 0}, {0, 5}, {5, 0}, {1, 1}, {3, 1000}, {4096, 4097}, {1 << 16, 12345},
+	} {
+		a := make([]byte, tc.a)
+		b := make([]byte, tc.b)
+		for i := range a {
+			a[i] = byte(rng.Uint32())
+		}
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		want := Checksum(append(append([]byte{}, a...), b...))
+		if got := Combine(Checksum(a), Checksum(b), int64(len(b))); got != want {
+			t.Errorf("Combine(%d bytes, %d bytes) = %08x, want %08x", tc.a, tc.b, got, want)
+		}
+	}
+}
+
+func FuzzCombine(f *testing.F) {
+	f.Add([]byte("hello "), []byte("world"))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		want := Checksum(append(append([]byte{}, a...), b...))
+		if got := Combine(Checksum(a), Checksum(b), int64(len(b))); got != want {
+			t.Fatalf("Combine = %08x, want %08x", got, want)
+		}
+	})
+}

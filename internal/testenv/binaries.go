@@ -1,0 +1,83 @@
+package testenv
+
+import (
+	"debug/buildinfo"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// MinIOVersion is the version of github.com/minio/minio that the tests run, as `go
+// install` spells it. The Makefile pins the same one.
+const MinIOVersion = "v0.0.0-20260212201848-7aac2a2c5b7c"
+
+// minioModule is MinIO's module and main package path.
+const minioModule = "github.com/minio/minio"
+
+// RedisServerBinary returns the path of redis-server: $CHUNKUP_REDIS_SERVER if set, else
+// redis-server on PATH.
+func RedisServerBinary() (string, error) {
+	if p := os.Getenv("CHUNKUP_REDIS_SERVER"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("CHUNKUP_REDIS_SERVER=%s: %w", p, err)
+		}
+		return p, nil
+	}
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", errors.New("redis-server is not on PATH: run `make test` (its `deps` step " +
+			"installs Debian's redis-server), install it by hand, or set CHUNKUP_REDIS_SERVER")
+	}
+	return p, nil
+}
+
+// MinIOBinary returns the path of the MinIO server: $CHUNKUP_MINIO if set, else
+// CacheDir()/bin/minio. When that is missing or not MinIOVersion, it builds it with `go
+// install github.com/minio/minio@MinIOVersion` (a few minutes), under a file lock so
+// that test binaries running in parallel build it once.
+func MinIOBinary() (string, error) {
+	if p := os.Getenv("CHUNKUP_MINIO"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("CHUNKUP_MINIO=%s: %w", p, err)
+		}
+		return p, nil
+	}
+	bin := filepath.Join(BinDir(), "minio")
+	if isModuleVersion(bin, minioModule, MinIOVersion) {
+		return bin, nil
+	}
+	err := withFileLock(filepath.Join(CacheDir(), "minio.lock"), func() error {
+		if isModuleVersion(bin, minioModule, MinIOVersion) { // another process built it
+			return nil
+		}
+		if err := os.MkdirAll(BinDir(), 0o755); err != nil {
+			return err
+		}
+		cmd := exec.Command(goCommand(), "install", minioModule+"@"+MinIOVersion)
+		cmd.Dir = CacheDir() // outside any module
+		cmd.Env = append(os.Environ(), "GOBIN="+BinDir(), "GOWORK=off")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go install %s@%s: %v\n%s\n(`make deps` runs the same install)",
+				minioModule, MinIOVersion, err, out)
+		}
+		if !isModuleVersion(bin, minioModule, MinIOVersion) {
+			return fmt.Errorf("go install %s@%s did not produce %s", minioModule, MinIOVersion, bin)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("minio: %w", err)
+	}
+	return bin, nil
+}
+
+// isModuleVersion reports whether bin is a Go binary built from module mod at version.
+func isModuleVersion(bin, mod, version string) bool {
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return false
+	}
+	return info.Main.Path == mod && info.Main.Version == version
+}

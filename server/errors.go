@@ -1,0 +1,68 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/chunkup/chunkup/staging"
+)
+
+// toStatus turns a domain error into the gRPC status a client sees. It is the only place
+// where errors become statuses; id names the upload for the message.
+func toStatus(id string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var (
+		inv  *InvalidError
+		rng  *RangeError
+		sum  *ChecksumError
+		st   *staging.StateError
+		oor  *staging.OutOfRangeError
+		last *staging.LastChunkError
+		rec  *staging.PartRecordedError
+	)
+	switch {
+	case errors.As(err, &inv):
+		return status.Error(codes.InvalidArgument, inv.Msg)
+	case errors.As(err, &rng):
+		return status.Error(codes.OutOfRange, rng.Msg)
+	case errors.As(err, &sum):
+		return status.Error(codes.DataLoss, sum.Error())
+	case errors.Is(err, staging.ErrNotFound):
+		return status.Errorf(codes.NotFound, "upload %q not found: create an upload first (it may also have expired)", id)
+	case errors.As(err, &st):
+		return status.Errorf(codes.FailedPrecondition, "upload %s is %s and accepts no more chunks; GetUpload shows its final state", id, st.Status)
+	case errors.As(err, &oor):
+		return status.Errorf(codes.OutOfRange, "%v: the upload's last chunk is %d", oor, oor.Total)
+	case errors.As(err, &last):
+		return status.Errorf(codes.FailedPrecondition, "%v; an upload has exactly one last chunk", last)
+	case errors.As(err, &rec):
+		return status.Errorf(codes.FailedPrecondition, "%v; start a new upload to send different bytes", rec)
+	case errors.Is(err, staging.ErrChunkBusy):
+		return status.Errorf(codes.Aborted, "upload %s: %v and cannot be replaced now; retry", id, err)
+	case errors.Is(err, staging.ErrCompleting):
+		return status.Errorf(codes.FailedPrecondition, "upload %s is being completed and can no longer be aborted", id)
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case isRedisDown(err):
+		return status.Errorf(codes.Unavailable, "staging store unavailable: %v; retry later", err)
+	}
+	return status.Error(codes.Internal, fmt.Sprintf("upload %s: %v", id, err))
+}
+
+func isRedisDown(err error) bool {
+	var ne net.Error
+	return errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.As(err, &ne)
+}

@@ -1,0 +1,80 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+)
+
+// NewGRPCServer returns a gRPC server serving svc, the standard health service (which
+// the caller flips with the returned *health.Server) and server reflection (so grpcurl
+// works without the proto files).
+func NewGRPCServer(svc *UploadService, logger *slog.Logger, extra ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	logFn := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		logger.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
+	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		logger.ErrorContext(ctx, "panic in gRPC handler", "panic", p)
+		return status.Error(codes.Internal, "internal error")
+	})
+	opts := append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(svc.cfg.MaxMessageSize()),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(
+			recovery.UnaryServerInterceptor(recoverOpt),
+			logging.UnaryServerInterceptor(logFn, logOpts...),
+		),
+		grpc.ChainStreamInterceptor(
+			recovery.StreamServerInterceptor(recoverOpt),
+			logging.StreamServerInterceptor(logFn, logOpts...),
+		),
+	}, extra...)
+	gs := grpc.NewServer(opts...)
+	chunkupv1.RegisterUploadServiceServer(gs, svc)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	return gs, hs
+}
+
+// Pinger checks a dependency for readiness.
+type Pinger func(ctx context.Context) error
+
+// NewHTTPHandler serves /healthz (the process is up) and /readyz (every dependency in
+// ready answers).
+func NewHTTPHandler(ready map[string]Pinger) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		code, body := http.StatusOK, ""
+		for name, ping := range ready {
+			if err := ping(ctx); err != nil {
+				code = http.StatusServiceUnavailable
+				body += name + ": " + err.Error() + "\n"
+			} else {
+				body += name + ": ok\n"
+			}
+		}
+		w.WriteHeader(code)
+		_, _ = w.Write([]byte(body))
+	})
+	return mux
+}

@@ -1,0 +1,336 @@
+// Package server holds chunkup's gRPC services. It validates every request before it
+// touches state, stages chunks through the staging store, and is the one place where
+// domain errors become gRPC statuses (see toStatus).
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/staging"
+)
+
+// Store is the part of the staging store the service uses.
+type Store interface {
+	ClaimClientNodeID(ctx context.Context, clientNodeID, id string) (string, error)
+	Create(ctx context.Context, u staging.NewUpload) (bool, error)
+	Params(ctx context.Context, id string) (staging.Params, error)
+	Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (staging.StageResult, error)
+	Get(ctx context.Context, id string) (*staging.Upload, error)
+	EnqueueCompletion(ctx context.Context, id string) error
+}
+
+var _ Store = (*staging.Store)(nil)
+
+// Ender ends an upload and releases its resources (see cleanup.Ender).
+type Ender interface {
+	End(ctx context.Context, id string, status staging.Status, reason string, fromCompleting bool) error
+}
+
+// Config configures the upload service. Zero values mean the documented defaults.
+type Config struct {
+	// Bucket receives the objects. Required.
+	Bucket string
+	// KeyPrefix starts default object keys: {KeyPrefix}/{upload id}/{name}. Zero means
+	// "uploads".
+	KeyPrefix string
+	// ChunkSize is the default chunk size. Zero means 8 MiB; at least 5 MiB (S3's
+	// minimum part size).
+	ChunkSize int64
+	// MaxChunkSize caps the chunk size chosen for large uploads, and so the largest
+	// upload (10,000 chunks). Zero means 64 MiB (about 625 GiB uploads); at most 5 GiB.
+	MaxChunkSize int64
+	// NodeID names this process in upload state. Zero means unnamed.
+	NodeID string
+	// OnReady, when set, is called when a chunk makes an upload ready to complete (the
+	// completion is enqueued durably first), so an in-process completer starts at once.
+	OnReady func(uploadID string)
+	Logger  *slog.Logger
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Bucket == "" {
+		return errors.New("server: a bucket is required")
+	}
+	if c.ChunkSize != 0 && (c.ChunkSize < MinPartSize || c.ChunkSize > MaxPartSize) {
+		return errors.New("server: chunk size must be between 5 MiB and 5 GiB")
+	}
+	if c.MaxChunkSize != 0 && (c.MaxChunkSize < MinPartSize || c.MaxChunkSize > MaxPartSize) {
+		return errors.New("server: max chunk size must be between 5 MiB and 5 GiB")
+	}
+	if c.ChunkSize != 0 && c.MaxChunkSize != 0 && c.ChunkSize > c.MaxChunkSize {
+		return errors.New("server: chunk size must not exceed max chunk size")
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = "uploads"
+	}
+	if c.ChunkSize == 0 {
+		c.ChunkSize = 8 << 20
+	}
+	if c.MaxChunkSize == 0 {
+		c.MaxChunkSize = max64(64<<20, c.ChunkSize)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// MaxMessageSize is the largest gRPC message the server must accept for cfg: one chunk
+// plus framing.
+func (c Config) MaxMessageSize() int {
+	c.setDefaults()
+	return int(c.MaxChunkSize) + 1<<20
+}
+
+// UploadService implements chunkupv1.UploadServiceServer.
+type UploadService struct {
+	chunkupv1.UnimplementedUploadServiceServer
+	cfg   Config
+	store Store
+	ender Ender
+}
+
+var _ chunkupv1.UploadServiceServer = (*UploadService)(nil)
+
+// NewUploadService returns the upload service.
+func NewUploadService(store Store, ender Ender, cfg Config) (*UploadService, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	return &UploadService{cfg: cfg, store: store, ender: ender}, nil
+}
+
+// CreateUpload implements UploadService.CreateUpload.
+func (s *UploadService) CreateUpload(ctx context.Context, req *chunkupv1.CreateUploadRequest) (*chunkupv1.CreateUploadResponse, error) {
+	u, err := s.create(ctx, req)
+	if err != nil {
+		return nil, toStatus("", err)
+	}
+	return &chunkupv1.CreateUploadResponse{Upload: u}, nil
+}
+
+func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadRequest) (*chunkupv1.Upload, error) {
+	if err := ValidateCreate(req); err != nil {
+		return nil, err
+	}
+	expected := int64(-1)
+	if req.ExpectedSize != nil {
+		expected = *req.ExpectedSize
+	}
+	chunkSize, err := ChunkSizeFor(expected, s.cfg.ChunkSize, s.cfg.MaxChunkSize)
+	if err != nil {
+		return nil, err
+	}
+	id := staging.NewID()
+	if req.ClientNodeId != "" {
+		if id, err = s.store.ClaimClientNodeID(ctx, req.ClientNodeId, id); err != nil {
+			return nil, err
+		}
+	}
+	key := req.Key
+	if key == "" {
+		key = DefaultKey(s.cfg.KeyPrefix, id, req.Name)
+	}
+	nu := staging.NewUpload{
+		ID: id, Bucket: s.cfg.Bucket, Key: key, ChunkSize: chunkSize, ExpectedSize: expected,
+		NodeID: s.cfg.NodeID, Name: req.Name, ContentType: req.ContentType,
+		ClientNodeID: req.ClientNodeId, Metadata: req.Metadata,
+	}
+	if expected >= 0 {
+		nu.Total = staging.TotalChunks(expected, chunkSize)
+	}
+	if _, err := s.store.Create(ctx, nu); err != nil {
+		return nil, err
+	}
+	up, err := s.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return toProto(up), nil
+}
+
+// UploadChunk implements UploadService.UploadChunk. Each chunk is validated against
+// the upload's parameters, checked against its CRC32C, staged, and acknowledged. The
+// first invalid chunk ends the stream with its status; chunks acknowledged before it
+// stay.
+func (s *UploadService) UploadChunk(stream chunkupv1.UploadService_UploadChunkServer) error {
+	ctx := stream.Context()
+	params := map[string]staging.Params{} // immutable per upload, read once per stream
+	first := true
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if req.Create != nil {
+			if !first {
+				return status.Error(codes.InvalidArgument, "create is allowed only in the first message of a stream")
+			}
+			if req.UploadId != "" {
+				return status.Error(codes.InvalidArgument, "a message with create must not name an upload_id")
+			}
+			up, err := s.create(ctx, req.Create)
+			if err != nil {
+				return toStatus("", err)
+			}
+			if err := stream.Send(&chunkupv1.UploadChunkResponse{UploadId: up.UploadId, Upload: up}); err != nil {
+				return err
+			}
+			first = false
+			if req.ChunkNumber == 0 && len(req.Data) == 0 {
+				continue
+			}
+			req.UploadId = up.UploadId
+		}
+		first = false
+		resp, err := s.stage(ctx, req, params)
+		if err != nil {
+			return toStatus(req.UploadId, err)
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *UploadService) stage(ctx context.Context, req *chunkupv1.UploadChunkRequest, params map[string]staging.Params) (*chunkupv1.UploadChunkResponse, error) {
+	id := req.UploadId
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	p, ok := params[id]
+	if !ok {
+		var err error
+		if p, err = s.store.Params(ctx, id); err != nil {
+			return nil, err
+		}
+		if len(params) > 64 {
+			clear(params)
+		}
+		params[id] = p
+	}
+	n := req.ChunkNumber
+	if err := ValidateChunk(p, n, int64(len(req.Data)), req.IsLast); err != nil {
+		return nil, err
+	}
+	sum := crc.Checksum(req.Data)
+	if req.Crc32C != nil && *req.Crc32C != sum {
+		return nil, &ChecksumError{N: n, Got: sum, Want: *req.Crc32C}
+	}
+	last := req.IsLast || (p.Total > 0 && n == p.Total)
+	res, err := s.store.Stage(ctx, id, n, req.Data, sum, last)
+	if err != nil {
+		return nil, err
+	}
+	if res.Ready {
+		// The last chunk arrived after every part was already in S3 (e.g. is_last on a
+		// repeat): no worker will see a new part, so the completion starts here.
+		if err := s.store.EnqueueCompletion(ctx, id); err != nil {
+			return nil, err
+		}
+		if s.cfg.OnReady != nil {
+			s.cfg.OnReady(id)
+		}
+	}
+	return &chunkupv1.UploadChunkResponse{UploadId: id, ChunkNumber: n, Crc32C: sum, Duplicate: res.Duplicate}, nil
+}
+
+func validID(id string) error {
+	if id == "" {
+		return invalidf("upload_id is required: create an upload first, or send a create request in the first message")
+	}
+	if !staging.ValidID(id) {
+		return invalidf("upload_id %q is not a chunkup upload id (26 characters a-z, 2-7)", id)
+	}
+	return nil
+}
+
+// GetUpload implements UploadService.GetUpload.
+func (s *UploadService) GetUpload(ctx context.Context, req *chunkupv1.GetUploadRequest) (*chunkupv1.GetUploadResponse, error) {
+	if err := validID(req.UploadId); err != nil {
+		return nil, toStatus(req.UploadId, err)
+	}
+	up, err := s.store.Get(ctx, req.UploadId)
+	if err != nil {
+		return nil, toStatus(req.UploadId, err)
+	}
+	return &chunkupv1.GetUploadResponse{Upload: toProto(up)}, nil
+}
+
+// AbortUpload implements UploadService.AbortUpload. Aborting an aborted upload is a
+// no-op; a completed, failed or expired one cannot be aborted.
+func (s *UploadService) AbortUpload(ctx context.Context, req *chunkupv1.AbortUploadRequest) (*chunkupv1.AbortUploadResponse, error) {
+	id := req.UploadId
+	if err := validID(id); err != nil {
+		return nil, toStatus(id, err)
+	}
+	if len(req.Reason) > 1024 || !printable(req.Reason) {
+		return nil, toStatus(id, invalidf("reason must be at most 1024 printable characters"))
+	}
+	reason := req.Reason
+	if reason == "" {
+		reason = "aborted by client"
+	}
+	err := s.ender.End(ctx, id, staging.StatusAborted, reason, false)
+	var se *staging.StateError
+	if errors.As(err, &se) {
+		if se.Status != staging.StatusAborted {
+			return nil, status.Errorf(codes.FailedPrecondition, "upload %s is %s and cannot be aborted", id, se.Status)
+		}
+		err = nil
+	}
+	if err != nil {
+		return nil, toStatus(id, err)
+	}
+	up, err := s.store.Get(ctx, id)
+	if err != nil {
+		return nil, toStatus(id, err)
+	}
+	return &chunkupv1.AbortUploadResponse{Upload: toProto(up)}, nil
+}
+
+var states = map[staging.Status]chunkupv1.UploadState{
+	staging.StatusActive:     chunkupv1.UploadState_UPLOAD_STATE_ACTIVE,
+	staging.StatusCompleting: chunkupv1.UploadState_UPLOAD_STATE_COMPLETING,
+	staging.StatusCompleted:  chunkupv1.UploadState_UPLOAD_STATE_COMPLETED,
+	staging.StatusFailed:     chunkupv1.UploadState_UPLOAD_STATE_FAILED,
+	staging.StatusAborted:    chunkupv1.UploadState_UPLOAD_STATE_ABORTED,
+	staging.StatusExpired:    chunkupv1.UploadState_UPLOAD_STATE_EXPIRED,
+}
+
+func toProto(u *staging.Upload) *chunkupv1.Upload {
+	return &chunkupv1.Upload{
+		UploadId: u.ID, State: states[u.Status], Bucket: u.Bucket, Key: u.Key,
+		ChunkSize: u.ChunkSize, ExpectedSize: u.ExpectedSize, TotalChunks: u.Total,
+		ReceivedChunks: u.ReceivedChunks, ReceivedBytes: u.ReceivedBytes,
+		UploadedChunks: u.Uploaded, UploadedBytes: u.UploadedBytes, Size: u.Size,
+		Etag: u.ETag, Crc32C: u.CRC32C, Error: u.Error, Name: u.Name,
+		ContentType: u.ContentType, Metadata: u.Metadata, ClientNodeId: u.ClientNodeID,
+		CreateTime: ts(u.Created), UpdateTime: ts(u.Updated), CompleteTime: ts(u.Completed),
+	}
+}
+
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}

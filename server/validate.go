@@ -1,0 +1,190 @@
+package server
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/staging"
+)
+
+// S3 limits that shape the API.
+const (
+	MaxParts         = 10000
+	MinPartSize      = 5 << 20
+	MaxPartSize      = 5 << 30
+	maxKeyLen        = 1024
+	maxNameLen       = 255
+	maxClientNodeID  = 128
+	maxContentType   = 255
+	maxMetadataPairs = 64
+	maxMetadataBytes = 8 << 10
+)
+
+// InvalidError is a request that is wrong in itself; the message says how to fix it.
+type InvalidError struct{ Msg string }
+
+func (e *InvalidError) Error() string { return e.Msg }
+
+// RangeError is a chunk number outside the upload.
+type RangeError struct{ Msg string }
+
+func (e *RangeError) Error() string { return e.Msg }
+
+// ChecksumError is a chunk whose bytes do not match the checksum sent with it.
+type ChecksumError struct {
+	N         uint32
+	Got, Want uint32
+}
+
+func (e *ChecksumError) Error() string {
+	return fmt.Sprintf("chunk %d: crc32c of the data is %08x but the request says %08x; the chunk was corrupted on the way, send it again", e.N, e.Got, e.Want)
+}
+
+func invalidf(format string, a ...any) error { return &InvalidError{Msg: fmt.Sprintf(format, a...)} }
+
+// ChunkSizeFor picks the chunk size for an upload: def, or more when expected bytes
+// would need more than S3's 10,000 parts (rounded up to a MiB), never under S3's 5 MiB
+// minimum part. expected < 0 means unknown.
+func ChunkSizeFor(expected, def, max int64) (int64, error) {
+	size := max64(def, MinPartSize)
+	if expected > size*MaxParts {
+		need := (expected + MaxParts - 1) / MaxParts
+		size = (need + (1<<20 - 1)) &^ (1<<20 - 1)
+	}
+	if size > max {
+		return 0, invalidf("expected_size %d needs chunks of %d bytes, over this server's maximum chunk size %d", expected, size, max)
+	}
+	return size, nil
+}
+
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// ValidateCreate checks a create request on its own.
+func ValidateCreate(r *chunkupv1.CreateUploadRequest) error {
+	if r.ExpectedSize != nil && *r.ExpectedSize < 0 {
+		return invalidf("expected_size must not be negative; leave it unset when the size is unknown")
+	}
+	if len(r.ClientNodeId) > maxClientNodeID || !printable(r.ClientNodeId) {
+		return invalidf("client_node_id must be at most %d printable characters", maxClientNodeID)
+	}
+	if len(r.Name) > maxNameLen || !printable(r.Name) {
+		return invalidf("name must be at most %d printable characters", maxNameLen)
+	}
+	if len(r.ContentType) > maxContentType || !printable(r.ContentType) {
+		return invalidf("content_type must be at most %d printable characters", maxContentType)
+	}
+	if r.Key != "" {
+		if err := ValidateKey(r.Key); err != nil {
+			return err
+		}
+	}
+	if len(r.Metadata) > maxMetadataPairs {
+		return invalidf("metadata has %d entries; at most %d are allowed", len(r.Metadata), maxMetadataPairs)
+	}
+	total := 0
+	for k, v := range r.Metadata {
+		if k == "" || !printable(k) || !printable(v) {
+			return invalidf("metadata keys must be non-empty and keys and values printable (key %q)", k)
+		}
+		total += len(k) + len(v)
+	}
+	if total > maxMetadataBytes {
+		return invalidf("metadata has %d bytes; at most %d are allowed", total, maxMetadataBytes)
+	}
+	return nil
+}
+
+// ValidateKey checks an object key chosen by a client: relative, no "." or ".."
+// segments, no empty segments, no control characters, at most 1024 bytes.
+func ValidateKey(key string) error {
+	if len(key) > maxKeyLen {
+		return invalidf("key has %d bytes; at most %d are allowed", len(key), maxKeyLen)
+	}
+	if !printable(key) {
+		return invalidf("key must be valid UTF-8 without control characters")
+	}
+	if strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") {
+		return invalidf("key %q must not start or end with '/'", key)
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return invalidf("key %q must not contain empty, '.' or '..' segments", key)
+		}
+	}
+	return nil
+}
+
+// DefaultKey is the object key of an upload that did not choose one:
+// prefix/{id}/{base name}, with the name reduced to a safe last path element.
+func DefaultKey(prefix, id, name string) string {
+	k := strings.TrimSuffix(prefix, "/") + "/" + id
+	if prefix == "" {
+		k = id
+	}
+	base := path.Base(strings.ReplaceAll(name, "\\", "/"))
+	if base == "." || base == ".." || base == "/" || base == "" {
+		return k
+	}
+	return k + "/" + base
+}
+
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidateChunk checks a chunk against its upload's immutable parameters, before any
+// byte is staged: its number, its size, and its last-chunk flag.
+func ValidateChunk(p staging.Params, n uint32, size int64, isLast bool) error {
+	if n == 0 {
+		return invalidf("chunk_number must be at least 1 (chunks are numbered from 1)")
+	}
+	if n > MaxParts {
+		return &RangeError{Msg: fmt.Sprintf("chunk %d is beyond S3's limit of %d parts", n, MaxParts)}
+	}
+	if size > p.ChunkSize {
+		return invalidf("chunk %d has %d bytes, more than the upload's chunk_size of %d", n, size, p.ChunkSize)
+	}
+	if p.Total > 0 {
+		if n > p.Total {
+			return &RangeError{Msg: fmt.Sprintf("chunk %d is beyond the upload's %d chunks (expected_size %d, chunk_size %d)", n, p.Total, p.ExpectedSize, p.ChunkSize)}
+		}
+		if n < p.Total {
+			if isLast {
+				return invalidf("chunk %d cannot be the last: the upload's expected_size makes chunk %d the last", n, p.Total)
+			}
+			if size != p.ChunkSize {
+				return invalidf("chunk %d has %d bytes; every chunk but the last must have the upload's chunk_size of %d bytes", n, size, p.ChunkSize)
+			}
+			return nil
+		}
+		want := p.ExpectedSize - int64(p.Total-1)*p.ChunkSize
+		if size != want {
+			return invalidf("chunk %d is the last and must have %d bytes to make the expected_size of %d, not %d", n, want, p.ExpectedSize, size)
+		}
+		return nil
+	}
+	if !isLast && size != p.ChunkSize {
+		return invalidf("chunk %d has %d bytes; every chunk but the last must have the upload's chunk_size of %d bytes (mark the last chunk with is_last)", n, size, p.ChunkSize)
+	}
+	if isLast && size == 0 && n > 1 {
+		return invalidf("chunk %d is empty: only a one-chunk upload may have an empty chunk; mark the previous chunk is_last instead", n)
+	}
+	return nil
+}

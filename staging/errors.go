@@ -1,0 +1,51 @@
+package staging
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNotFound means no upload has the id (or it has been cleaned up).
+var ErrNotFound = errors.New("upload not found")
+
+// ErrChunkBusy means a chunk is being uploaded to S3 right now, so it cannot be
+// replaced by different bytes; the caller may retry once the part is recorded (and will
+// then get a PartRecordedError) or later.
+var ErrChunkBusy = errors.New("chunk is being uploaded")
+
+// ErrCompleting means the upload is being finalized and can no longer be aborted.
+var ErrCompleting = errors.New("upload is being completed")
+
+// StateError means the upload is in a state that does not allow the operation.
+type StateError struct{ Status Status }
+
+func (e *StateError) Error() string { return fmt.Sprintf("upload is %s", e.Status) }
+
+// OutOfRangeError means a chunk number is beyond the upload's number of chunks.
+type OutOfRangeError struct{ N, Total uint32 }
+
+func (e *OutOfRangeError) Error() string {
+	return fmt.Sprintf("chunk %d is beyond the upload's %d chunks", e.N, e.Total)
+}
+
+// LastChunkError means a chunk claims to be the last while the upload already has
+// another last chunk, or a higher-numbered chunk.
+type LastChunkError struct {
+	N uint32
+	// Last is the upload's last chunk, or 0 when a higher chunk (Max) was received.
+	Last, Max uint32
+}
+
+func (e *LastChunkError) Error() string {
+	if e.Last != 0 {
+		return fmt.Sprintf("chunk %d cannot be the last: chunk %d already is", e.N, e.Last)
+	}
+	return fmt.Sprintf("chunk %d cannot be the last: chunk %d was already received", e.N, e.Max)
+}
+
+// PartRecordedError means a chunk's part is already in S3 with other bytes.
+type PartRecordedError struct{ N uint32 }
+
+func (e *PartRecordedError) Error() string {
+	return fmt.Sprintf("chunk %d is already stored in S3 with a different checksum", e.N)
+}

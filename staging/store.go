@@ -1,0 +1,426 @@
+package staging
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Status is an upload's state as stored.
+type Status string
+
+// The upload states.
+const (
+	StatusActive     Status = "ACTIVE"
+	StatusCompleting Status = "COMPLETING"
+	StatusCompleted  Status = "COMPLETED"
+	StatusFailed     Status = "FAILED"
+	StatusAborted    Status = "ABORTED"
+	StatusExpired    Status = "EXPIRED"
+)
+
+// Terminal reports whether no further change can happen.
+func (s Status) Terminal() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusAborted || s == StatusExpired
+}
+
+// Config tunes the store. Zero values mean the documented defaults.
+type Config struct {
+	// ChunkTTL bounds how long staged bytes live in Redis. Zero means 1 h.
+	ChunkTTL time.Duration
+	// StateTTL is how long an upload's state lives after its last activity. Zero means 24 h.
+	StateTTL time.Duration
+	// Now is the clock. Nil means time.Now. Leases and due times use it, so tests can
+	// move time without sleeping.
+	Now func() time.Time
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.ChunkTTL < 0 || c.StateTTL < 0 {
+		return errors.New("staging: TTLs must not be negative")
+	}
+	if c.ChunkTTL > 0 && c.ChunkTTL < time.Second || c.StateTTL > 0 && c.StateTTL < time.Second {
+		return errors.New("staging: TTLs must be at least 1s")
+	}
+	return nil
+}
+
+// Store reads and changes upload state in Redis.
+type Store struct {
+	rdb      redis.UniversalClient
+	chunkTTL time.Duration
+	stateTTL time.Duration
+	now      func() time.Time
+}
+
+// New returns a Store on rdb.
+func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{rdb: rdb, chunkTTL: cfg.ChunkTTL, stateTTL: cfg.StateTTL, now: cfg.Now}
+	if s.chunkTTL == 0 {
+		s.chunkTTL = time.Hour
+	}
+	if s.stateTTL == 0 {
+		s.stateTTL = 24 * time.Hour
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	return s, nil
+}
+
+// Redis returns the client, for pub/sub subscribers.
+func (s *Store) Redis() redis.UniversalClient { return s.rdb }
+
+// Now returns the store's clock reading.
+func (s *Store) Now() time.Time { return s.now() }
+
+func (s *Store) nowMs() int64 { return s.now().UnixMilli() }
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// NewID returns a random upload id: 26 lowercase base32 characters.
+func NewID() string { return randomToken(16) }
+
+// NewToken returns a random lease token.
+func NewToken() string { return randomToken(10) }
+
+func randomToken(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux.
+	return idEncoding.EncodeToString(b)
+}
+
+// ValidID reports whether id has the form of an id made by NewID.
+func ValidID(id string) bool {
+	if len(id) != 26 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	return true
+}
+
+// NewUpload describes an upload to create.
+type NewUpload struct {
+	ID, Bucket, Key string
+	ChunkSize       int64
+	// ExpectedSize is -1 when unknown.
+	ExpectedSize int64
+	// Total is the number of chunks when ExpectedSize is known, else 0.
+	Total                           uint32
+	NodeID                          string
+	Name, ContentType, ClientNodeID string
+	Metadata                        map[string]string
+}
+
+// ClaimClientNodeID binds clientNodeID to id unless it is bound already, and returns the
+// id it is bound to. Callers create the upload with the returned id, so a retried create
+// finds the same upload even if the first attempt died in between.
+func (s *Store) ClaimClientNodeID(ctx context.Context, clientNodeID, id string) (string, error) {
+	ok, err := s.rdb.SetNX(ctx, idemKey(clientNodeID), id, s.stateTTL).Result()
+	if err != nil {
+		return "", err
+	}
+	if ok {
+		return id, nil
+	}
+	return s.rdb.Get(ctx, idemKey(clientNodeID)).Result()
+}
+
+// Create stores a new upload. It reports false if the id exists already.
+func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
+	now := strconv.FormatInt(s.nowMs(), 10)
+	state := []any{
+		"status", string(StatusActive), "bucket", u.Bucket, "key", u.Key,
+		"chunk_size", u.ChunkSize, "expected_size", u.ExpectedSize, "total", u.Total,
+		"max_received", 0, "received", 0, "received_bytes", 0, "uploaded", 0,
+		"uploaded_bytes", 0, "s3_upload_id", "", "node_id", u.NodeID,
+		"created_ms", now, "updated_ms", now,
+	}
+	args := []any{s.stateTTL.Milliseconds(), len(state) / 2}
+	args = append(args, state...)
+	meta := []any{"name", u.Name, "content_type", u.ContentType, "client_node_id", u.ClientNodeID}
+	if len(u.Metadata) > 0 {
+		b, err := json.Marshal(u.Metadata)
+		if err != nil {
+			return false, err
+		}
+		meta = append(meta, "metadata", string(b))
+	}
+	args = append(args, meta...)
+	res, err := createScript.Run(ctx, s.rdb, []string{stateKey(u.ID), metaKey(u.ID)}, args...).StringSlice()
+	if err != nil {
+		return false, err
+	}
+	return res[0] == "ok", nil
+}
+
+// Params are an upload's immutable parameters.
+type Params struct {
+	ChunkSize    int64
+	ExpectedSize int64
+	// Total is the number of chunks known from ExpectedSize, else 0.
+	Total uint32
+}
+
+// Params reads an upload's immutable parameters.
+func (s *Store) Params(ctx context.Context, id string) (Params, error) {
+	v, err := s.rdb.HMGet(ctx, stateKey(id), "chunk_size", "expected_size").Result()
+	if err != nil {
+		return Params{}, err
+	}
+	if v[0] == nil {
+		return Params{}, ErrNotFound
+	}
+	var p Params
+	p.ChunkSize, _ = strconv.ParseInt(v[0].(string), 10, 64)
+	p.ExpectedSize, _ = strconv.ParseInt(v[1].(string), 10, 64)
+	if p.ExpectedSize >= 0 {
+		p.Total = TotalChunks(p.ExpectedSize, p.ChunkSize)
+	}
+	return p, nil
+}
+
+// TotalChunks is the number of chunks of a file of size bytes: at least one, so that an
+// empty file is one empty chunk.
+func TotalChunks(size, chunkSize int64) uint32 {
+	if size <= 0 {
+		return 1
+	}
+	return uint32((size + chunkSize - 1) / chunkSize)
+}
+
+// StageResult says what staging a chunk did.
+type StageResult struct {
+	// Duplicate is true when the same bytes had been received before.
+	Duplicate bool
+	// Ready is true when the upload has all its parts and can be completed now.
+	Ready bool
+}
+
+// Stage stores a chunk's bytes and records it as received, atomically, in one round
+// trip. The chunk is first indexed as pending (so a sweeper finds it even if every
+// wake-up is lost), its bytes are written under a fresh key, and a script then commits
+// them or, for a repeat or a rejected chunk, deletes them.
+func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (StageResult, error) {
+	ref := ChunkRef{UploadID: id, N: n}
+	now := s.nowMs()
+	incoming := incomingKey(id, n, NewToken())
+	lastArg := "0"
+	if last {
+		lastArg = "1"
+	}
+	keys := []string{stateKey(id), receivedKey(id), partsKey(id), chunkKey(id, n), incoming, leasesKey(id), metaKey(id)}
+	args := []any{n, crc, len(data), lastArg, now, s.stateTTL.Milliseconds(), ChunksChannel, ref.String()}
+	var eval *redis.Cmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAddNX(ctx, pendingKey, redis.Z{Score: float64(now + graceMs), Member: ref.String()})
+		p.Set(ctx, incoming, data, s.chunkTTL)
+		// EVAL rather than EVALSHA: a pipeline cannot fall back on NOSCRIPT, and the
+		// script's text is tiny next to the chunk.
+		eval = stageScript.Eval(ctx, p, keys, args...)
+		return nil
+	})
+	if err != nil && eval.Err() == nil {
+		return StageResult{}, err
+	}
+	res, err := eval.Slice()
+	if err != nil {
+		return StageResult{}, err
+	}
+	code := res[0].(string)
+	switch code {
+	case "ok", "dup":
+		return StageResult{Duplicate: code == "dup", Ready: res[1].(int64) == 1}, nil
+	case "notfound":
+		return StageResult{}, ErrNotFound
+	case "state":
+		return StageResult{}, &StateError{Status: Status(res[1].(string))}
+	case "beyond":
+		return StageResult{}, &OutOfRangeError{N: n, Total: toU32(res[1])}
+	case "last":
+		return StageResult{}, &LastChunkError{N: n, Last: toU32(res[1])}
+	case "lastbefore":
+		return StageResult{}, &LastChunkError{N: n, Max: toU32(res[1])}
+	case "recorded":
+		return StageResult{}, &PartRecordedError{N: n}
+	case "busy":
+		return StageResult{}, ErrChunkBusy
+	}
+	return StageResult{}, fmt.Errorf("staging: unexpected stage result %q", code)
+}
+
+// graceMs is how long after staging a chunk the sweeper leaves it to the pub/sub
+// wake-up before offering it itself.
+const graceMs = 2000
+
+func toU32(v any) uint32 {
+	switch x := v.(type) {
+	case int64:
+		return uint32(x)
+	case string:
+		n, _ := strconv.ParseUint(x, 10, 32)
+		return uint32(n)
+	}
+	return 0
+}
+
+func toI64(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+func toStr(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return ""
+}
+
+// Upload is an upload's state as stored.
+type Upload struct {
+	ID                string
+	Status            Status
+	Bucket, Key       string
+	ChunkSize         int64
+	ExpectedSize      int64
+	Total             uint32
+	ReceivedChunks    []uint32
+	ReceivedBytes     int64
+	Uploaded          uint32
+	UploadedBytes     int64
+	MultipartID       string
+	NodeID            string
+	Size              int64
+	ETag              string
+	CRC32C            uint32
+	Error             string
+	Name, ContentType string
+	ClientNodeID      string
+	Metadata          map[string]string
+	Created, Updated  time.Time
+	Completed         time.Time
+}
+
+// Get reads an upload in one round trip.
+func (s *Store) Get(ctx context.Context, id string) (*Upload, error) {
+	var st, meta *redis.MapStringStringCmd
+	var rec *redis.StringSliceCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		st = p.HGetAll(ctx, stateKey(id))
+		meta = p.HGetAll(ctx, metaKey(id))
+		rec = p.HKeys(ctx, receivedKey(id))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	h := st.Val()
+	if len(h) == 0 {
+		return nil, ErrNotFound
+	}
+	m := meta.Val()
+	u := &Upload{
+		ID: id, Status: Status(h["status"]), Bucket: h["bucket"], Key: h["key"],
+		ChunkSize: toI64(h["chunk_size"]), ExpectedSize: toI64(h["expected_size"]),
+		Total: toU32(h["total"]), ReceivedBytes: toI64(h["received_bytes"]),
+		Uploaded: toU32(h["uploaded"]), UploadedBytes: toI64(h["uploaded_bytes"]),
+		MultipartID: h["s3_upload_id"], NodeID: h["node_id"], Size: toI64(h["size"]),
+		ETag: h["etag"], CRC32C: toU32(h["crc32c"]), Error: h["error"],
+		Name: m["name"], ContentType: m["content_type"], ClientNodeID: m["client_node_id"],
+		Created: msTime(h["created_ms"]), Updated: msTime(h["updated_ms"]),
+		Completed: msTime(h["completed_ms"]),
+	}
+	if md := m["metadata"]; md != "" {
+		if err := json.Unmarshal([]byte(md), &u.Metadata); err != nil {
+			return nil, fmt.Errorf("staging: upload %s metadata: %w", id, err)
+		}
+	}
+	for _, k := range rec.Val() {
+		u.ReceivedChunks = append(u.ReceivedChunks, toU32(k))
+	}
+	slices.Sort(u.ReceivedChunks)
+	return u, nil
+}
+
+func msTime(s string) time.Time {
+	if s == "" {
+		return time.Time{}
+	}
+	return time.UnixMilli(toI64(s))
+}
+
+// End moves an upload to FAILED, ABORTED or EXPIRED. fromCompleting allows it while a
+// completer holds the upload (only a completer giving up should pass true).
+// It returns the upload's S3 coordinates so the caller can abort the multipart upload.
+func (s *Store) End(ctx context.Context, id string, status Status, reason string, fromCompleting bool) (EndResult, error) {
+	from := "0"
+	if fromCompleting {
+		from = "1"
+	}
+	res, err := endScript.Run(ctx, s.rdb, []string{stateKey(id), guardKey(id)},
+		string(status), reason, s.nowMs(), from).Slice()
+	if err != nil {
+		return EndResult{}, err
+	}
+	switch res[0].(string) {
+	case "ok":
+		return EndResult{MultipartID: toStr(res[1]), Bucket: toStr(res[2]), Key: toStr(res[3])}, nil
+	case "already":
+		return EndResult{}, &StateError{Status: Status(toStr(res[1]))}
+	case "completing":
+		return EndResult{}, ErrCompleting
+	default:
+		return EndResult{}, ErrNotFound
+	}
+}
+
+// EndResult carries what the caller needs to release an ended upload's S3 resources.
+type EndResult struct{ MultipartID, Bucket, Key string }
+
+// DropChunks deletes the staged bytes and leases of an upload that has ended.
+func (s *Store) DropChunks(ctx context.Context, id string) error {
+	nums, err := s.rdb.HKeys(ctx, receivedKey(id)).Result()
+	if err != nil {
+		return err
+	}
+	keys := []string{leasesKey(id)}
+	for _, k := range nums {
+		keys = append(keys, chunkKey(id, toU32(k)))
+	}
+	return s.rdb.Del(ctx, keys...).Err()
+}
+
+// parseCRCSize parses a received-hash value "crc:size".
+func parseCRCSize(v string) (crc uint32, size int64, ok bool) {
+	c, sz, found := strings.Cut(v, ":")
+	if !found {
+		return 0, 0, false
+	}
+	cn, err1 := strconv.ParseUint(c, 10, 32)
+	sn, err2 := strconv.ParseInt(sz, 10, 64)
+	return uint32(cn), sn, err1 == nil && err2 == nil
+}
