@@ -329,3 +329,17 @@ func (s *Store) FinishComplete(ctx context.Context, id, token, etag string, size
 	}
 	return ErrGuardLost
 }
+
+// Leases returns the chunks of upload id that a worker holds, with their lease expiry.
+func (s *Store) Leases(ctx context.Context, id string) (map[uint32]time.Time, error) {
+	h, err := s.rdb.HGetAll(ctx, leasesKey(id)).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[uint32]time.Time, len(h))
+	for k, v := range h {
+		_, exp, _ := strings.Cut(v, "|")
+		out[toU32(k)] = time.UnixMilli(toI64(exp))
+	}
+	return out, nil
+}

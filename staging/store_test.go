@@ -1,0 +1,295 @@
+package staging_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/testenv"
+	"github.com/chunkup/chunkup/staging"
+)
+
+// clock is a settable clock for lease and expiry logic.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.now = c.now.Add(d) }
+
+func newStore(t *testing.T) (*staging.Store, *clock) {
+	t.Helper()
+	r := testenv.StartRedis(t)
+	clk := &clock{now: time.Unix(1_800_000_000, 0)}
+	s, err := staging.New(r.Client(t), staging.Config{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, clk
+}
+
+func ctxT(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newUpload creates an upload of total chunks of chunkSize bytes (total 0: unknown size).
+func newUpload(t *testing.T, s *staging.Store, chunkSize int64, total uint32) string {
+	t.Helper()
+	id := staging.NewID()
+	u := staging.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: chunkSize, ExpectedSize: -1, Total: total}
+	if total > 0 {
+		u.ExpectedSize = int64(total) * chunkSize
+	}
+	ok, err := s.Create(ctxT(t), u)
+	if err != nil || !ok {
+		t.Fatalf("create: %v %v", ok, err)
+	}
+	return id
+}
+
+func stage(t *testing.T, s *staging.Store, id string, n uint32, data []byte, last bool) (staging.StageResult, error) {
+	t.Helper()
+	return s.Stage(ctxT(t), id, n, data, crc.Checksum(data), last)
+}
+
+func TestStageIsIdempotent(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := ctxT(t)
+	id := newUpload(t, s, 4, 0)
+	a, b := []byte("aaaa"), []byte("bbbb")
+
+	if res, err := stage(t, s, id, 1, a, false); err != nil || res.Duplicate {
+		t.Fatalf("first stage: %+v %v", res, err)
+	}
+	res, err := stage(t, s, id, 1, a, false)
+	if err != nil || !res.Duplicate {
+		t.Fatalf("repeat: %+v %v, want duplicate", res, err)
+	}
+	up, _ := s.Get(ctx, id)
+	if len(up.ReceivedChunks) != 1 || up.ReceivedBytes != 4 {
+		t.Fatalf("after repeat: received %v, %d bytes; want [1], 4", up.ReceivedChunks, up.ReceivedBytes)
+	}
+
+	// Different bytes before the part is recorded replace the staged ones.
+	if res, err := stage(t, s, id, 1, b, false); err != nil || res.Duplicate {
+		t.Fatalf("replace: %+v %v", res, err)
+	}
+	claim, err := s.Claim(ctx, staging.ChunkRef{UploadID: id, N: 1}, "w1", time.Minute)
+	if err != nil || claim.Outcome != staging.Claimed {
+		t.Fatalf("claim: %+v %v", claim, err)
+	}
+	data, err := s.ChunkData(ctx, claim.Ref, time.Minute)
+	if err != nil || string(data) != "bbbb" || claim.CRC32C != crc.Checksum(b) {
+		t.Fatalf("staged bytes %q crc %08x, want bbbb", data, claim.CRC32C)
+	}
+	// While a worker holds the chunk it cannot be replaced.
+	if _, err := stage(t, s, id, 1, a, false); !errors.Is(err, staging.ErrChunkBusy) {
+		t.Fatalf("replace while claimed: %v, want ErrChunkBusy", err)
+	}
+	if out, _, err := s.Record(ctx, claim.Ref, "w1", "etag1", claim.CRC32C, 4); err != nil || out != staging.Recorded {
+		t.Fatalf("record: %v %v", out, err)
+	}
+	// After the part is recorded: same bytes are a repeat, other bytes an error.
+	if res, err := stage(t, s, id, 1, b, false); err != nil || !res.Duplicate {
+		t.Fatalf("repeat after record: %+v %v", res, err)
+	}
+	var pre *staging.PartRecordedError
+	if _, err := stage(t, s, id, 1, a, false); !errors.As(err, &pre) {
+		t.Fatalf("other bytes after record: %v, want PartRecordedError", err)
+	}
+	if _, err := s.ChunkData(ctx, claim.Ref, time.Minute); !errors.Is(err, staging.ErrChunkMissing) {
+		t.Fatalf("staged bytes after record: %v, want them gone", err)
+	}
+}
+
+func TestStageRejectsWithoutChangingState(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := ctxT(t)
+	id := newUpload(t, s, 4, 0)
+	if _, err := stage(t, s, id, 2, []byte("xx"), true); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.Get(ctx, id)
+	var oor *staging.OutOfRangeError
+	var last *staging.LastChunkError
+	for name, tc := range map[string]struct {
+		n     uint32
+		last  bool
+		check func(error) bool
+	}{
+		"beyond last":    {3, false, func(err error) bool { return errors.As(err, &oor) && oor.Total == 2 }},
+		"second last":    {1, true, func(err error) bool { return errors.As(err, &last) && last.Last == 2 }},
+		"unknown upload": {1, false, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			target := id
+			if tc.check == nil {
+				target = staging.NewID()
+			}
+			_, err := stage(t, s, target, tc.n, []byte("zzzz"), tc.last)
+			if tc.check == nil && !errors.Is(err, staging.ErrNotFound) || tc.check != nil && !tc.check(err) {
+				t.Fatalf("err = %v", err)
+			}
+			after, _ := s.Get(ctx, id)
+			if after.ReceivedBytes != before.ReceivedBytes || len(after.ReceivedChunks) != len(before.ReceivedChunks) || after.Total != before.Total {
+				t.Fatalf("state changed: %+v -> %+v", before, after)
+			}
+		})
+	}
+	// A higher chunk already received forbids an earlier last chunk.
+	id2 := newUpload(t, s, 4, 0)
+	if _, err := stage(t, s, id2, 3, []byte("cccc"), false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stage(t, s, id2, 2, []byte("cc"), true); !errors.As(err, &last) || last.Max != 3 {
+		t.Fatalf("last below a received chunk: %v", err)
+	}
+}
+
+func TestClaimHasOneWinnerAndLeaseExpires(t *testing.T) {
+	s, clk := newStore(t)
+	ctx := ctxT(t)
+	id := newUpload(t, s, 4, 1)
+	if _, err := stage(t, s, id, 1, []byte("abcd"), true); err != nil {
+		t.Fatal(err)
+	}
+	ref := staging.ChunkRef{UploadID: id, N: 1}
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			c, err := s.Claim(ctx, ref, staging.NewToken(), 10*time.Second)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if c.Outcome == staging.Claimed {
+				wins.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Fatalf("%d claims won, want exactly 1", wins.Load())
+	}
+	// The winner dies. Before its lease ends nobody else gets the chunk; after, one does.
+	if c, _ := s.Claim(ctx, ref, "late", 10*time.Second); c.Outcome != staging.Busy {
+		t.Fatalf("claim during lease: %v, want Busy", c.Outcome)
+	}
+	clk.Add(11 * time.Second)
+	c, err := s.Claim(ctx, ref, "heir", 10*time.Second)
+	if err != nil || c.Outcome != staging.Claimed {
+		t.Fatalf("claim after lease: %+v %v", c, err)
+	}
+	// The staged bytes survive the dead worker and are there for the heir.
+	if data, err := s.ChunkData(ctx, ref, time.Minute); err != nil || string(data) != "abcd" {
+		t.Fatalf("chunk after reclaim: %q %v", data, err)
+	}
+	// A worker that lost its lease cannot record the part.
+	if out, _, _ := s.Record(ctx, ref, "late", "e", c.CRC32C, 4); out != staging.LeaseLost {
+		t.Fatalf("record by a non-holder: %v, want LeaseLost", out)
+	}
+	out, ready, err := s.Record(ctx, ref, "heir", "e", c.CRC32C, 4)
+	if err != nil || out != staging.Recorded || !ready {
+		t.Fatalf("record by the holder: %v ready=%v %v", out, ready, err)
+	}
+}
+
+func TestPendingIndexFindsChunksWithoutWakeUps(t *testing.T) {
+	s, clk := newStore(t)
+	ctx := ctxT(t)
+	id := newUpload(t, s, 4, 2)
+	for n := uint32(1); n <= 2; n++ {
+		if _, err := stage(t, s, id, n, []byte("abcd"), n == 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if due, _ := s.DuePending(ctx, 10); len(due) != 0 {
+		t.Fatalf("due right after staging: %v; wake-ups get a grace period first", due)
+	}
+	clk.Add(3 * time.Second)
+	due, err := s.DuePending(ctx, 10)
+	if err != nil || len(due) != 2 {
+		t.Fatalf("due after grace: %v %v, want both chunks", due, err)
+	}
+	// Completing the chunk removes it from the index.
+	c, _ := s.Claim(ctx, due[0], "w", time.Second)
+	if out, _, _ := s.Record(ctx, due[0], "w", "e", c.CRC32C, c.Size); out != staging.Recorded {
+		t.Fatal("record failed")
+	}
+	if err := s.DonePending(ctx, due[0]); err != nil {
+		t.Fatal(err)
+	}
+	if due, _ := s.DuePending(ctx, 10); len(due) != 1 {
+		t.Fatalf("due after one part: %v", due)
+	}
+}
+
+func TestCompletionGuardIsTakenOnce(t *testing.T) {
+	s, clk := newStore(t)
+	ctx := ctxT(t)
+	id := newUpload(t, s, 4, 1)
+	if b, _ := s.BeginComplete(ctx, id, "c1", 10*time.Second); b.Outcome != staging.NotReady {
+		t.Fatalf("begin before parts: %v, want NotReady", b.Outcome)
+	}
+	if _, err := stage(t, s, id, 1, []byte("abcd"), true); err != nil {
+		t.Fatal(err)
+	}
+	ref := staging.ChunkRef{UploadID: id, N: 1}
+	c, _ := s.Claim(ctx, ref, "w", time.Second)
+	if _, _, err := s.Record(ctx, ref, "w", "etag", c.CRC32C, 4); err != nil {
+		t.Fatal(err)
+	}
+	var begun atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			b, err := s.BeginComplete(ctx, id, string(rune('a'+i)), 10*time.Second)
+			if err == nil && b.Outcome == staging.Begun {
+				begun.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if begun.Load() != 1 {
+		t.Fatalf("%d completers took the guard, want 1", begun.Load())
+	}
+	// The holder dies; after its lease a new completer takes over and finishes.
+	clk.Add(11 * time.Second)
+	if b, _ := s.BeginComplete(ctx, id, "heir", 10*time.Second); b.Outcome != staging.Begun {
+		t.Fatalf("begin after lease: %v", b.Outcome)
+	}
+	if err := s.FinishComplete(ctx, id, "a", "x", 4, 1); !errors.Is(err, staging.ErrGuardLost) {
+		t.Fatalf("finish by the dead holder: %v, want ErrGuardLost", err)
+	}
+	if err := s.FinishComplete(ctx, id, "heir", "etag", 4, c.CRC32C); err != nil {
+		t.Fatal(err)
+	}
+	up, _ := s.Get(ctx, id)
+	if up.Status != staging.StatusCompleted || up.ETag != "etag" || up.Size != 4 {
+		t.Fatalf("after finish: %+v", up)
+	}
+	if b, _ := s.BeginComplete(ctx, id, "late", 10*time.Second); b.Outcome != staging.Finished {
+		t.Fatalf("begin after completion: %v, want Finished", b.Outcome)
+	}
+}
+
+func TestParseChunkRef(t *testing.T) {
+	for in, want := range map[string]bool{"abc/1": true, "abc/0": false, "/1": false, "abc": false, "abc/x": false, "a/b/7": true} {
+		if _, ok := staging.ParseChunkRef(in); ok != want {
+			t.Errorf("ParseChunkRef(%q) ok = %v, want %v", in, ok, want)
+		}
+	}
+	ref := staging.ChunkRef{UploadID: staging.NewID(), N: 42}
+	if got, ok := staging.ParseChunkRef(ref.String()); !ok || got != ref {
+		t.Errorf("round trip of %v = %v", ref, got)
+	}
+}
