@@ -176,4 +176,3 @@ func getUpload(t testing.TB, c *client.Client, id string) *chunkupv1.Upload {
 }
 
 func reader(b []byte) io.Reader { return bytes.NewReader(b) }
-
