@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/retry"
 	"github.com/chunkup/chunkup/staging"
 )
 
@@ -243,6 +243,15 @@ func (w *Worker) Process(ctx context.Context, ref staging.ChunkRef) {
 	case staging.Missing, staging.Gone:
 		_ = w.store.DonePending(ctx, ref)
 		return
+	case staging.Expired:
+		// An acknowledged chunk is gone: the upload can never be exact, so say so.
+		reason := fmt.Sprintf("staged chunk %d expired from Redis before it could be uploaded to S3", ref.N)
+		log.Error("failing upload", "reason", reason)
+		if err := w.ender.End(ctx, ref.UploadID, staging.StatusFailed, reason, false); err != nil {
+			log.Warn("fail upload", "err", err)
+		}
+		_ = w.store.DonePending(ctx, ref)
+		return
 	}
 
 	etag, err := w.upload(ctx, c)
@@ -319,7 +328,7 @@ func (w *Worker) upload(ctx context.Context, c staging.Claim) (string, error) {
 		return "", err
 	}
 	if got := crc.Checksum(data); got != c.CRC32C || int64(len(data)) != c.Size {
-		return "", &permanentError{fmt.Errorf("staged chunk %d is corrupt: crc32c %08x, want %08x", c.Ref.N, got, c.CRC32C)}
+		return "", &retry.PermanentError{Err: fmt.Errorf("staged chunk %d is corrupt: crc32c %08x, want %08x", c.Ref.N, got, c.CRC32C)}
 	}
 	if c.Ref.N == 1 && c.Total == 1 && c.MultipartID == "" {
 		out, err := w.s3.PutObject(ctx, &s3.PutObjectInput{
@@ -400,7 +409,7 @@ func (w *Worker) failed(ctx context.Context, c staging.Claim, err error, log *sl
 		log.Info("lease lost while uploading", "err", err)
 		return
 	}
-	if Permanent(err) {
+	if retry.Permanent(err) {
 		log.Error("chunk upload failed permanently; failing the upload", "err", err)
 		if endErr := w.ender.End(ctx, c.Ref.UploadID, staging.StatusFailed, err.Error(), false); endErr != nil {
 			log.Warn("fail upload", "err", endErr)
@@ -409,7 +418,7 @@ func (w *Worker) failed(ctx context.Context, c staging.Claim, err error, log *sl
 		return
 	}
 	n := w.noteFailure(c.Ref)
-	retryAt := w.store.Now().Add(Backoff(w.cfg.RetryBase, w.cfg.RetryMax, n))
+	retryAt := w.store.Now().Add(retry.Backoff(w.cfg.RetryBase, w.cfg.RetryMax, n))
 	if ctx.Err() != nil {
 		retryAt = time.Time{} // shutting down: let another replica take it at once
 	}
@@ -441,16 +450,4 @@ func (w *Worker) clearFailures(ref staging.ChunkRef) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.failures, ref)
-}
-
-// Backoff returns the wait before attempt n (from 1): a random duration up to
-// base·2^(n-1), capped at max ("full jitter").
-func Backoff(base, max time.Duration, n int) time.Duration {
-	d := max
-	if n < 32 {
-		if e := base << (n - 1); e > 0 && e < max {
-			d = e
-		}
-	}
-	return rand.N(d) + 1
 }

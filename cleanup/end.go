@@ -1,15 +1,19 @@
 // Package cleanup ends uploads and releases what they hold: the staged bytes in Redis
-// and the S3 multipart upload. It is where abandoned uploads are expired and where every
-// other way of ending an upload (abort, permanent failure) releases its resources.
+// and the S3 multipart upload. It expires abandoned uploads, runs start-up recovery, and
+// is where every other way of ending an upload (abort, permanent failure) releases its
+// resources and records its event.
 package cleanup
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/chunkup/chunkup/completion"
 	"github.com/chunkup/chunkup/staging"
 )
 
@@ -22,7 +26,9 @@ var _ S3API = (*s3.Client)(nil)
 
 // Store is the part of the staging store that ending an upload needs.
 type Store interface {
-	End(ctx context.Context, id string, status staging.Status, reason string, fromCompleting bool) (staging.EndResult, error)
+	Now() time.Time
+	Get(ctx context.Context, id string) (*staging.Upload, error)
+	End(ctx context.Context, r staging.EndRequest) (staging.EndResult, error)
 	DropChunks(ctx context.Context, id string) error
 }
 
@@ -30,21 +36,49 @@ var _ Store = (*staging.Store)(nil)
 
 // Ender ends uploads.
 type Ender struct {
-	Store  Store
-	S3     S3API
-	Logger *slog.Logger
+	Store Store
+	S3    S3API
+	// NodeID names this process in events.
+	NodeID string
+	// OnEvent, when set, is called after an event is recorded, so an in-process
+	// publisher sends it at once.
+	OnEvent func()
+	Logger  *slog.Logger
 }
 
-// End moves upload id to status (FAILED, ABORTED or EXPIRED) with reason, then aborts
-// its S3 multipart upload and drops its staged chunks. The state change comes first so
-// no worker starts a new part afterwards. Releasing resources is best effort: what fails
-// here is retried when the upload's keys are cleaned up after retention.
+// End moves upload id to status (FAILED, ABORTED or EXPIRED) with reason and records
+// the event that says so, atomically; then it aborts the upload's S3 multipart upload
+// and drops its staged chunks. The state change comes first so no worker starts a new
+// part afterwards. Releasing resources is best effort: staged bytes also carry a TTL.
 func (e *Ender) End(ctx context.Context, id string, status staging.Status, reason string, fromCompleting bool) error {
-	res, err := e.Store.End(ctx, id, status, reason, fromCompleting)
+	return e.end(ctx, staging.EndRequest{ID: id, Status: status, Reason: reason, FromCompleting: fromCompleting})
+}
+
+// Expire ends upload id as EXPIRED if it has been idle since idleSince or longer; if it
+// was active after that it returns a *staging.ActiveError and changes nothing.
+func (e *Ender) Expire(ctx context.Context, id string, idleSince time.Time, reason string) error {
+	return e.end(ctx, staging.EndRequest{ID: id, Status: staging.StatusExpired, Reason: reason, IdleSince: idleSince})
+}
+
+func (e *Ender) end(ctx context.Context, r staging.EndRequest) error {
+	u, err := e.Store.Get(ctx, r.ID)
 	if err != nil {
 		return err
 	}
-	log := e.logger().With("upload_id", id, "status", status)
+	if u.Status.Terminal() {
+		return &staging.StateError{Status: u.Status}
+	}
+	if r.Event, err = completion.EndedEvent(u, r.Status, r.Reason, e.NodeID, e.Store.Now()); err != nil {
+		return err
+	}
+	res, err := e.Store.End(ctx, r)
+	if err != nil {
+		return err
+	}
+	if e.OnEvent != nil {
+		e.OnEvent()
+	}
+	log := e.logger().With("upload_id", r.ID, "status", r.Status, "correlation_id", u.CorrelationID)
 	if res.MultipartID != "" {
 		_, err := e.S3.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
 			Bucket: aws.String(res.Bucket), Key: aws.String(res.Key), UploadId: aws.String(res.MultipartID),
@@ -53,10 +87,10 @@ func (e *Ender) End(ctx context.Context, id string, status staging.Status, reaso
 			log.Warn("abort multipart upload", "err", err)
 		}
 	}
-	if err := e.Store.DropChunks(ctx, id); err != nil {
+	if err := e.Store.DropChunks(ctx, r.ID); err != nil {
 		log.Warn("drop staged chunks", "err", err)
 	}
-	log.Info("upload ended", "reason", reason)
+	log.Info("upload ended", "reason", r.Reason)
 	return nil
 }
 
@@ -65,4 +99,135 @@ func (e *Ender) logger() *slog.Logger {
 		return e.Logger
 	}
 	return slog.Default()
+}
+
+// ExpireStore is the part of the staging store the Expirer uses.
+type ExpireStore interface {
+	Now() time.Time
+	StateTTL() time.Duration
+	DueActive(ctx context.Context, limit int64) ([]string, error)
+	DeferActive(ctx context.Context, id string, at time.Time) error
+	DoneActive(ctx context.Context, id string) error
+	ActiveUploads(ctx context.Context, start, count int64) ([]string, error)
+	Recover(ctx context.Context, id string) error
+}
+
+var _ ExpireStore = (*staging.Store)(nil)
+
+// ExpirerConfig tunes an Expirer. Zero values mean the documented defaults.
+type ExpirerConfig struct {
+	// Interval is how often idle uploads are looked for. Zero means 10 s.
+	Interval time.Duration
+	// Batch is how many candidates one sweep handles. Zero means 100.
+	Batch  int64
+	Logger *slog.Logger
+}
+
+// Validate checks the configuration.
+func (c ExpirerConfig) Validate() error {
+	if c.Interval < 0 || c.Batch < 0 {
+		return errors.New("cleanup: settings must not be negative")
+	}
+	return nil
+}
+
+// Expirer expires uploads idle longer than the store's StateTTL, and at start-up
+// re-indexes what a crash may have left behind. Several replicas may run one each:
+// the atomic end step lets exactly one of them expire a given upload.
+type Expirer struct {
+	cfg   ExpirerConfig
+	store ExpireStore
+	ender *Ender
+}
+
+// NewExpirer returns an Expirer.
+func NewExpirer(store ExpireStore, ender *Ender, cfg ExpirerConfig) (*Expirer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 10 * time.Second
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = 100
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Expirer{cfg: cfg, store: store, ender: ender}, nil
+}
+
+// Run recovers, then sweeps every Interval until ctx ends.
+func (x *Expirer) Run(ctx context.Context) error {
+	if err := x.Recover(ctx); err != nil && ctx.Err() == nil {
+		x.cfg.Logger.Warn("start-up recovery", "err", err)
+	}
+	t := time.NewTicker(x.cfg.Interval)
+	defer t.Stop()
+	for {
+		if _, err := x.Sweep(ctx); err != nil && ctx.Err() == nil {
+			x.cfg.Logger.Warn("expire idle uploads", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Recover walks the active-upload index (an index, not the keyspace) and puts back
+// into the work indexes any staged chunk or finished upload a crash left out of them.
+// Leases that expired and outbox records need nothing: their indexes are written
+// before the state they point at, and the sweeps pick them up.
+func (x *Expirer) Recover(ctx context.Context) error {
+	n := 0
+	for start := int64(0); ; start += 500 {
+		ids, err := x.store.ActiveUploads(ctx, start, 500)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if err := x.store.Recover(ctx, id); err != nil {
+				return err
+			}
+		}
+		n += len(ids)
+		if len(ids) < 500 {
+			break
+		}
+	}
+	x.cfg.Logger.Info("start-up recovery done", "active_uploads", n)
+	return nil
+}
+
+// Sweep expires every due upload that has really been idle for StateTTL and reports how
+// many it expired.
+func (x *Expirer) Sweep(ctx context.Context) (int, error) {
+	ids, err := x.store.DueActive(ctx, x.cfg.Batch)
+	if err != nil {
+		return 0, err
+	}
+	ttl := x.store.StateTTL()
+	expired := 0
+	for _, id := range ids {
+		now := x.store.Now()
+		err := x.ender.Expire(ctx, id, now.Add(-ttl), "idle for more than "+ttl.String())
+		var active *staging.ActiveError
+		var ended *staging.StateError
+		switch {
+		case err == nil:
+			expired++
+		case errors.As(err, &active):
+			err = x.store.DeferActive(ctx, id, active.LastActivity.Add(ttl))
+		case errors.As(err, &ended), errors.Is(err, staging.ErrNotFound):
+			err = x.store.DoneActive(ctx, id)
+		case errors.Is(err, staging.ErrCompleting):
+			err = x.store.DeferActive(ctx, id, now.Add(ttl))
+		}
+		if err != nil {
+			return expired, err
+		}
+	}
+	return expired, nil
 }

@@ -291,3 +291,47 @@ func (c *chunker) next() (data []byte, last bool, err error) {
 	}
 	return data, false, nil
 }
+
+// Get returns an upload's current state.
+func (c *Client) Get(ctx context.Context, id string) (*chunkupv1.Upload, error) {
+	r, err := c.api.GetUpload(ctx, &chunkupv1.GetUploadRequest{UploadId: id})
+	if err != nil {
+		return nil, fmt.Errorf("chunkup: get upload: %w", err)
+	}
+	return r.Upload, nil
+}
+
+// Abort aborts an upload.
+func (c *Client) Abort(ctx context.Context, id, reason string) (*chunkupv1.Upload, error) {
+	r, err := c.api.AbortUpload(ctx, &chunkupv1.AbortUploadRequest{UploadId: id, Reason: reason})
+	if err != nil {
+		return nil, fmt.Errorf("chunkup: abort upload: %w", err)
+	}
+	return r.Upload, nil
+}
+
+// Watch calls fn with each progress report of upload id, from a snapshot until the
+// upload ends, and returns the last report.
+func (c *Client) Watch(ctx context.Context, id string, fn func(*chunkupv1.UploadProgress)) (*chunkupv1.UploadProgress, error) {
+	stream, err := c.api.WatchUpload(ctx, &chunkupv1.WatchUploadRequest{UploadId: id})
+	if err != nil {
+		return nil, fmt.Errorf("chunkup: watch upload: %w", err)
+	}
+	var last *chunkupv1.UploadProgress
+	for {
+		r, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			if last == nil {
+				return nil, errors.New("chunkup: watch ended without a report")
+			}
+			return last, nil
+		}
+		if err != nil {
+			return last, fmt.Errorf("chunkup: watch upload: %w", err)
+		}
+		last = r.Progress
+		if fn != nil {
+			fn(last)
+		}
+	}
+}

@@ -18,8 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/chunkup/chunkup/chunkworker"
 	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/retry"
 	"github.com/chunkup/chunkup/staging"
 )
 
@@ -36,7 +36,9 @@ type Store interface {
 	Now() time.Time
 	BeginComplete(ctx context.Context, id, token string, lease time.Duration) (staging.Begin, error)
 	Parts(ctx context.Context, id string, total uint32) ([]staging.Part, error)
-	FinishComplete(ctx context.Context, id, token, etag string, size int64, crc uint32) error
+	FinishComplete(ctx context.Context, id, token, etag string, size int64, crc uint32, ev staging.OutboxEvent, handoff bool) error
+	MarkHandedOff(ctx context.Context, id string) (bool, error)
+	Get(ctx context.Context, id string) (*staging.Upload, error)
 	DueCompletions(ctx context.Context, limit int64) ([]string, error)
 	DeferCompletion(ctx context.Context, id string, at time.Time) error
 	DoneCompletion(ctx context.Context, id string) error
@@ -47,6 +49,16 @@ var _ Store = (*staging.Store)(nil)
 // Ender fails an upload that cannot be completed (see cleanup.Ender).
 type Ender interface {
 	End(ctx context.Context, id string, status staging.Status, reason string, fromCompleting bool) error
+}
+
+// Handoff takes completed uploads whose content may be processed further (OCR).
+type Handoff interface {
+	// Wants reports whether uploads of this content type are handed off.
+	Wants(contentType string) bool
+	// Handoff passes a completed upload on. The completer calls it once per upload, and
+	// records that it did; only a crash between the call and that record makes it call
+	// again, so it must be idempotent per upload id (e.g. a queue that deduplicates).
+	Handoff(ctx context.Context, u *staging.Upload, force bool) error
 }
 
 // Config tunes a Completer. Zero values mean the documented defaults.
@@ -61,7 +73,14 @@ type Config struct {
 	// RetryBase and RetryMax bound the backoff after a transient S3 error. Zero means
 	// 1 s and 30 s.
 	RetryBase, RetryMax time.Duration
-	Logger              *slog.Logger
+	// NodeID names this process in events.
+	NodeID string
+	// Handoff, when set, receives completed uploads it wants.
+	Handoff Handoff
+	// OnEvent, when set, is called after an event is recorded in an outbox, so an
+	// in-process publisher sends it at once.
+	OnEvent func()
+	Logger  *slog.Logger
 }
 
 // Validate checks the configuration.
@@ -195,7 +214,14 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 		return err
 	}
 	switch b.Outcome {
-	case staging.Finished, staging.NotActive, staging.NotReady:
+	case staging.Finished:
+		if b.HandoffPending {
+			if err := c.handoff(ctx, id, false); err != nil {
+				return c.retryLater(ctx, id, err)
+			}
+		}
+		return c.store.DoneCompletion(ctx, id)
+	case staging.NotActive, staging.NotReady:
 		// NotReady: a recorded part or the last chunk will enqueue it again.
 		return c.store.DoneCompletion(ctx, id)
 	case staging.Guarded:
@@ -222,11 +248,67 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 	c.mu.Lock()
 	delete(c.failures, id)
 	c.mu.Unlock()
-	if err := c.store.FinishComplete(ctx, id, c.token, etag, size, sum); err != nil {
+	u, err := c.store.Get(ctx, id)
+	if err != nil {
 		return err
 	}
-	c.cfg.Logger.Info("upload completed", "upload_id", id, "bucket", b.Bucket, "key", b.Key, "size", size, "etag", etag)
+	ev, err := CompletedEvent(u, c.cfg.NodeID, etag, size, sum, c.store.Now())
+	if err != nil {
+		return err
+	}
+	wants := c.cfg.Handoff != nil && c.cfg.Handoff.Wants(u.ContentType)
+	if err := c.store.FinishComplete(ctx, id, c.token, etag, size, sum, ev, wants); err != nil {
+		return err
+	}
+	if c.cfg.OnEvent != nil {
+		c.cfg.OnEvent()
+	}
+	c.cfg.Logger.Info("upload completed", "upload_id", id, "bucket", b.Bucket, "key", b.Key, "size", size,
+		"etag", etag, "correlation_id", u.CorrelationID)
+	if wants {
+		// The completion index entry stays until the hand-off is recorded, so a crash
+		// here is recovered by the next sweep (BeginComplete reports it pending).
+		if err := c.handoff(ctx, id, false); err != nil {
+			return c.retryLater(ctx, id, err)
+		}
+	}
 	return c.store.DoneCompletion(ctx, id)
+}
+
+// HandOff passes completed upload id to the Handoff again; with force even if it was
+// handed off before (to reprocess it on purpose).
+func (c *Completer) HandOff(ctx context.Context, id string, force bool) error {
+	return c.handoff(ctx, id, force)
+}
+
+func (c *Completer) handoff(ctx context.Context, id string, force bool) error {
+	if c.cfg.Handoff == nil {
+		return errors.New("completion: no hand-off configured")
+	}
+	u, err := c.store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if u.Status != staging.StatusCompleted {
+		return fmt.Errorf("completion: upload %s is %s, not COMPLETED", id, u.Status)
+	}
+	if !force && !u.HandoffPending {
+		return nil // handed off already: at most once unless forced
+	}
+	if err := c.cfg.Handoff.Handoff(ctx, u, force); err != nil {
+		return fmt.Errorf("hand off: %w", err)
+	}
+	_, err = c.store.MarkHandedOff(ctx, id)
+	return err
+}
+
+func (c *Completer) retryLater(ctx context.Context, id string, err error) error {
+	c.mu.Lock()
+	c.failures[id]++
+	n := c.failures[id]
+	c.mu.Unlock()
+	_ = c.store.DeferCompletion(ctx, id, c.store.Now().Add(retry.Backoff(c.cfg.RetryBase, c.cfg.RetryMax, n)))
+	return err
 }
 
 func (c *Completer) completeMultipart(ctx context.Context, b staging.Begin, parts []staging.Part, size int64) (string, error) {
@@ -258,17 +340,12 @@ func (c *Completer) completeMultipart(ctx context.Context, b staging.Begin, part
 }
 
 func (c *Completer) failed(ctx context.Context, id string, err error) error {
-	if chunkworker.Permanent(err) {
+	if retry.Permanent(err) {
 		c.cfg.Logger.Error("completion failed permanently; failing the upload", "upload_id", id, "err", err)
 		if endErr := c.ender.End(ctx, id, staging.StatusFailed, err.Error(), true); endErr != nil {
 			return endErr
 		}
 		return c.store.DoneCompletion(ctx, id)
 	}
-	c.mu.Lock()
-	c.failures[id]++
-	n := c.failures[id]
-	c.mu.Unlock()
-	_ = c.store.DeferCompletion(ctx, id, c.store.Now().Add(chunkworker.Backoff(c.cfg.RetryBase, c.cfg.RetryMax, n)))
-	return err
+	return c.retryLater(ctx, id, err)
 }

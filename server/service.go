@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -27,6 +29,7 @@ type Store interface {
 	Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (staging.StageResult, error)
 	Get(ctx context.Context, id string) (*staging.Upload, error)
 	EnqueueCompletion(ctx context.Context, id string) error
+	SubscribeProgress(ctx context.Context, id string) *redis.PubSub
 }
 
 var _ Store = (*staging.Store)(nil)
@@ -149,7 +152,7 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 	nu := staging.NewUpload{
 		ID: id, Bucket: s.cfg.Bucket, Key: key, ChunkSize: chunkSize, ExpectedSize: expected,
 		NodeID: s.cfg.NodeID, Name: req.Name, ContentType: req.ContentType,
-		ClientNodeID: req.ClientNodeId, Metadata: req.Metadata,
+		ClientNodeID: req.ClientNodeId, Metadata: req.Metadata, CorrelationID: CorrelationID(ctx),
 	}
 	if expected >= 0 {
 		nu.Total = staging.TotalChunks(expected, chunkSize)
@@ -253,6 +256,21 @@ func (s *UploadService) stage(ctx context.Context, req *chunkupv1.UploadChunkReq
 	return &chunkupv1.UploadChunkResponse{UploadId: id, ChunkNumber: n, Crc32C: sum, Duplicate: res.Duplicate}, nil
 }
 
+// CorrelationIDHeader is the request header whose value ties an upload to the caller's
+// request in logs and events.
+const CorrelationIDHeader = "x-correlation-id"
+
+// CorrelationID returns the caller's correlation id from the request metadata, or a new
+// one when it is missing or unusable.
+func CorrelationID(ctx context.Context) string {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(CorrelationIDHeader); len(v) > 0 && v[0] != "" && len(v[0]) <= 128 && printable(v[0]) {
+			return v[0]
+		}
+	}
+	return staging.NewID()
+}
+
 func validID(id string) error {
 	if id == "" {
 		return invalidf("upload_id is required: create an upload first, or send a create request in the first message")
@@ -324,6 +342,7 @@ func toProto(u *staging.Upload) *chunkupv1.Upload {
 		UploadedChunks: u.Uploaded, UploadedBytes: u.UploadedBytes, Size: u.Size,
 		Etag: u.ETag, Crc32C: u.CRC32C, Error: u.Error, Name: u.Name,
 		ContentType: u.ContentType, Metadata: u.Metadata, ClientNodeId: u.ClientNodeID,
+		CorrelationId: u.CorrelationID, Tenant: u.Tenant,
 		CreateTime: ts(u.Created), UpdateTime: ts(u.Updated), CompleteTime: ts(u.Completed),
 	}
 }

@@ -23,6 +23,13 @@ const (
 	// completionsKey is a sorted set of upload ids ready to be finalized, scored like
 	// pendingKey.
 	completionsKey = prefix + "completions"
+	// outboxIndexKey is a sorted set of upload ids whose outbox may hold events, scored
+	// by when a publisher should look.
+	outboxIndexKey = prefix + "outbox"
+	// activeKey is a sorted set of upload ids scored by the earliest time they may
+	// expire (last activity + StateTTL). A lower bound: cleanup checks the real last
+	// activity before expiring.
+	activeKey = prefix + "active"
 	// ChunksChannel carries "ID/N" wake-ups for workers when a chunk is staged.
 	ChunksChannel = prefix + "chunks"
 )
@@ -38,6 +45,7 @@ func receivedKey(id string) string { return upKey(id, "received") }
 func partsKey(id string) string    { return upKey(id, "parts") }
 func leasesKey(id string) string   { return upKey(id, "leases") }
 func guardKey(id string) string    { return upKey(id, "completer") }
+func outboxKey(id string) string   { return upKey(id, "outbox") }
 func chunkKey(id string, n uint32) string {
 	return upKey(id, "chunk:"+strconv.FormatUint(uint64(n), 10))
 }

@@ -55,6 +55,7 @@ return {'ok'}
 //	ARGV[6] state TTL (ms)
 //	ARGV[7] wake-up channel
 //	ARGV[8] wake-up message ("ID/N")
+//	ARGV[9] progress channel
 //
 // Returns {"ok", ready} for a newly staged or replaced chunk, {"dup", ready} for a
 // repeat, or an error code: {"notfound"}, {"state", status}, {"beyond", total},
@@ -110,7 +111,10 @@ redis.call('HSET', KEYS[1], 'updated_ms', ARGV[5])
 for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[6]) end
 redis.call('PEXPIRE', KEYS[6], ARGV[6])
 redis.call('PEXPIRE', KEYS[7], ARGV[6])
-if code == 'ok' then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
+if code == 'ok' then
+  redis.call('PUBLISH', ARGV[7], ARGV[8])
+  redis.call('PUBLISH', ARGV[9], 'received')
+end
 local ready = 0
 if total > 0 and tonumber(st[4]) == total then ready = 1 end
 return {code, ready}
@@ -131,7 +135,8 @@ return {code, ready}
 //
 // Returns {"ok", received "crc:size", total, s3_upload_id, bucket, key, content_type},
 // {"done", ready} when the part is already recorded, {"busy", lease expiry},
-// {"missing"} when no bytes are staged, or {"gone", status} when the upload is not active.
+// {"missing"} when no bytes are staged, {"expired"} when bytes were received but have
+// expired from Redis, or {"gone", status} when the upload is not active.
 var claimScript = redis.NewScript(`
 local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key')
 if not st[1] then return {'gone', ''} end
@@ -141,7 +146,10 @@ if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then
   if tonumber(st[2]) > 0 and tonumber(st[3]) == tonumber(st[2]) then ready = 1 end
   return {'done', ready}
 end
-if redis.call('EXISTS', KEYS[4]) == 0 then return {'missing'} end
+if redis.call('EXISTS', KEYS[4]) == 0 then
+  if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return {'expired'} end
+  return {'missing'}
+end
 local now = tonumber(ARGV[3])
 local lease = redis.call('HGET', KEYS[5], ARGV[1])
 if lease then
@@ -212,6 +220,7 @@ return {'ok', ARGV[1]}
 //	ARGV[4] crc32c of the uploaded bytes
 //	ARGV[5] size of the uploaded bytes
 //	ARGV[6] now (unix ms)
+//	ARGV[7] progress channel
 //
 // Returns {"ok", ready}, {"dup", ready} when already recorded, {"lost"} when the lease
 // is another worker's, {"stale"} when the chunk was replaced since the claim, or
@@ -240,6 +249,7 @@ redis.call('HDEL', KEYS[5], ARGV[1])
 local up = redis.call('HINCRBY', KEYS[1], 'uploaded', 1)
 redis.call('HINCRBY', KEYS[1], 'uploaded_bytes', ARGV[5])
 redis.call('HSET', KEYS[1], 'updated_ms', ARGV[6])
+redis.call('PUBLISH', ARGV[7], 'uploaded')
 local ready = 0
 if total > 0 and up == total then ready = 1 end
 return {'ok', ready}
@@ -256,12 +266,13 @@ return {'ok', ready}
 //	ARGV[3] guard lease (ms)
 //	ARGV[4] state TTL (ms), so the guard never outlives the upload
 //
-// Returns {"ok", total, s3_upload_id, bucket, key}, {"done"} when already completed,
+// Returns {"ok", total, s3_upload_id, bucket, key}, {"done", handoff} when already
+// completed (handoff is "pending" while the hand-off has not happened),
 // {"notready"}, {"busy", expiry}, or {"gone", status}.
 var beginCompleteScript = redis.NewScript(`
 local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key')
 if not st[1] then return {'gone', ''} end
-if st[1] == 'COMPLETED' then return {'done'} end
+if st[1] == 'COMPLETED' then return {'done', redis.call('HGET', KEYS[1], 'handoff') or ''} end
 if st[1] ~= 'ACTIVE' and st[1] ~= 'COMPLETING' then return {'gone', st[1]} end
 local total = tonumber(st[2])
 if total == 0 or tonumber(st[3]) ~= total then return {'notready'} end
@@ -276,15 +287,24 @@ redis.call('HSET', KEYS[1], 'status', 'COMPLETING', 'updated_ms', ARGV[2])
 return {'ok', st[2], st[4] or '', st[5], st[6]}
 `)
 
-// finishCompleteScript marks an upload completed, if the caller still holds the guard.
+// finishCompleteScript marks an upload completed, if the caller still holds the guard,
+// and in the same step records its UploadCompleted event in the upload's outbox.
 //
 //	KEYS[1] state hash
 //	KEYS[2] completer guard string
+//	KEYS[3] outbox hash
+//	KEYS[4] meta hash, KEYS[5] received hash, KEYS[6] parts hash, KEYS[7] leases hash
+//	        (their TTL becomes the retention)
 //	ARGV[1] completer token
 //	ARGV[2] final ETag
 //	ARGV[3] final size
 //	ARGV[4] crc32c of the whole object
 //	ARGV[5] now (unix ms)
+//	ARGV[6] event id
+//	ARGV[7] event record (see outboxRecord)
+//	ARGV[8] "1" when the upload must be handed off (to OCR) after completion
+//	ARGV[9] retention (ms)
+//	ARGV[10] progress channel
 //
 // Returns {"ok"}, {"done"} when already completed, or {"lost"} when the guard is
 // another completer's (or the upload left COMPLETING).
@@ -295,27 +315,59 @@ local g = redis.call('GET', KEYS[2])
 if status ~= 'COMPLETING' or not g or string.sub(g, 1, #ARGV[1]+1) ~= ARGV[1] .. '|' then return {'lost'} end
 redis.call('HSET', KEYS[1], 'status', 'COMPLETED', 'etag', ARGV[2], 'size', ARGV[3],
   'crc32c', ARGV[4], 'completed_ms', ARGV[5], 'updated_ms', ARGV[5])
+if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'handoff', 'pending') end
 redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[3], ARGV[6], ARGV[7])
+redis.call('PEXPIRE', KEYS[1], ARGV[9])
+for i = 4, 7 do redis.call('PEXPIRE', KEYS[i], ARGV[9]) end
+redis.call('PUBLISH', ARGV[10], 'COMPLETED')
 return {'ok'}
 `)
 
-// endScript moves an upload to a terminal state other than COMPLETED.
+// handedOffScript records that a completed upload was handed off.
+//
+//	KEYS[1] state hash
+//
+// Returns 1 when it moved from pending to done, 0 otherwise.
+var handedOffScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'handoff') ~= 'pending' then return 0 end
+redis.call('HSET', KEYS[1], 'handoff', 'done')
+return 1
+`)
+
+// endScript moves an upload to a terminal state other than COMPLETED and, in the same
+// step, records the event that says so in the upload's outbox.
 //
 //	KEYS[1] state hash
 //	KEYS[2] completer guard string
+//	KEYS[3] outbox hash
+//	KEYS[4] meta hash, KEYS[5] received hash, KEYS[6] parts hash, KEYS[7] leases hash
+//	        (their TTL becomes the retention)
 //	ARGV[1] new status (FAILED, ABORTED or EXPIRED)
 //	ARGV[2] reason
 //	ARGV[3] now (unix ms)
 //	ARGV[4] "1" to allow it from COMPLETING (a completer giving up), else "0"
+//	ARGV[5] event id
+//	ARGV[6] event record (see outboxRecord)
+//	ARGV[7] retention (ms)
+//	ARGV[8] progress channel
+//	ARGV[9] for expiry: end only if the last activity is at or before this (unix ms);
+//	        "0" for no such condition
 //
 // Returns {"ok", s3_upload_id, bucket, key}, {"already", status} when it had ended
-// already, {"completing"} when a completer holds it, or {"notfound"}.
+// already, {"completing"} when a completer holds it, {"active", updated_ms} when it
+// was active after ARGV[9], or {"notfound"}.
 var endScript = redis.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'status', 's3_upload_id', 'bucket', 'key')
+local st = redis.call('HMGET', KEYS[1], 'status', 's3_upload_id', 'bucket', 'key', 'updated_ms')
 if not st[1] then return {'notfound'} end
 if st[1] == 'COMPLETING' and ARGV[4] ~= '1' then return {'completing'} end
 if st[1] ~= 'ACTIVE' and st[1] ~= 'COMPLETING' then return {'already', st[1]} end
+if ARGV[9] ~= '0' and tonumber(st[5]) > tonumber(ARGV[9]) then return {'active', st[5]} end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'error', ARGV[2], 'updated_ms', ARGV[3])
 redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[3], ARGV[5], ARGV[6])
+redis.call('PEXPIRE', KEYS[1], ARGV[7])
+for i = 4, 7 do redis.call('PEXPIRE', KEYS[i], ARGV[7]) end
+redis.call('PUBLISH', ARGV[8], ARGV[1])
 return {'ok', st[2] or '', st[3], st[4]}
 `)

@@ -37,8 +37,13 @@ func (s Status) Terminal() bool {
 type Config struct {
 	// ChunkTTL bounds how long staged bytes live in Redis. Zero means 1 h.
 	ChunkTTL time.Duration
-	// StateTTL is how long an upload's state lives after its last activity. Zero means 24 h.
+	// StateTTL is how long an upload may stay idle (no chunk received or uploaded)
+	// before cleanup expires it. Zero means 24 h.
 	StateTTL time.Duration
+	// Retention is how long an ended upload's state stays readable (GetUpload reports
+	// COMPLETED, FAILED, ABORTED or EXPIRED) before Redis drops its keys. Zero means 24 h.
+	// Active uploads' keys carry StateTTL+Retention as a safety net should cleanup never run.
+	Retention time.Duration
 	// Now is the clock. Nil means time.Now. Leases and due times use it, so tests can
 	// move time without sleeping.
 	Now func() time.Time
@@ -46,10 +51,11 @@ type Config struct {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	if c.ChunkTTL < 0 || c.StateTTL < 0 {
+	if c.ChunkTTL < 0 || c.StateTTL < 0 || c.Retention < 0 {
 		return errors.New("staging: TTLs must not be negative")
 	}
-	if c.ChunkTTL > 0 && c.ChunkTTL < time.Second || c.StateTTL > 0 && c.StateTTL < time.Second {
+	if c.ChunkTTL > 0 && c.ChunkTTL < time.Second || c.StateTTL > 0 && c.StateTTL < time.Second ||
+		c.Retention > 0 && c.Retention < time.Second {
 		return errors.New("staging: TTLs must be at least 1s")
 	}
 	return nil
@@ -57,10 +63,11 @@ func (c Config) Validate() error {
 
 // Store reads and changes upload state in Redis.
 type Store struct {
-	rdb      redis.UniversalClient
-	chunkTTL time.Duration
-	stateTTL time.Duration
-	now      func() time.Time
+	rdb       redis.UniversalClient
+	chunkTTL  time.Duration
+	stateTTL  time.Duration
+	retention time.Duration
+	now       func() time.Time
 }
 
 // New returns a Store on rdb.
@@ -68,18 +75,27 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{rdb: rdb, chunkTTL: cfg.ChunkTTL, stateTTL: cfg.StateTTL, now: cfg.Now}
+	s := &Store{rdb: rdb, chunkTTL: cfg.ChunkTTL, stateTTL: cfg.StateTTL, retention: cfg.Retention, now: cfg.Now}
 	if s.chunkTTL == 0 {
 		s.chunkTTL = time.Hour
 	}
 	if s.stateTTL == 0 {
 		s.stateTTL = 24 * time.Hour
 	}
+	if s.retention == 0 {
+		s.retention = 24 * time.Hour
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	return s, nil
 }
+
+// keysTTL is the Redis TTL of an active upload's keys, refreshed on activity.
+func (s *Store) keysTTL() int64 { return (s.stateTTL + s.retention).Milliseconds() }
+
+// StateTTL is how long an upload may stay idle before it expires.
+func (s *Store) StateTTL() time.Duration { return s.stateTTL }
 
 // Redis returns the client, for pub/sub subscribers.
 func (s *Store) Redis() redis.UniversalClient { return s.rdb }
@@ -127,6 +143,7 @@ type NewUpload struct {
 	Total                           uint32
 	NodeID                          string
 	Name, ContentType, ClientNodeID string
+	CorrelationID, Tenant           string
 	Metadata                        map[string]string
 }
 
@@ -154,9 +171,10 @@ func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
 		"uploaded_bytes", 0, "s3_upload_id", "", "node_id", u.NodeID,
 		"created_ms", now, "updated_ms", now,
 	}
-	args := []any{s.stateTTL.Milliseconds(), len(state) / 2}
+	args := []any{s.keysTTL(), len(state) / 2}
 	args = append(args, state...)
-	meta := []any{"name", u.Name, "content_type", u.ContentType, "client_node_id", u.ClientNodeID}
+	meta := []any{"name", u.Name, "content_type", u.ContentType, "client_node_id", u.ClientNodeID,
+		"correlation_id", u.CorrelationID, "tenant", u.Tenant}
 	if len(u.Metadata) > 0 {
 		b, err := json.Marshal(u.Metadata)
 		if err != nil {
@@ -165,6 +183,11 @@ func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
 		meta = append(meta, "metadata", string(b))
 	}
 	args = append(args, meta...)
+	// The active index is a hint added first: a crash before the script leaves an entry
+	// that cleanup drops when it finds no upload behind it.
+	if err := s.rdb.ZAddNX(ctx, activeKey, redis.Z{Score: float64(s.nowMs() + s.stateTTL.Milliseconds()), Member: u.ID}).Err(); err != nil {
+		return false, err
+	}
 	res, err := createScript.Run(ctx, s.rdb, []string{stateKey(u.ID), metaKey(u.ID)}, args...).StringSlice()
 	if err != nil {
 		return false, err
@@ -228,7 +251,7 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 		lastArg = "1"
 	}
 	keys := []string{stateKey(id), receivedKey(id), partsKey(id), chunkKey(id, n), incoming, leasesKey(id), metaKey(id)}
-	args := []any{n, crc, len(data), lastArg, now, s.stateTTL.Milliseconds(), ChunksChannel, ref.String()}
+	args := []any{n, crc, len(data), lastArg, now, s.keysTTL(), ChunksChannel, ref.String(), ProgressChannel(id)}
 	var eval *redis.Cmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZAddNX(ctx, pendingKey, redis.Z{Score: float64(now + graceMs), Member: ref.String()})
@@ -320,6 +343,9 @@ type Upload struct {
 	Error             string
 	Name, ContentType string
 	ClientNodeID      string
+	CorrelationID     string
+	Tenant            string
+	HandoffPending    bool
 	Metadata          map[string]string
 	Created, Updated  time.Time
 	Completed         time.Time
@@ -351,6 +377,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Upload, error) {
 		MultipartID: h["s3_upload_id"], NodeID: h["node_id"], Size: toI64(h["size"]),
 		ETag: h["etag"], CRC32C: toU32(h["crc32c"]), Error: h["error"],
 		Name: m["name"], ContentType: m["content_type"], ClientNodeID: m["client_node_id"],
+		CorrelationID: m["correlation_id"], Tenant: m["tenant"], HandoffPending: h["handoff"] == "pending",
 		Created: msTime(h["created_ms"]), Updated: msTime(h["updated_ms"]),
 		Completed: msTime(h["completed_ms"]),
 	}
@@ -373,29 +400,65 @@ func msTime(s string) time.Time {
 	return time.UnixMilli(toI64(s))
 }
 
-// End moves an upload to FAILED, ABORTED or EXPIRED. fromCompleting allows it while a
-// completer holds the upload (only a completer giving up should pass true).
+// EndRequest asks to end an upload other than by completing it.
+type EndRequest struct {
+	ID     string
+	Status Status // FAILED, ABORTED or EXPIRED
+	Reason string
+	// FromCompleting allows it while a completer holds the upload (only a completer
+	// giving up should set it).
+	FromCompleting bool
+	// Event is recorded in the outbox in the same atomic step.
+	Event OutboxEvent
+	// IdleSince, when set, ends the upload only if its last activity is not after it
+	// (expiry); otherwise End returns an *ActiveError.
+	IdleSince time.Time
+}
+
+// ActiveError means an upload that was to expire has been active since.
+type ActiveError struct{ LastActivity time.Time }
+
+func (e *ActiveError) Error() string { return "upload active since " + e.LastActivity.String() }
+
+// End moves an upload to FAILED, ABORTED or EXPIRED and records its event, atomically.
 // It returns the upload's S3 coordinates so the caller can abort the multipart upload.
-func (s *Store) End(ctx context.Context, id string, status Status, reason string, fromCompleting bool) (EndResult, error) {
+func (s *Store) End(ctx context.Context, r EndRequest) (EndResult, error) {
 	from := "0"
-	if fromCompleting {
+	if r.FromCompleting {
 		from = "1"
 	}
-	res, err := endScript.Run(ctx, s.rdb, []string{stateKey(id), guardKey(id)},
-		string(status), reason, s.nowMs(), from).Slice()
+	idle := int64(0)
+	if !r.IdleSince.IsZero() {
+		idle = r.IdleSince.UnixMilli()
+	}
+	if err := s.rdb.ZAddNX(ctx, outboxIndexKey, redis.Z{Score: float64(s.nowMs()), Member: r.ID}).Err(); err != nil {
+		return EndResult{}, err
+	}
+	res, err := endScript.Run(ctx, s.rdb, s.terminalKeys(r.ID),
+		string(r.Status), r.Reason, s.nowMs(), from, r.Event.ID, r.Event.record(),
+		s.retention.Milliseconds(), ProgressChannel(r.ID), idle).Slice()
 	if err != nil {
 		return EndResult{}, err
 	}
 	switch res[0].(string) {
 	case "ok":
+		s.rdb.ZRem(ctx, activeKey, r.ID) // a hint; a stale entry is dropped when visited
 		return EndResult{MultipartID: toStr(res[1]), Bucket: toStr(res[2]), Key: toStr(res[3])}, nil
 	case "already":
 		return EndResult{}, &StateError{Status: Status(toStr(res[1]))}
 	case "completing":
 		return EndResult{}, ErrCompleting
+	case "active":
+		return EndResult{}, &ActiveError{LastActivity: time.UnixMilli(toI64(res[1]))}
 	default:
 		return EndResult{}, ErrNotFound
 	}
+}
+
+// terminalKeys are the keys a terminal transition touches: state, guard, outbox, and
+// the keys whose TTL becomes the retention.
+func (s *Store) terminalKeys(id string) []string {
+	return []string{stateKey(id), guardKey(id), outboxKey(id), metaKey(id), receivedKey(id), partsKey(id), leasesKey(id)}
 }
 
 // EndResult carries what the caller needs to release an ended upload's S3 resources.

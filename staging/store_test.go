@@ -267,10 +267,10 @@ func TestCompletionGuardIsTakenOnce(t *testing.T) {
 	if b, _ := s.BeginComplete(ctx, id, "heir", 10*time.Second); b.Outcome != staging.Begun {
 		t.Fatalf("begin after lease: %v", b.Outcome)
 	}
-	if err := s.FinishComplete(ctx, id, "a", "x", 4, 1); !errors.Is(err, staging.ErrGuardLost) {
+	if err := s.FinishComplete(ctx, id, "a", "x", 4, 1, staging.OutboxEvent{}, false); !errors.Is(err, staging.ErrGuardLost) {
 		t.Fatalf("finish by the dead holder: %v, want ErrGuardLost", err)
 	}
-	if err := s.FinishComplete(ctx, id, "heir", "etag", 4, c.CRC32C); err != nil {
+	if err := s.FinishComplete(ctx, id, "heir", "etag", 4, c.CRC32C, staging.OutboxEvent{ID: "ev1", Type: "t"}, false); err != nil {
 		t.Fatal(err)
 	}
 	up, _ := s.Get(ctx, id)

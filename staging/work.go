@@ -26,6 +26,9 @@ const (
 	Missing
 	// Gone: the upload no longer accepts work (Status says why).
 	Gone
+	// Expired: the chunk was received but its bytes expired from Redis before any worker
+	// uploaded them; the upload cannot complete.
+	Expired
 )
 
 // Claim is the result of trying to lease a chunk.
@@ -76,6 +79,8 @@ func (s *Store) Claim(ctx context.Context, ref ChunkRef, token string, lease tim
 		c.Outcome, c.Until = Busy, time.UnixMilli(toI64(res[1]))
 	case "missing":
 		c.Outcome = Missing
+	case "expired":
+		c.Outcome = Expired
 	case "gone":
 		c.Outcome, c.Status = Gone, Status(toStr(res[1]))
 	default:
@@ -152,7 +157,8 @@ const (
 // Record stores a part's ETag for ref and only then deletes the staged bytes. Ready
 // reports whether the upload can now be completed.
 func (s *Store) Record(ctx context.Context, ref ChunkRef, token, etag string, crc uint32, size int64) (outcome RecordOutcome, ready bool, err error) {
-	res, err := recordScript.Run(ctx, s.rdb, s.chunkKeys(ref), ref.N, token, etag, crc, size, s.nowMs()).Slice()
+	res, err := recordScript.Run(ctx, s.rdb, s.chunkKeys(ref), ref.N, token, etag, crc, size, s.nowMs(),
+		ProgressChannel(ref.UploadID)).Slice()
 	if err != nil {
 		return 0, false, err
 	}
@@ -257,6 +263,8 @@ type Begin struct {
 	Bucket, Key string
 	Until       time.Time
 	Status      Status
+	// For Finished: the upload still has to be handed off.
+	HandoffPending bool
 }
 
 // BeginComplete takes the completion guard for id (identified by token) for lease.
@@ -270,7 +278,7 @@ func (s *Store) BeginComplete(ctx context.Context, id, token string, lease time.
 	case "ok":
 		return Begin{Outcome: Begun, Total: toU32(res[1]), MultipartID: toStr(res[2]), Bucket: toStr(res[3]), Key: toStr(res[4])}, nil
 	case "done":
-		return Begin{Outcome: Finished}, nil
+		return Begin{Outcome: Finished, HandoffPending: toStr(res[1]) == "pending"}, nil
 	case "notready":
 		return Begin{Outcome: NotReady}, nil
 	case "busy":
@@ -316,18 +324,35 @@ func (s *Store) Parts(ctx context.Context, id string, total uint32) ([]Part, err
 var ErrGuardLost = errors.New("completion guard lost")
 
 // FinishComplete marks the upload COMPLETED with the final object's ETag, size and
-// CRC32C if the caller still holds the guard.
-func (s *Store) FinishComplete(ctx context.Context, id, token, etag string, size int64, crc uint32) error {
-	res, err := finishCompleteScript.Run(ctx, s.rdb, []string{stateKey(id), guardKey(id)},
-		token, etag, size, crc, s.nowMs()).Slice()
+// CRC32C, and records ev in its outbox, atomically, if the caller still holds the guard.
+// handoff marks the upload as still to be handed off (see MarkHandedOff).
+func (s *Store) FinishComplete(ctx context.Context, id, token, etag string, size int64, crc uint32, ev OutboxEvent, handoff bool) error {
+	if err := s.rdb.ZAddNX(ctx, outboxIndexKey, redis.Z{Score: float64(s.nowMs()), Member: id}).Err(); err != nil {
+		return err
+	}
+	h := "0"
+	if handoff {
+		h = "1"
+	}
+	keys := s.terminalKeys(id)
+	res, err := finishCompleteScript.Run(ctx, s.rdb, keys, token, etag, size, crc, s.nowMs(),
+		ev.ID, ev.record(), h, s.retention.Milliseconds(), ProgressChannel(id)).Slice()
 	if err != nil {
 		return err
 	}
 	switch res[0].(string) {
 	case "ok", "done":
+		s.rdb.ZRem(ctx, activeKey, id)
 		return nil
 	}
 	return ErrGuardLost
+}
+
+// MarkHandedOff records that a completed upload was handed off; it reports false if it
+// was not pending (already handed off, or never to be).
+func (s *Store) MarkHandedOff(ctx context.Context, id string) (bool, error) {
+	n, err := handedOffScript.Run(ctx, s.rdb, []string{stateKey(id)}).Int()
+	return n == 1, err
 }
 
 // Leases returns the chunks of upload id that a worker holds, with their lease expiry.

@@ -4,6 +4,8 @@
 //	chunkup upload --server ADDR FILE  upload a file and print the final upload
 //	chunkup status --server ADDR ID    print an upload's state
 //	chunkup abort  --server ADDR ID    abort an upload
+//	chunkup watch  --server ADDR ID    print an upload's progress until it ends
+//	chunkup events --brokers B         print events from Kafka as JSON lines
 //
 // main only turns flags into configurations and wires packages together.
 package main
@@ -43,6 +45,8 @@ commands:
   upload   upload files and print the final upload
   status   print an upload's state
   abort    abort an upload
+  watch    print an upload's progress until it ends
+  events   print chunkup's Kafka events as JSON lines
 
 Run 'chunkup COMMAND -h' for a command's flags.
 `
@@ -68,6 +72,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = statusCmd(ctx, args[1:], stdout, stderr)
 	case "abort":
 		err = abort(ctx, args[1:], stdout, stderr)
+	case "watch":
+		err = watch(ctx, args[1:], stdout, stderr)
+	case "events":
+		err = events(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -125,12 +133,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	s3Endpoint := fs.String("s3-endpoint", "CHUNKUP_S3_ENDPOINT", "", "S3-compatible endpoint URL (empty: AWS S3)")
 	s3Region := fs.String("s3-region", "CHUNKUP_S3_REGION", "us-east-1", "S3 region")
 	bucket := fs.String("s3-bucket", "CHUNKUP_S3_BUCKET", "chunkup", "bucket for the objects (created if missing)")
+	kafkaBrokers := fs.String("kafka-brokers", "CHUNKUP_KAFKA_BROKERS", "", "Kafka bootstrap brokers, comma-separated (empty: events wait in Redis)")
+	kafkaTopic := fs.String("kafka-topic", "CHUNKUP_KAFKA_TOPIC", "chunkup.uploads", "topic for upload events")
 	roles := fs.String("roles", "CHUNKUP_ROLES", strings.Join(app.AllRoles, ","), "roles to run, comma-separated")
 	nodeID := fs.String("node-id", "CHUNKUP_NODE_ID", "", "name of this process (default hostname-pid)")
 	chunkSize := fs.Size("chunk-size", "CHUNKUP_CHUNK_SIZE", 8<<20, "default chunk size (at least 5MiB)")
 	maxChunk := fs.Size("max-chunk-size", "CHUNKUP_MAX_CHUNK_SIZE", 64<<20, "largest chunk size chosen for big uploads")
 	chunkTTL := fs.Duration("chunk-ttl", "CHUNKUP_CHUNK_TTL", 0, "how long staged chunk bytes live in Redis (default 1h)")
-	stateTTL := fs.Duration("state-ttl", "CHUNKUP_STATE_TTL", 0, "how long upload state lives after its last activity (default 24h)")
+	stateTTL := fs.Duration("state-ttl", "CHUNKUP_STATE_TTL", 0, "how long an upload may be idle before it expires (default 24h)")
+	retention := fs.Duration("retention", "CHUNKUP_RETENTION", 0, "how long an ended upload's state stays readable (default 24h)")
+	cleanupEvery := fs.Duration("cleanup-interval", "CHUNKUP_CLEANUP_INTERVAL", 0, "how often idle uploads are looked for (default 10s)")
 	workers := fs.Int("worker-concurrency", "CHUNKUP_WORKER_CONCURRENCY", 4, "chunks uploaded to S3 at once")
 	lease := fs.Duration("lease", "CHUNKUP_LEASE", 0, "chunk claim lease; a dead worker's chunks wait this long (default 30s)")
 	sweep := fs.Duration("sweep-interval", "CHUNKUP_SWEEP_INTERVAL", 0, "how often lost wake-ups and expired leases are swept (default 1s)")
@@ -159,7 +171,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			cfg.Roles = append(cfg.Roles, r)
 		}
 	}
-	cfg.Staging.ChunkTTL, cfg.Staging.StateTTL = *chunkTTL, *stateTTL
+	cfg.Staging.ChunkTTL, cfg.Staging.StateTTL, cfg.Staging.Retention = *chunkTTL, *stateTTL, *retention
+	cfg.Expirer.Interval, cfg.KafkaTopic = *cleanupEvery, *kafkaTopic
+	for b := range strings.SplitSeq(*kafkaBrokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			cfg.KafkaBrokers = append(cfg.KafkaBrokers, b)
+		}
+	}
 	cfg.Server.ChunkSize, cfg.Server.MaxChunkSize = *chunkSize, *maxChunk
 	cfg.Worker.Concurrency, cfg.Worker.Lease, cfg.Worker.SweepInterval = *workers, *lease, *sweep
 	cfg.Completer.Lease, cfg.Completer.SweepInterval = *complLease, *sweep
@@ -272,7 +290,6 @@ func printUpload(w io.Writer, up *chunkupv1.Upload, asJSON bool) error {
 		_, err = fmt.Fprintf(w, "%s\n", b)
 		return err
 	}
-	state := strings.TrimPrefix(up.State.String(), "UPLOAD_STATE_")
-	_, err := fmt.Fprintf(w, "%s %s s3://%s/%s size=%d etag=%s\n", up.UploadId, state, up.Bucket, up.Key, up.Size, up.Etag)
+	_, err := fmt.Fprintf(w, "%s %s s3://%s/%s size=%d etag=%s\n", up.UploadId, stateName(up.State), up.Bucket, up.Key, up.Size, up.Etag)
 	return err
 }

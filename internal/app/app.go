@@ -37,10 +37,12 @@ const (
 	RoleAPI       = "api"
 	RoleWorker    = "worker"
 	RoleCompleter = "completer"
+	RolePublisher = "publisher"
+	RoleCleanup   = "cleanup"
 )
 
 // AllRoles is the default: every role in one process.
-var AllRoles = []string{RoleAPI, RoleWorker, RoleCompleter}
+var AllRoles = []string{RoleAPI, RoleWorker, RoleCompleter, RolePublisher, RoleCleanup}
 
 // Config configures a process. Zero values mean the documented defaults.
 type Config struct {
@@ -53,6 +55,10 @@ type Config struct {
 	// S3 locates S3; Bucket is created if missing. Zero Bucket means "chunkup".
 	S3     s3x.Config
 	Bucket string
+	// KafkaBrokers receive events on KafkaTopic (zero: "chunkup.uploads"). Without
+	// brokers the publisher role is off and events wait in Redis outboxes.
+	KafkaBrokers []string
+	KafkaTopic   string
 	// Roles to run. Zero means AllRoles.
 	Roles []string
 	// NodeID names the process. Zero means hostname-pid.
@@ -64,7 +70,11 @@ type Config struct {
 	Server    server.Config // Bucket, NodeID, OnReady and Logger are set from above
 	Worker    chunkworker.Config
 	Completer completion.Config
-	Logger    *slog.Logger
+	Publisher completion.PublisherConfig
+	Expirer   cleanup.ExpirerConfig
+	// Handoff receives completed uploads for further processing (OCR). Optional.
+	Handoff completion.Handoff
+	Logger  *slog.Logger
 }
 
 // Validate checks the configuration and the configurations of every role.
@@ -82,7 +92,8 @@ func (c *Config) Validate() error {
 	}
 	srv := c.Server
 	srv.Bucket = c.bucket()
-	return errors.Join(c.S3.Validate(), c.Staging.Validate(), srv.Validate(), c.Worker.Validate(), c.Completer.Validate())
+	return errors.Join(c.S3.Validate(), c.Staging.Validate(), srv.Validate(), c.Worker.Validate(),
+		c.Completer.Validate(), c.Publisher.Validate(), c.Expirer.Validate())
 }
 
 func (c *Config) redisURL() string {
@@ -117,6 +128,9 @@ type App struct {
 	http      *http.Server
 	worker    *chunkworker.Worker
 	completer *completion.Completer
+	publisher *completion.Publisher
+	kafka     interface{ Close() error }
+	expirer   *cleanup.Expirer
 }
 
 // New connects to Redis and S3, makes sure the bucket exists, and binds the listeners,
@@ -165,10 +179,37 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := ensureBucket(ctx, a.s3, cfg.bucket()); err != nil {
 		return nil, err
 	}
-	ender := &cleanup.Ender{Store: a.store, S3: a.s3, Logger: a.log}
+	onEvent := func() {}
+	if cfg.has(RolePublisher) {
+		if len(cfg.KafkaBrokers) == 0 {
+			a.log.Warn("no Kafka brokers configured: events wait in Redis outboxes until a publisher with brokers runs")
+		} else {
+			topic := cfg.KafkaTopic
+			if topic == "" {
+				topic = "chunkup.uploads"
+			}
+			w := completion.NewKafkaWriter(cfg.KafkaBrokers, topic)
+			a.kafka = w
+			pc := cfg.Publisher
+			pc.Logger = a.log.With("role", RolePublisher)
+			if a.publisher, err = completion.NewPublisher(a.store, w, pc); err != nil {
+				return nil, err
+			}
+			onEvent = a.publisher.Notify
+		}
+	}
+	ender := &cleanup.Ender{Store: a.store, S3: a.s3, NodeID: cfg.NodeID, OnEvent: onEvent, Logger: a.log}
+	if cfg.has(RoleCleanup) {
+		ec := cfg.Expirer
+		ec.Logger = a.log.With("role", RoleCleanup)
+		if a.expirer, err = cleanup.NewExpirer(a.store, ender, ec); err != nil {
+			return nil, err
+		}
+	}
 
 	if cfg.has(RoleCompleter) {
 		cc := cfg.Completer
+		cc.NodeID, cc.OnEvent, cc.Handoff = cfg.NodeID, onEvent, cfg.Handoff
 		cc.Logger = a.log.With("role", RoleCompleter)
 		if a.completer, err = completion.New(a.store, a.s3, ender, cc); err != nil {
 			return nil, err
@@ -287,6 +328,13 @@ func (a *App) Run(ctx context.Context) error {
 	if a.completer != nil {
 		wg.Go(func() { _ = a.completer.Run(ctx) })
 	}
+	if a.publisher != nil {
+		// Events recorded while shutting down wait in their outbox for the next publisher.
+		wg.Go(func() { _ = a.publisher.Run(ctx) })
+	}
+	if a.expirer != nil {
+		wg.Go(func() { _ = a.expirer.Run(ctx) })
+	}
 	a.log.Info("chunkup running", "grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "roles", a.cfg.Roles)
 
 	var runErr error
@@ -323,7 +371,13 @@ func (a *App) Close() {
 	if a.httpLis != nil {
 		_ = a.httpLis.Close()
 	}
+	if a.kafka != nil {
+		_ = a.kafka.Close()
+	}
 	if a.rdb != nil {
 		_ = a.rdb.Close()
 	}
 }
+
+// Completer is the process's completer, or nil without that role.
+func (a *App) Completer() *completion.Completer { return a.completer }

@@ -119,14 +119,19 @@ type Upload struct {
 	// CRC32C of the whole object, once COMPLETED.
 	Crc32C uint32 `protobuf:"varint,14,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
 	// Why the upload FAILED, ABORTED or EXPIRED.
-	Error         string                 `protobuf:"bytes,15,opt,name=error,proto3" json:"error,omitempty"`
-	Name          string                 `protobuf:"bytes,16,opt,name=name,proto3" json:"name,omitempty"`
-	ContentType   string                 `protobuf:"bytes,17,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
-	Metadata      map[string]string      `protobuf:"bytes,18,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	ClientNodeId  string                 `protobuf:"bytes,19,opt,name=client_node_id,json=clientNodeId,proto3" json:"client_node_id,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	CompleteTime  *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	Error        string                 `protobuf:"bytes,15,opt,name=error,proto3" json:"error,omitempty"`
+	Name         string                 `protobuf:"bytes,16,opt,name=name,proto3" json:"name,omitempty"`
+	ContentType  string                 `protobuf:"bytes,17,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	Metadata     map[string]string      `protobuf:"bytes,18,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	ClientNodeId string                 `protobuf:"bytes,19,opt,name=client_node_id,json=clientNodeId,proto3" json:"client_node_id,omitempty"`
+	CreateTime   *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime   *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	CompleteTime *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	// Ties the upload to the request that created it, in logs and events. Taken from the
+	// x-correlation-id request header of CreateUpload, or generated.
+	CorrelationId string `protobuf:"bytes,23,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	// The tenant that owns the upload (empty without authentication).
+	Tenant        string `protobuf:"bytes,24,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -313,6 +318,20 @@ func (x *Upload) GetCompleteTime() *timestamppb.Timestamp {
 		return x.CompleteTime
 	}
 	return nil
+}
+
+func (x *Upload) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
+func (x *Upload) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
 }
 
 type CreateUploadRequest struct {
@@ -806,12 +825,249 @@ func (x *AbortUploadResponse) GetUpload() *Upload {
 	return nil
 }
 
+type WatchUploadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UploadId      string                 `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchUploadRequest) Reset() {
+	*x = WatchUploadRequest{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchUploadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchUploadRequest) ProtoMessage() {}
+
+func (x *WatchUploadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchUploadRequest.ProtoReflect.Descriptor instead.
+func (*WatchUploadRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WatchUploadRequest) GetUploadId() string {
+	if x != nil {
+		return x.UploadId
+	}
+	return ""
+}
+
+// WatchUploadResponse is one progress report.
+type WatchUploadResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Progress      *UploadProgress        `protobuf:"bytes,1,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchUploadResponse) Reset() {
+	*x = WatchUploadResponse{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchUploadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchUploadResponse) ProtoMessage() {}
+
+func (x *WatchUploadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchUploadResponse.ProtoReflect.Descriptor instead.
+func (*WatchUploadResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *WatchUploadResponse) GetProgress() *UploadProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+// UploadProgress is how far an upload has come.
+type UploadProgress struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	UploadId string                 `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	State    UploadState            `protobuf:"varint,2,opt,name=state,proto3,enum=chunkup.v1.UploadState" json:"state,omitempty"`
+	// Chunks received (staged) and uploaded to S3.
+	ReceivedChunks uint32 `protobuf:"varint,3,opt,name=received_chunks,json=receivedChunks,proto3" json:"received_chunks,omitempty"`
+	UploadedChunks uint32 `protobuf:"varint,4,opt,name=uploaded_chunks,json=uploadedChunks,proto3" json:"uploaded_chunks,omitempty"`
+	// 0 while unknown.
+	TotalChunks   uint32 `protobuf:"varint,5,opt,name=total_chunks,json=totalChunks,proto3" json:"total_chunks,omitempty"`
+	ReceivedBytes int64  `protobuf:"varint,6,opt,name=received_bytes,json=receivedBytes,proto3" json:"received_bytes,omitempty"`
+	UploadedBytes int64  `protobuf:"varint,7,opt,name=uploaded_bytes,json=uploadedBytes,proto3" json:"uploaded_bytes,omitempty"`
+	// -1 while unknown.
+	ExpectedSize int64 `protobuf:"varint,8,opt,name=expected_size,json=expectedSize,proto3" json:"expected_size,omitempty"`
+	// Uploaded bytes as a percentage of the expected size; 100 once COMPLETED; 0 while the
+	// size is unknown.
+	Percent float64 `protobuf:"fixed64,9,opt,name=percent,proto3" json:"percent,omitempty"`
+	// Set once COMPLETED.
+	Size int64  `protobuf:"varint,10,opt,name=size,proto3" json:"size,omitempty"`
+	Etag string `protobuf:"bytes,11,opt,name=etag,proto3" json:"etag,omitempty"`
+	// Why the upload FAILED, ABORTED or EXPIRED.
+	Error         string                 `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadProgress) Reset() {
+	*x = UploadProgress{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadProgress) ProtoMessage() {}
+
+func (x *UploadProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadProgress.ProtoReflect.Descriptor instead.
+func (*UploadProgress) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *UploadProgress) GetUploadId() string {
+	if x != nil {
+		return x.UploadId
+	}
+	return ""
+}
+
+func (x *UploadProgress) GetState() UploadState {
+	if x != nil {
+		return x.State
+	}
+	return UploadState_UPLOAD_STATE_UNSPECIFIED
+}
+
+func (x *UploadProgress) GetReceivedChunks() uint32 {
+	if x != nil {
+		return x.ReceivedChunks
+	}
+	return 0
+}
+
+func (x *UploadProgress) GetUploadedChunks() uint32 {
+	if x != nil {
+		return x.UploadedChunks
+	}
+	return 0
+}
+
+func (x *UploadProgress) GetTotalChunks() uint32 {
+	if x != nil {
+		return x.TotalChunks
+	}
+	return 0
+}
+
+func (x *UploadProgress) GetReceivedBytes() int64 {
+	if x != nil {
+		return x.ReceivedBytes
+	}
+	return 0
+}
+
+func (x *UploadProgress) GetUploadedBytes() int64 {
+	if x != nil {
+		return x.UploadedBytes
+	}
+	return 0
+}
+
+func (x *UploadProgress) GetExpectedSize() int64 {
+	if x != nil {
+		return x.ExpectedSize
+	}
+	return 0
+}
+
+func (x *UploadProgress) GetPercent() float64 {
+	if x != nil {
+		return x.Percent
+	}
+	return 0
+}
+
+func (x *UploadProgress) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *UploadProgress) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
+func (x *UploadProgress) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *UploadProgress) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
 var File_chunkup_v1_upload_proto protoreflect.FileDescriptor
 
 const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\n" +
 	"\x17chunkup/v1/upload.proto\x12\n" +
-	"chunkup.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xee\x06\n" +
+	"chunkup.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\a\n" +
 	"\x06Upload\x12\x1b\n" +
 	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.chunkup.v1.UploadStateR\x05state\x12\x16\n" +
@@ -838,7 +1094,9 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12?\n" +
-	"\rcomplete_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x1a;\n" +
+	"\rcomplete_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12%\n" +
+	"\x0ecorrelation_id\x18\x17 \x01(\tR\rcorrelationId\x12\x16\n" +
+	"\x06tenant\x18\x18 \x01(\tR\x06tenant\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc8\x02\n" +
@@ -877,7 +1135,27 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"A\n" +
 	"\x13AbortUploadResponse\x12*\n" +
-	"\x06upload\x18\x01 \x01(\v2\x12.chunkup.v1.UploadR\x06upload*\xca\x01\n" +
+	"\x06upload\x18\x01 \x01(\v2\x12.chunkup.v1.UploadR\x06upload\"1\n" +
+	"\x12WatchUploadRequest\x12\x1b\n" +
+	"\tupload_id\x18\x01 \x01(\tR\buploadId\"M\n" +
+	"\x13WatchUploadResponse\x126\n" +
+	"\bprogress\x18\x01 \x01(\v2\x1a.chunkup.v1.UploadProgressR\bprogress\"\xd9\x03\n" +
+	"\x0eUploadProgress\x12\x1b\n" +
+	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12-\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x17.chunkup.v1.UploadStateR\x05state\x12'\n" +
+	"\x0freceived_chunks\x18\x03 \x01(\rR\x0ereceivedChunks\x12'\n" +
+	"\x0fuploaded_chunks\x18\x04 \x01(\rR\x0euploadedChunks\x12!\n" +
+	"\ftotal_chunks\x18\x05 \x01(\rR\vtotalChunks\x12%\n" +
+	"\x0ereceived_bytes\x18\x06 \x01(\x03R\rreceivedBytes\x12%\n" +
+	"\x0euploaded_bytes\x18\a \x01(\x03R\ruploadedBytes\x12#\n" +
+	"\rexpected_size\x18\b \x01(\x03R\fexpectedSize\x12\x18\n" +
+	"\apercent\x18\t \x01(\x01R\apercent\x12\x12\n" +
+	"\x04size\x18\n" +
+	" \x01(\x03R\x04size\x12\x12\n" +
+	"\x04etag\x18\v \x01(\tR\x04etag\x12\x14\n" +
+	"\x05error\x18\f \x01(\tR\x05error\x12;\n" +
+	"\vupdate_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime*\xca\x01\n" +
 	"\vUploadState\x12\x1c\n" +
 	"\x18UPLOAD_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13UPLOAD_STATE_ACTIVE\x10\x01\x12\x1b\n" +
@@ -885,12 +1163,13 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\x16UPLOAD_STATE_COMPLETED\x10\x03\x12\x17\n" +
 	"\x13UPLOAD_STATE_FAILED\x10\x04\x12\x18\n" +
 	"\x14UPLOAD_STATE_ABORTED\x10\x05\x12\x18\n" +
-	"\x14UPLOAD_STATE_EXPIRED\x10\x062\xd0\x02\n" +
+	"\x14UPLOAD_STATE_EXPIRED\x10\x062\xa2\x03\n" +
 	"\rUploadService\x12Q\n" +
 	"\fCreateUpload\x12\x1f.chunkup.v1.CreateUploadRequest\x1a .chunkup.v1.CreateUploadResponse\x12R\n" +
 	"\vUploadChunk\x12\x1e.chunkup.v1.UploadChunkRequest\x1a\x1f.chunkup.v1.UploadChunkResponse(\x010\x01\x12H\n" +
 	"\tGetUpload\x12\x1c.chunkup.v1.GetUploadRequest\x1a\x1d.chunkup.v1.GetUploadResponse\x12N\n" +
-	"\vAbortUpload\x12\x1e.chunkup.v1.AbortUploadRequest\x1a\x1f.chunkup.v1.AbortUploadResponseB5Z3github.com/chunkup/chunkup/gen/chunkup/v1;chunkupv1b\x06proto3"
+	"\vAbortUpload\x12\x1e.chunkup.v1.AbortUploadRequest\x1a\x1f.chunkup.v1.AbortUploadResponse\x12P\n" +
+	"\vWatchUpload\x12\x1e.chunkup.v1.WatchUploadRequest\x1a\x1f.chunkup.v1.WatchUploadResponse0\x01B5Z3github.com/chunkup/chunkup/gen/chunkup/v1;chunkupv1b\x06proto3"
 
 var (
 	file_chunkup_v1_upload_proto_rawDescOnce sync.Once
@@ -905,7 +1184,7 @@ func file_chunkup_v1_upload_proto_rawDescGZIP() []byte {
 }
 
 var file_chunkup_v1_upload_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_chunkup_v1_upload_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_chunkup_v1_upload_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_chunkup_v1_upload_proto_goTypes = []any{
 	(UploadState)(0),              // 0: chunkup.v1.UploadState
 	(*Upload)(nil),                // 1: chunkup.v1.Upload
@@ -917,35 +1196,43 @@ var file_chunkup_v1_upload_proto_goTypes = []any{
 	(*GetUploadResponse)(nil),     // 7: chunkup.v1.GetUploadResponse
 	(*AbortUploadRequest)(nil),    // 8: chunkup.v1.AbortUploadRequest
 	(*AbortUploadResponse)(nil),   // 9: chunkup.v1.AbortUploadResponse
-	nil,                           // 10: chunkup.v1.Upload.MetadataEntry
-	nil,                           // 11: chunkup.v1.CreateUploadRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*WatchUploadRequest)(nil),    // 10: chunkup.v1.WatchUploadRequest
+	(*WatchUploadResponse)(nil),   // 11: chunkup.v1.WatchUploadResponse
+	(*UploadProgress)(nil),        // 12: chunkup.v1.UploadProgress
+	nil,                           // 13: chunkup.v1.Upload.MetadataEntry
+	nil,                           // 14: chunkup.v1.CreateUploadRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
 }
 var file_chunkup_v1_upload_proto_depIdxs = []int32{
 	0,  // 0: chunkup.v1.Upload.state:type_name -> chunkup.v1.UploadState
-	10, // 1: chunkup.v1.Upload.metadata:type_name -> chunkup.v1.Upload.MetadataEntry
-	12, // 2: chunkup.v1.Upload.create_time:type_name -> google.protobuf.Timestamp
-	12, // 3: chunkup.v1.Upload.update_time:type_name -> google.protobuf.Timestamp
-	12, // 4: chunkup.v1.Upload.complete_time:type_name -> google.protobuf.Timestamp
-	11, // 5: chunkup.v1.CreateUploadRequest.metadata:type_name -> chunkup.v1.CreateUploadRequest.MetadataEntry
+	13, // 1: chunkup.v1.Upload.metadata:type_name -> chunkup.v1.Upload.MetadataEntry
+	15, // 2: chunkup.v1.Upload.create_time:type_name -> google.protobuf.Timestamp
+	15, // 3: chunkup.v1.Upload.update_time:type_name -> google.protobuf.Timestamp
+	15, // 4: chunkup.v1.Upload.complete_time:type_name -> google.protobuf.Timestamp
+	14, // 5: chunkup.v1.CreateUploadRequest.metadata:type_name -> chunkup.v1.CreateUploadRequest.MetadataEntry
 	1,  // 6: chunkup.v1.CreateUploadResponse.upload:type_name -> chunkup.v1.Upload
 	2,  // 7: chunkup.v1.UploadChunkRequest.create:type_name -> chunkup.v1.CreateUploadRequest
 	1,  // 8: chunkup.v1.UploadChunkResponse.upload:type_name -> chunkup.v1.Upload
 	1,  // 9: chunkup.v1.GetUploadResponse.upload:type_name -> chunkup.v1.Upload
 	1,  // 10: chunkup.v1.AbortUploadResponse.upload:type_name -> chunkup.v1.Upload
-	2,  // 11: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
-	4,  // 12: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
-	6,  // 13: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
-	8,  // 14: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
-	3,  // 15: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
-	5,  // 16: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
-	7,  // 17: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
-	9,  // 18: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
-	15, // [15:19] is the sub-list for method output_type
-	11, // [11:15] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	12, // 11: chunkup.v1.WatchUploadResponse.progress:type_name -> chunkup.v1.UploadProgress
+	0,  // 12: chunkup.v1.UploadProgress.state:type_name -> chunkup.v1.UploadState
+	15, // 13: chunkup.v1.UploadProgress.update_time:type_name -> google.protobuf.Timestamp
+	2,  // 14: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
+	4,  // 15: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
+	6,  // 16: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
+	8,  // 17: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
+	10, // 18: chunkup.v1.UploadService.WatchUpload:input_type -> chunkup.v1.WatchUploadRequest
+	3,  // 19: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
+	5,  // 20: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
+	7,  // 21: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
+	9,  // 22: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
+	11, // 23: chunkup.v1.UploadService.WatchUpload:output_type -> chunkup.v1.WatchUploadResponse
+	19, // [19:24] is the sub-list for method output_type
+	14, // [14:19] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_chunkup_v1_upload_proto_init() }
@@ -961,7 +1248,7 @@ func file_chunkup_v1_upload_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkup_v1_upload_proto_rawDesc), len(file_chunkup_v1_upload_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const (
 	UploadService_UploadChunk_FullMethodName  = "/chunkup.v1.UploadService/UploadChunk"
 	UploadService_GetUpload_FullMethodName    = "/chunkup.v1.UploadService/GetUpload"
 	UploadService_AbortUpload_FullMethodName  = "/chunkup.v1.UploadService/AbortUpload"
+	UploadService_WatchUpload_FullMethodName  = "/chunkup.v1.UploadService/WatchUpload"
 )
 
 // UploadServiceClient is the client API for UploadService service.
@@ -49,6 +50,9 @@ type UploadServiceClient interface {
 	GetUpload(ctx context.Context, in *GetUploadRequest, opts ...grpc.CallOption) (*GetUploadResponse, error)
 	// AbortUpload stops an upload, discards its staged chunks and S3 parts.
 	AbortUpload(ctx context.Context, in *AbortUploadRequest, opts ...grpc.CallOption) (*AbortUploadResponse, error)
+	// WatchUpload sends the upload's progress: a snapshot first, then updates (at most a
+	// few per second) until the upload reaches a terminal state, when the stream ends.
+	WatchUpload(ctx context.Context, in *WatchUploadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchUploadResponse], error)
 }
 
 type uploadServiceClient struct {
@@ -102,6 +106,25 @@ func (c *uploadServiceClient) AbortUpload(ctx context.Context, in *AbortUploadRe
 	return out, nil
 }
 
+func (c *uploadServiceClient) WatchUpload(ctx context.Context, in *WatchUploadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchUploadResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &UploadService_ServiceDesc.Streams[1], UploadService_WatchUpload_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchUploadRequest, WatchUploadResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type UploadService_WatchUploadClient = grpc.ServerStreamingClient[WatchUploadResponse]
+
 // UploadServiceServer is the server API for UploadService service.
 // All implementations must embed UnimplementedUploadServiceServer
 // for forward compatibility.
@@ -126,6 +149,9 @@ type UploadServiceServer interface {
 	GetUpload(context.Context, *GetUploadRequest) (*GetUploadResponse, error)
 	// AbortUpload stops an upload, discards its staged chunks and S3 parts.
 	AbortUpload(context.Context, *AbortUploadRequest) (*AbortUploadResponse, error)
+	// WatchUpload sends the upload's progress: a snapshot first, then updates (at most a
+	// few per second) until the upload reaches a terminal state, when the stream ends.
+	WatchUpload(*WatchUploadRequest, grpc.ServerStreamingServer[WatchUploadResponse]) error
 	mustEmbedUnimplementedUploadServiceServer()
 }
 
@@ -147,6 +173,9 @@ func (UnimplementedUploadServiceServer) GetUpload(context.Context, *GetUploadReq
 }
 func (UnimplementedUploadServiceServer) AbortUpload(context.Context, *AbortUploadRequest) (*AbortUploadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AbortUpload not implemented")
+}
+func (UnimplementedUploadServiceServer) WatchUpload(*WatchUploadRequest, grpc.ServerStreamingServer[WatchUploadResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchUpload not implemented")
 }
 func (UnimplementedUploadServiceServer) mustEmbedUnimplementedUploadServiceServer() {}
 func (UnimplementedUploadServiceServer) testEmbeddedByValue()                       {}
@@ -230,6 +259,17 @@ func _UploadService_AbortUpload_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _UploadService_WatchUpload_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchUploadRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(UploadServiceServer).WatchUpload(m, &grpc.GenericServerStream[WatchUploadRequest, WatchUploadResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type UploadService_WatchUploadServer = grpc.ServerStreamingServer[WatchUploadResponse]
+
 // UploadService_ServiceDesc is the grpc.ServiceDesc for UploadService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -256,6 +296,11 @@ var UploadService_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _UploadService_UploadChunk_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "WatchUpload",
+			Handler:       _UploadService_WatchUpload_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "chunkup/v1/upload.proto",

@@ -1,0 +1,81 @@
+package completion
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/staging"
+)
+
+// Kafka headers every event carries.
+const (
+	HeaderEventType     = "event-type"
+	HeaderEventID       = "event-id"
+	HeaderContentType   = "content-type"
+	HeaderCorrelationID = "correlation-id"
+	ContentTypeJSON     = "application/json"
+)
+
+// eventJSON is how events are encoded: protojson with the proto field names, so the
+// JSON matches the schema in proto/chunkup/v1/events.proto.
+var eventJSON = protojson.MarshalOptions{UseProtoNames: true}
+
+func outboxEvent(u *staging.Upload, id string, msg proto.Message, now time.Time) (staging.OutboxEvent, error) {
+	b, err := eventJSON.Marshal(msg)
+	if err != nil {
+		return staging.OutboxEvent{}, err
+	}
+	return staging.OutboxEvent{
+		ID: id, Type: string(msg.ProtoReflect().Descriptor().FullName()), CorrelationID: u.CorrelationID,
+		UploadID: u.ID, Payload: b, Created: now,
+	}, nil
+}
+
+func tsOrNil(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// CompletedEvent builds the UploadCompleted event for u, finished with etag, size and
+// crc at now by node.
+func CompletedEvent(u *staging.Upload, node, etag string, size int64, crc uint32, now time.Time) (staging.OutboxEvent, error) {
+	id := staging.NewID()
+	return outboxEvent(u, id, &chunkupv1.UploadCompleted{
+		EventId: id, UploadId: u.ID, NodeId: node, Tenant: u.Tenant, Bucket: u.Bucket, Key: u.Key,
+		Size: size, Etag: etag, ChecksumCrc32C: fmt.Sprintf("%08x", crc), ContentType: u.ContentType,
+		Name: u.Name, Metadata: u.Metadata, CorrelationId: u.CorrelationID,
+		CreateTime: tsOrNil(u.Created), CompleteTime: timestamppb.New(now), EventTime: timestamppb.New(now),
+	}, now)
+}
+
+// EndedEvent builds the event that says u ended with status (FAILED, ABORTED or EXPIRED)
+// for reason at now, as seen by node.
+func EndedEvent(u *staging.Upload, status staging.Status, reason, node string, now time.Time) (staging.OutboxEvent, error) {
+	id := staging.NewID()
+	var msg proto.Message
+	switch status {
+	case staging.StatusFailed:
+		msg = &chunkupv1.UploadFailed{EventId: id, UploadId: u.ID, NodeId: node, Tenant: u.Tenant,
+			Bucket: u.Bucket, Key: u.Key, Error: reason, Name: u.Name, Metadata: u.Metadata,
+			CorrelationId: u.CorrelationID, CreateTime: tsOrNil(u.Created), EventTime: timestamppb.New(now)}
+	case staging.StatusAborted:
+		msg = &chunkupv1.UploadAborted{EventId: id, UploadId: u.ID, NodeId: node, Tenant: u.Tenant,
+			Bucket: u.Bucket, Key: u.Key, Reason: reason, Name: u.Name, Metadata: u.Metadata,
+			CorrelationId: u.CorrelationID, CreateTime: tsOrNil(u.Created), EventTime: timestamppb.New(now)}
+	case staging.StatusExpired:
+		msg = &chunkupv1.UploadExpired{EventId: id, UploadId: u.ID, NodeId: node, Tenant: u.Tenant,
+			Bucket: u.Bucket, Key: u.Key, ReceivedBytes: u.ReceivedBytes, Name: u.Name, Metadata: u.Metadata,
+			CorrelationId: u.CorrelationID, CreateTime: tsOrNil(u.Created), UpdateTime: tsOrNil(u.Updated),
+			EventTime: timestamppb.New(now)}
+	default:
+		return staging.OutboxEvent{}, fmt.Errorf("completion: no event for status %s", status)
+	}
+	return outboxEvent(u, id, msg, now)
+}

@@ -1,0 +1,161 @@
+package staging
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// OutboxEvent is an event waiting in an upload's outbox to be published. Its ID stays
+// the same however often it is published, so consumers can deduplicate.
+type OutboxEvent struct {
+	ID            string
+	Type          string // e.g. chunkup.v1.UploadCompleted
+	CorrelationID string
+	UploadID      string
+	Payload       []byte
+	// Created is when the event was recorded (from the record, for outbox age).
+	Created time.Time
+}
+
+// record encodes the event for the outbox hash: "type\ncorrelation\nunix-ms\npayload".
+func (e OutboxEvent) record() string {
+	return e.Type + "\n" + e.CorrelationID + "\n" + strconv.FormatInt(e.Created.UnixMilli(), 10) + "\n" + string(e.Payload)
+}
+
+func parseRecord(id, uploadID, rec string) (OutboxEvent, bool) {
+	f := strings.SplitN(rec, "\n", 4)
+	if len(f) != 4 {
+		return OutboxEvent{}, false
+	}
+	return OutboxEvent{ID: id, Type: f[0], CorrelationID: f[1], UploadID: uploadID,
+		Created: time.UnixMilli(toI64(f[2])), Payload: []byte(f[3])}, true
+}
+
+// DueOutbox returns up to limit uploads whose outbox a publisher should drain now.
+func (s *Store) DueOutbox(ctx context.Context, limit int64) ([]string, error) {
+	return s.rdb.ZRangeByScore(ctx, outboxIndexKey, &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(s.nowMs(), 10), Count: limit,
+	}).Result()
+}
+
+// OutboxEvents returns the events waiting in upload id's outbox. Malformed records are
+// reported separately so the caller can log and drop them.
+func (s *Store) OutboxEvents(ctx context.Context, id string) (events []OutboxEvent, malformed []string, err error) {
+	h, err := s.rdb.HGetAll(ctx, outboxKey(id)).Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	for eid, rec := range h {
+		if ev, ok := parseRecord(eid, id, rec); ok {
+			events = append(events, ev)
+		} else {
+			malformed = append(malformed, eid)
+		}
+	}
+	return events, malformed, nil
+}
+
+// AckOutbox removes published events from upload id's outbox and, when it is empty,
+// the upload from the outbox index. The index entry is removed before the emptiness is
+// checked, and put back if an event arrived meanwhile, so none is ever left unindexed.
+func (s *Store) AckOutbox(ctx context.Context, id string, eventIDs ...string) error {
+	if len(eventIDs) > 0 {
+		if err := s.rdb.HDel(ctx, outboxKey(id), eventIDs...).Err(); err != nil {
+			return err
+		}
+	}
+	if err := s.rdb.ZRem(ctx, outboxIndexKey, id).Err(); err != nil {
+		return err
+	}
+	n, err := s.rdb.HLen(ctx, outboxKey(id)).Result()
+	if err != nil || n == 0 {
+		return err
+	}
+	return s.rdb.ZAdd(ctx, outboxIndexKey, redis.Z{Score: float64(s.nowMs()), Member: id}).Err()
+}
+
+// DeferOutbox moves upload id's next publish attempt to at.
+func (s *Store) DeferOutbox(ctx context.Context, id string, at time.Time) error {
+	return s.rdb.ZAddXX(ctx, outboxIndexKey, redis.Z{Score: float64(at.UnixMilli()), Member: id}).Err()
+}
+
+// OutboxUploads is how many uploads have events waiting to be published.
+func (s *Store) OutboxUploads(ctx context.Context) (int64, error) {
+	return s.rdb.ZCard(ctx, outboxIndexKey).Result()
+}
+
+// DueActive returns up to limit uploads that may have been idle past StateTTL.
+func (s *Store) DueActive(ctx context.Context, limit int64) ([]string, error) {
+	return s.rdb.ZRangeByScore(ctx, activeKey, &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(s.nowMs(), 10), Count: limit,
+	}).Result()
+}
+
+// DeferActive sets when upload id may next have been idle too long.
+func (s *Store) DeferActive(ctx context.Context, id string, at time.Time) error {
+	return s.rdb.ZAddXX(ctx, activeKey, redis.Z{Score: float64(at.UnixMilli()), Member: id}).Err()
+}
+
+// DoneActive removes upload id from the active index.
+func (s *Store) DoneActive(ctx context.Context, id string) error {
+	return s.rdb.ZRem(ctx, activeKey, id).Err()
+}
+
+// ActiveUploads returns up to count ids of the active index from position start, for
+// start-up recovery.
+func (s *Store) ActiveUploads(ctx context.Context, start, count int64) ([]string, error) {
+	return s.rdb.ZRange(ctx, activeKey, start, start+count-1).Result()
+}
+
+// Recover re-indexes what a crash may have left unindexed for upload id: staged chunks
+// whose part is not recorded go back into the pending index (due now), and an upload
+// that has every part goes into the completion index. It is idempotent.
+func (s *Store) Recover(ctx context.Context, id string) error {
+	var st *redis.SliceCmd
+	var rec, parts *redis.StringSliceCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		st = p.HMGet(ctx, stateKey(id), "status", "total", "uploaded")
+		rec = p.HKeys(ctx, receivedKey(id))
+		parts = p.HKeys(ctx, partsKey(id))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	v := st.Val()
+	if v[0] == nil {
+		return nil
+	}
+	status := Status(toStr(v[0]))
+	if status == StatusCompleting || status == StatusActive && toU32(v[1]) > 0 && toU32(v[1]) == toU32(v[2]) {
+		return s.EnqueueCompletion(ctx, id)
+	}
+	if status != StatusActive {
+		return nil
+	}
+	done := make(map[string]bool, len(parts.Val()))
+	for _, n := range parts.Val() {
+		done[n] = true
+	}
+	var zs []redis.Z
+	for _, n := range rec.Val() {
+		if !done[n] {
+			zs = append(zs, redis.Z{Score: float64(s.nowMs()), Member: ChunkRef{UploadID: id, N: toU32(n)}.String()})
+		}
+	}
+	if len(zs) == 0 {
+		return nil
+	}
+	return s.rdb.ZAddNX(ctx, pendingKey, zs...).Err()
+}
+
+// SubscribeProgress subscribes to upload id's progress notices. A notice only says
+// "something changed": subscribers re-read the state, so a lost notice costs nothing
+// but latency.
+func (s *Store) SubscribeProgress(ctx context.Context, id string) *redis.PubSub {
+	return s.rdb.Subscribe(ctx, ProgressChannel(id))
+}
