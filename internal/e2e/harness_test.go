@@ -49,6 +49,17 @@ func (e *env) config(roles ...string) app.Config {
 	}
 }
 
+// dial connects a client to addr.
+func dial(t testing.TB, addr string) *client.Client {
+	t.Helper()
+	c, err := client.Dial(addr, client.WithPollInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func testLogger() *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -1,0 +1,141 @@
+package completion_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chunkup/chunkup/completion"
+	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/testenv"
+	"github.com/chunkup/chunkup/staging"
+)
+
+// recordingHandoff takes image uploads, failing the first call (as a process killed
+// mid-hand-off would), and records the calls.
+type recordingHandoff struct {
+	mu     sync.Mutex
+	calls  []string
+	forced int
+	fail   int
+}
+
+func (h *recordingHandoff) Wants(ct string) bool { return strings.HasPrefix(ct, "image/") }
+
+func (h *recordingHandoff) Handoff(_ context.Context, u *staging.Upload, force bool) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, u.ID)
+	if force {
+		h.forced++
+	}
+	if h.fail > 0 {
+		h.fail--
+		return errors.New("queue unavailable")
+	}
+	return nil
+}
+
+// readyUpload makes a one-chunk upload of content type ct whose part is recorded, so it
+// is ready to complete (a one-chunk upload needs no S3 call to complete).
+func readyUpload(t *testing.T, ctx context.Context, s *staging.Store, ct string) string {
+	t.Helper()
+	id := staging.NewID()
+	if _, err := s.Create(ctx, staging.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 8, ExpectedSize: 3, Total: 1, ContentType: ct}); err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("abc")
+	if _, err := s.Stage(ctx, id, 1, data, crc.Checksum(data), true); err != nil {
+		t.Fatal(err)
+	}
+	ref := staging.ChunkRef{UploadID: id, N: 1}
+	if c, err := s.Claim(ctx, ref, "w", time.Minute); err != nil || c.Outcome != staging.Claimed {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	if _, ready, err := s.Record(ctx, ref, "w", `"etag"`, crc.Checksum(data), 3); err != nil || !ready {
+		t.Fatalf("record: ready=%v %v", ready, err)
+	}
+	if err := s.EnqueueCompletion(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func TestHandoffAtMostOnceUnlessForced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := staging.New(testenv.StartRedis(t).Client(t), staging.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &recordingHandoff{fail: 1}
+	c, err := completion.New(s, nil, nil, completion.Config{Handoff: h, RetryBase: time.Millisecond, RetryMax: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := readyUpload(t, ctx, s, "image/png")
+	doc := readyUpload(t, ctx, s, "application/zip")
+
+	// The first hand-off fails after the upload is COMPLETED: the completion stays
+	// indexed with the hand-off pending.
+	if err := c.Complete(ctx, img); err == nil {
+		t.Fatal("Complete hid the failed hand-off")
+	}
+	u, _ := s.Get(ctx, img)
+	if u.Status != staging.StatusCompleted || !u.HandoffPending {
+		t.Fatalf("after a failed hand-off: %s pending=%v, want COMPLETED and pending", u.Status, u.HandoffPending)
+	}
+	// The next sweep finds it and hands it off.
+	waitDue(t, ctx, s, img)
+	if err := c.Complete(ctx, img); err != nil {
+		t.Fatal(err)
+	}
+	// Any later completion attempt leaves it alone.
+	for range 3 {
+		if err := c.Complete(ctx, img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Complete(ctx, doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.calls) != 2 || h.calls[0] != img || h.calls[1] != img {
+		t.Fatalf("hand-off calls %v, want the image twice (one failed, one done) and never the zip", h.calls)
+	}
+	if u, _ := s.Get(ctx, img); u.HandoffPending {
+		t.Fatal("hand-off still pending after success")
+	}
+	if due, _ := s.DueCompletions(ctx, 10); len(due) != 0 {
+		t.Fatalf("completions still indexed: %v", due)
+	}
+	// Forcing reprocesses on purpose.
+	if err := c.HandOff(ctx, img, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.calls) != 3 || h.forced != 1 {
+		t.Fatalf("after a forced hand-off: %d calls, %d forced", len(h.calls), h.forced)
+	}
+}
+
+func waitDue(t *testing.T, ctx context.Context, s *staging.Store, id string) {
+	t.Helper()
+	for {
+		due, err := s.DueCompletions(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range due {
+			if d == id {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("completion of %s never came due again", id)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
