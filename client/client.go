@@ -1,6 +1,10 @@
-// Package client is the Go SDK for chunkup: it creates uploads, streams a reader in the
-// server's chunk size with a bounded window of unacknowledged chunks and a CRC32C per
-// chunk, and waits for the object to be completed.
+// Package client is the Go SDK for chunkup. It creates uploads, cuts a reader into the
+// server's chunk size, streams the chunks with a bounded window of unacknowledged ones
+// (over one stream or several in parallel) with a CRC32C each, retries transient
+// failures with exponential backoff and jitter, resumes from the server's record after a
+// broken stream or a restarted server without re-sending acknowledged chunks, and
+// returns the completed upload. Memory stays near parallel × window × chunk size,
+// whatever the size of the input.
 package client
 
 import (
@@ -8,15 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
-	"github.com/chunkup/chunkup/internal/crc"
 )
 
 // Client talks to a chunkup server.
@@ -27,17 +28,33 @@ type Client struct {
 }
 
 type options struct {
-	window   int
-	dialOpts []grpc.DialOption
-	poll     time.Duration
+	window    int
+	parallel  int
+	dialOpts  []grpc.DialOption
+	poll      time.Duration
+	attempts  int
+	retryBase time.Duration
+	retryMax  time.Duration
 }
 
 // Option configures a Client.
 type Option func(*options)
 
-// WithWindow sets how many chunks may be sent before their acknowledgements arrive
-// (default 4). Memory use is about window × chunk size.
+// WithWindow sets how many chunks a stream may send before their acknowledgements
+// arrive (default 4). Memory use is about parallel × window × chunk size.
 func WithWindow(n int) Option { return func(o *options) { o.window = max(1, n) } }
+
+// WithParallel sets how many streams one upload uses (default 1). Several streams help
+// on links with a high bandwidth-delay product.
+func WithParallel(n int) Option { return func(o *options) { o.parallel = max(1, n) } }
+
+// WithRetry sets how failures that may pass (server unavailable, stream broken,
+// checksum mismatch on the way) are retried: up to attempts tries in a row without
+// progress, waiting a random time up to base·2ⁿ (at most max) in between. Defaults: 10,
+// 100 ms, 5 s.
+func WithRetry(attempts int, base, max time.Duration) Option {
+	return func(o *options) { o.attempts, o.retryBase, o.retryMax = attempts, base, max }
+}
 
 // WithDialOptions adds gRPC dial options (e.g. TLS credentials) for Dial.
 func WithDialOptions(opts ...grpc.DialOption) Option {
@@ -48,7 +65,8 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 func WithPollInterval(d time.Duration) Option { return func(o *options) { o.poll = d } }
 
 func newOptions(opts []Option) options {
-	o := options{window: 4, poll: 100 * time.Millisecond}
+	o := options{window: 4, parallel: 1, poll: 100 * time.Millisecond, attempts: 10,
+		retryBase: 100 * time.Millisecond, retryMax: 5 * time.Second}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -56,7 +74,7 @@ func newOptions(opts []Option) options {
 }
 
 // Dial connects to the server at target (host:port). Without WithDialOptions carrying
-// credentials it uses plaintext.
+// credentials it uses plaintext. It does not wait for the server: the first call does.
 func Dial(target string, opts ...Option) (*Client, error) {
 	o := newOptions(opts)
 	dial := append([]grpc.DialOption{
@@ -87,210 +105,6 @@ func (c *Client) Close() error {
 
 // API is the generated client, for calls the SDK does not wrap.
 func (c *Client) API() chunkupv1.UploadServiceClient { return c.api }
-
-// UploadOption describes the upload being created.
-type UploadOption func(*chunkupv1.CreateUploadRequest)
-
-// WithName sets the file name (used in the default object key).
-func WithName(name string) UploadOption {
-	return func(r *chunkupv1.CreateUploadRequest) { r.Name = name }
-}
-
-// WithKey sets the object key.
-func WithKey(key string) UploadOption { return func(r *chunkupv1.CreateUploadRequest) { r.Key = key } }
-
-// WithContentType sets the object's content type.
-func WithContentType(ct string) UploadOption {
-	return func(r *chunkupv1.CreateUploadRequest) { r.ContentType = ct }
-}
-
-// WithSize declares the total size, which lets the server choose a chunk size for very
-// large files. Without it the size is unknown until the reader ends.
-func WithSize(n int64) UploadOption {
-	return func(r *chunkupv1.CreateUploadRequest) { r.ExpectedSize = proto.Int64(n) }
-}
-
-// WithMetadata adds custom metadata.
-func WithMetadata(md map[string]string) UploadOption {
-	return func(r *chunkupv1.CreateUploadRequest) { r.Metadata = md }
-}
-
-// WithClientNodeID makes the create idempotent under id.
-func WithClientNodeID(id string) UploadOption {
-	return func(r *chunkupv1.CreateUploadRequest) { r.ClientNodeId = id }
-}
-
-// UploadFile uploads the file at path (its name and size declared) and waits for it to
-// complete.
-func (c *Client) UploadFile(ctx context.Context, path string, opts ...UploadOption) (*chunkupv1.Upload, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	opts = append([]UploadOption{WithName(fi.Name()), WithSize(fi.Size())}, opts...)
-	return c.Upload(ctx, f, opts...)
-}
-
-// Upload creates an upload, streams r to it, and waits until it is completed (or
-// fails). It returns the final upload.
-func (c *Client) Upload(ctx context.Context, r io.Reader, opts ...UploadOption) (*chunkupv1.Upload, error) {
-	req := &chunkupv1.CreateUploadRequest{}
-	for _, o := range opts {
-		o(req)
-	}
-	created, err := c.api.CreateUpload(ctx, req)
-	if err != nil {
-		return nil, fmt.Errorf("chunkup: create upload: %w", err)
-	}
-	up := created.Upload
-	if err := c.Send(ctx, up, r); err != nil {
-		return nil, err
-	}
-	return c.Wait(ctx, up.UploadId)
-}
-
-// Send streams r as the chunks of up, in order, keeping at most the window's worth of
-// chunks unacknowledged, and returns once every chunk is acknowledged.
-func (c *Client) Send(ctx context.Context, up *chunkupv1.Upload, r io.Reader) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := c.api.UploadChunk(ctx)
-	if err != nil {
-		return fmt.Errorf("chunkup: open stream: %w", err)
-	}
-	slots := make(chan struct{}, c.opts.window)
-	acks := make(chan error, 1)
-	go func() {
-		for {
-			_, err := stream.Recv()
-			if err != nil {
-				if errors.Is(err, io.EOF) {
-					err = nil
-				}
-				acks <- err
-				return
-			}
-			<-slots
-		}
-	}()
-	chunks := newChunker(r, up.ChunkSize, up.ExpectedSize)
-	for n := uint32(1); ; n++ {
-		data, last, err := chunks.next()
-		if err != nil {
-			return fmt.Errorf("chunkup: read chunk %d: %w", n, err)
-		}
-		select {
-		case slots <- struct{}{}:
-		case err := <-acks:
-			return streamErr(err)
-		}
-		sum := crc.Checksum(data)
-		if err := stream.Send(&chunkupv1.UploadChunkRequest{
-			UploadId: up.UploadId, ChunkNumber: n, Data: data, Crc32C: &sum, IsLast: last,
-		}); err != nil {
-			if errors.Is(err, io.EOF) { // the server ended the stream; Recv has why
-				return streamErr(<-acks)
-			}
-			return fmt.Errorf("chunkup: send chunk %d: %w", n, err)
-		}
-		if last {
-			break
-		}
-	}
-	if err := stream.CloseSend(); err != nil {
-		return fmt.Errorf("chunkup: close stream: %w", err)
-	}
-	return streamErr(<-acks)
-}
-
-func streamErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("chunkup: upload stream: %w", err)
-}
-
-// Wait polls the upload until it is COMPLETED, or returns an error when it ends
-// otherwise.
-func (c *Client) Wait(ctx context.Context, id string) (*chunkupv1.Upload, error) {
-	t := time.NewTicker(c.opts.poll)
-	defer t.Stop()
-	for {
-		got, err := c.api.GetUpload(ctx, &chunkupv1.GetUploadRequest{UploadId: id})
-		if err != nil {
-			return nil, fmt.Errorf("chunkup: get upload: %w", err)
-		}
-		switch up := got.Upload; up.State {
-		case chunkupv1.UploadState_UPLOAD_STATE_COMPLETED:
-			return up, nil
-		case chunkupv1.UploadState_UPLOAD_STATE_FAILED, chunkupv1.UploadState_UPLOAD_STATE_ABORTED,
-			chunkupv1.UploadState_UPLOAD_STATE_EXPIRED:
-			return up, fmt.Errorf("chunkup: upload %s is %s: %s", id, up.State, up.Error)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
-// chunker cuts a reader into chunks of size bytes and knows which is the last: from the
-// declared size, or by reading one chunk ahead when the size is unknown.
-type chunker struct {
-	r        io.Reader
-	size     int64
-	left     int64 // bytes still expected, or -1 when unknown
-	ahead    []byte
-	aheadErr error
-	started  bool
-}
-
-func newChunker(r io.Reader, size, expected int64) *chunker {
-	return &chunker{r: r, size: size, left: expected}
-}
-
-func (c *chunker) read() ([]byte, error) {
-	buf := make([]byte, c.size)
-	n, err := io.ReadFull(c.r, buf)
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		err = io.EOF
-	}
-	return buf[:n], err
-}
-
-func (c *chunker) next() (data []byte, last bool, err error) {
-	if c.left >= 0 {
-		n := min(c.left, c.size)
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(c.r, buf); err != nil {
-			return nil, false, fmt.Errorf("input ended before the declared size: %w", err)
-		}
-		c.left -= n
-		return buf, c.left == 0, nil
-	}
-	if !c.started {
-		c.started = true
-		c.ahead, c.aheadErr = c.read()
-	}
-	data, err = c.ahead, c.aheadErr
-	if err == io.EOF {
-		return data, true, nil // short (or empty, for an empty input) final chunk
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	c.ahead, c.aheadErr = c.read()
-	if c.aheadErr == io.EOF && len(c.ahead) == 0 {
-		return data, true, nil // the input ended exactly at a chunk boundary
-	}
-	return data, false, nil
-}
 
 // Get returns an upload's current state.
 func (c *Client) Get(ctx context.Context, id string) (*chunkupv1.Upload, error) {
@@ -334,4 +148,43 @@ func (c *Client) Watch(ctx context.Context, id string, fn func(*chunkupv1.Upload
 			fn(last)
 		}
 	}
+}
+
+// Wait polls the upload until it is COMPLETED, or returns an *EndedError when it ends
+// otherwise.
+func (c *Client) Wait(ctx context.Context, id string) (*chunkupv1.Upload, error) {
+	t := time.NewTicker(c.opts.poll)
+	defer t.Stop()
+	for {
+		up, err := c.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if done, err := ended(up); done {
+			return up, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// EndedError means an upload ended without completing.
+type EndedError struct{ Upload *chunkupv1.Upload }
+
+func (e *EndedError) Error() string {
+	return fmt.Sprintf("chunkup: upload %s is %s: %s", e.Upload.UploadId, e.Upload.State, e.Upload.Error)
+}
+
+func ended(up *chunkupv1.Upload) (bool, error) {
+	switch up.State {
+	case chunkupv1.UploadState_UPLOAD_STATE_COMPLETED:
+		return true, nil
+	case chunkupv1.UploadState_UPLOAD_STATE_FAILED, chunkupv1.UploadState_UPLOAD_STATE_ABORTED,
+		chunkupv1.UploadState_UPLOAD_STATE_EXPIRED:
+		return true, &EndedError{Upload: up}
+	}
+	return false, nil
 }

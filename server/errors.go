@@ -31,23 +31,29 @@ func toStatus(id string, err error) error {
 		last *staging.LastChunkError
 		rec  *staging.PartRecordedError
 	)
+	// Messages name the upload when there is one, so a client juggling several
+	// uploads knows which one a failure belongs to.
+	on := ""
+	if id != "" {
+		on = "upload " + id + ": "
+	}
 	switch {
 	case errors.As(err, &inv):
-		return status.Error(codes.InvalidArgument, inv.Msg)
+		return status.Error(codes.InvalidArgument, on+inv.Msg)
 	case errors.As(err, &rng):
-		return status.Error(codes.OutOfRange, rng.Msg)
+		return status.Error(codes.OutOfRange, on+rng.Msg)
 	case errors.As(err, &sum):
-		return status.Error(codes.DataLoss, sum.Error())
+		return status.Error(codes.DataLoss, on+sum.Error())
 	case errors.Is(err, staging.ErrNotFound):
 		return status.Errorf(codes.NotFound, "upload %q not found: create an upload first (it may also have expired)", id)
 	case errors.As(err, &st):
 		return status.Errorf(codes.FailedPrecondition, "upload %s is %s and accepts no more chunks; GetUpload shows its final state", id, st.Status)
 	case errors.As(err, &oor):
-		return status.Errorf(codes.OutOfRange, "%v: the upload's last chunk is %d", oor, oor.Total)
+		return status.Errorf(codes.OutOfRange, "%s%v: the upload's last chunk is %d", on, oor, oor.Total)
 	case errors.As(err, &last):
-		return status.Errorf(codes.FailedPrecondition, "%v; an upload has exactly one last chunk", last)
+		return status.Errorf(codes.FailedPrecondition, "%s%v; an upload has exactly one last chunk", on, last)
 	case errors.As(err, &rec):
-		return status.Errorf(codes.FailedPrecondition, "%v; start a new upload to send different bytes", rec)
+		return status.Errorf(codes.FailedPrecondition, "%s%v; start a new upload to send different bytes", on, rec)
 	case errors.Is(err, staging.ErrChunkBusy):
 		return status.Errorf(codes.Aborted, "upload %s: %v and cannot be replaced now; retry", id, err)
 	case errors.Is(err, staging.ErrCompleting):

@@ -52,7 +52,14 @@ func invalidf(format string, a ...any) error { return &InvalidError{Msg: fmt.Spr
 func ChunkSizeFor(expected, def, max int64) (int64, error) {
 	size := max64(def, MinPartSize)
 	if expected > size*MaxParts {
-		need := (expected + MaxParts - 1) / MaxParts
+		// Ceiling division written so that it cannot overflow for huge sizes.
+		need := expected / MaxParts
+		if expected%MaxParts != 0 {
+			need++
+		}
+		if need > max {
+			return 0, invalidf("expected_size %d needs chunks of %d bytes, over this server's maximum chunk size %d", expected, need, max)
+		}
 		size = (need + (1<<20 - 1)) &^ (1<<20 - 1)
 	}
 	if size > max {
@@ -179,6 +186,9 @@ func ValidateChunk(p staging.Params, n uint32, size int64, isLast bool) error {
 			return invalidf("chunk %d is the last and must have %d bytes to make the expected_size of %d, not %d", n, want, p.ExpectedSize, size)
 		}
 		return nil
+	}
+	if n == MaxParts && !isLast {
+		return &RangeError{Msg: fmt.Sprintf("chunk %d is S3's last possible part: mark it is_last (the upload cannot be longer)", n)}
 	}
 	if !isLast && size != p.ChunkSize {
 		return invalidf("chunk %d has %d bytes; every chunk but the last must have the upload's chunk_size of %d bytes (mark the last chunk with is_last)", n, size, p.ChunkSize)

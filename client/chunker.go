@@ -1,0 +1,76 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// chunker cuts a reader into chunks of size bytes and knows which is the last: from the
+// declared size, or by reading one chunk ahead when the size is unknown.
+type chunker struct {
+	r        io.Reader
+	size     int64
+	left     int64 // bytes still expected, or -1 when unknown
+	ahead    []byte
+	aheadErr error
+	started  bool
+}
+
+func newChunker(r io.Reader, size, expected int64) *chunker {
+	return &chunker{r: r, size: size, left: expected}
+}
+
+// known reports whether chunk sizes are known without reading (a declared size).
+func (c *chunker) known() bool { return c.left >= 0 }
+
+// skip reads past the next chunk of a declared-size input, seeking when it can.
+func (c *chunker) skip() (int64, bool, error) {
+	n := min(c.left, c.size)
+	if s, ok := c.r.(io.Seeker); ok {
+		if _, err := s.Seek(n, io.SeekCurrent); err != nil {
+			return 0, false, err
+		}
+	} else if _, err := io.CopyN(io.Discard, c.r, n); err != nil {
+		return 0, false, fmt.Errorf("input ended before the declared size: %w", err)
+	}
+	c.left -= n
+	return n, c.left == 0, nil
+}
+
+func (c *chunker) read() ([]byte, error) {
+	buf := make([]byte, c.size)
+	n, err := io.ReadFull(c.r, buf)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		err = io.EOF
+	}
+	return buf[:n], err
+}
+
+func (c *chunker) next() (data []byte, last bool, err error) {
+	if c.left >= 0 {
+		n := min(c.left, c.size)
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(c.r, buf); err != nil {
+			return nil, false, fmt.Errorf("input ended before the declared size: %w", err)
+		}
+		c.left -= n
+		return buf, c.left == 0, nil
+	}
+	if !c.started {
+		c.started = true
+		c.ahead, c.aheadErr = c.read()
+	}
+	data, err = c.ahead, c.aheadErr
+	if err == io.EOF {
+		return data, true, nil // a short (or, for an empty input, empty) last chunk
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	c.ahead, c.aheadErr = c.read()
+	if c.aheadErr == io.EOF && len(c.ahead) == 0 {
+		return data, true, nil // the input ended exactly at a chunk boundary
+	}
+	return data, false, nil
+}

@@ -1,0 +1,476 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/retry"
+	"github.com/chunkup/chunkup/staging"
+)
+
+// Progress is how far an upload has come.
+type Progress struct {
+	UploadID string
+	// BytesSent counts bytes written to streams (resent chunks count again).
+	BytesSent int64
+	// BytesAcked counts bytes the server acknowledged as durably staged, including
+	// chunks it had before a resume.
+	BytesAcked int64
+	// ChunksUploaded counts chunks already stored in S3, and TotalChunks all of them
+	// (0 while unknown).
+	ChunksUploaded, TotalChunks uint32
+	// Size is the input's size, or -1 while unknown.
+	Size int64
+}
+
+// UploadOption describes one upload.
+type UploadOption func(*uploadConfig)
+
+type uploadConfig struct {
+	create   chunkupv1.CreateUploadRequest
+	resume   string
+	progress func(Progress)
+}
+
+// WithName sets the file name (used in the default object key).
+func WithName(name string) UploadOption { return func(u *uploadConfig) { u.create.Name = name } }
+
+// WithKey sets the object key.
+func WithKey(key string) UploadOption { return func(u *uploadConfig) { u.create.Key = key } }
+
+// WithContentType sets the object's content type.
+func WithContentType(ct string) UploadOption {
+	return func(u *uploadConfig) { u.create.ContentType = ct }
+}
+
+// WithSize declares the total size, which lets the server choose a chunk size for very
+// large inputs. Without it the size is unknown until the reader ends.
+func WithSize(n int64) UploadOption {
+	return func(u *uploadConfig) { u.create.ExpectedSize = proto.Int64(n) }
+}
+
+// WithMetadata adds custom metadata.
+func WithMetadata(md map[string]string) UploadOption {
+	return func(u *uploadConfig) { u.create.Metadata = md }
+}
+
+// WithClientNodeID makes the create idempotent under id. Without it Upload picks a
+// random one, so that its own retries of the create never make two uploads.
+func WithClientNodeID(id string) UploadOption {
+	return func(u *uploadConfig) { u.create.ClientNodeId = id }
+}
+
+// WithResume continues upload id instead of creating one: the reader must yield the same
+// bytes from the start; chunks the server already has are read past, not sent.
+func WithResume(id string) UploadOption { return func(u *uploadConfig) { u.resume = id } }
+
+// WithProgress calls fn whenever the upload makes progress. fn must be quick; it is
+// called from the upload's goroutines, one call at a time.
+func WithProgress(fn func(Progress)) UploadOption {
+	return func(u *uploadConfig) { u.progress = fn }
+}
+
+// UploadFile uploads the file at path (its name and size declared) and waits for it to
+// complete.
+func (c *Client) UploadFile(ctx context.Context, path string, opts ...UploadOption) (*chunkupv1.Upload, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	opts = append([]UploadOption{WithName(fi.Name()), WithSize(fi.Size())}, opts...)
+	return c.Upload(ctx, f, opts...)
+}
+
+// Upload creates an upload (or resumes one, WithResume), streams r to it, and waits
+// until it is completed. It returns the final upload; an upload that ends otherwise is
+// an *EndedError.
+func (c *Client) Upload(ctx context.Context, r io.Reader, opts ...UploadOption) (*chunkupv1.Upload, error) {
+	var cfg uploadConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	var up *chunkupv1.Upload
+	err := c.retrying(ctx, func() (err error) {
+		if cfg.resume != "" {
+			up, err = c.Get(ctx, cfg.resume)
+			return err
+		}
+		if cfg.create.ClientNodeId == "" {
+			cfg.create.ClientNodeId = "sdk-" + staging.NewID()
+		}
+		r, err := c.api.CreateUpload(ctx, &cfg.create)
+		if err != nil {
+			return fmt.Errorf("chunkup: create upload: %w", err)
+		}
+		up = r.Upload
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if done, err := ended(up); done {
+		return up, err
+	}
+	u := newUploader(c, up, cfg.progress)
+	if err := u.send(ctx, r); err != nil {
+		return nil, err
+	}
+	return u.wait(ctx)
+}
+
+// Send streams r as the chunks of up (from chunk 1, skipping chunks up lists as
+// received) and returns once every chunk is acknowledged. Upload calls it; it is exported
+// for callers that manage creation and completion themselves.
+func (c *Client) Send(ctx context.Context, up *chunkupv1.Upload, r io.Reader) error {
+	return newUploader(c, up, nil).send(ctx, r)
+}
+
+// transient reports whether an RPC error may pass by itself.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted, codes.DataLoss, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// retrying runs fn until it succeeds, fails permanently, or fails transiently
+// attempts times in a row.
+func (c *Client) retrying(ctx context.Context, fn func() error) error {
+	for n := 1; ; n++ {
+		err := fn()
+		if err == nil || !transient(err) || n >= c.opts.attempts || ctx.Err() != nil {
+			return err
+		}
+		if err := sleep(ctx, retry.Backoff(c.opts.retryBase, c.opts.retryMax, n)); err != nil {
+			return err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+type chunk struct {
+	n    uint32
+	data []byte
+	crc  uint32
+	last bool
+}
+
+// uploader sends one upload's chunks.
+type uploader struct {
+	c  *Client
+	up *chunkupv1.Upload
+
+	mu       sync.Mutex
+	progress Progress
+	report   func(Progress)
+}
+
+func newUploader(c *Client, up *chunkupv1.Upload, report func(Progress)) *uploader {
+	u := &uploader{c: c, up: up, report: report}
+	u.progress = Progress{UploadID: up.UploadId, Size: up.ExpectedSize, TotalChunks: up.TotalChunks,
+		ChunksUploaded: up.UploadedChunks}
+	return u
+}
+
+func (u *uploader) update(fn func(*Progress)) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	fn(&u.progress)
+	if u.report != nil {
+		u.report(u.progress)
+	}
+}
+
+// send reads r and streams its chunks over parallel streams. A stream that breaks puts
+// its unacknowledged chunks back for another stream (or its own next attempt); the
+// chunks the server already had are dropped first.
+func (u *uploader) send(ctx context.Context, r io.Reader) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	received := make(map[uint32]bool, len(u.up.ReceivedChunks))
+	for _, n := range u.up.ReceivedChunks {
+		received[n] = true
+	}
+	s := newScheduler(u.c.opts.parallel * u.c.opts.window)
+	go func() {
+		err := feed(ctx, s, newChunker(r, u.up.ChunkSize, u.up.ExpectedSize), received, func(n int64) {
+			u.update(func(p *Progress) { p.BytesAcked += n })
+		})
+		if err != nil {
+			cancel(err)
+		}
+		s.close(err)
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, u.c.opts.parallel)
+	for range u.c.opts.parallel {
+		wg.Go(func() {
+			if err := u.streamLoop(ctx, s); err != nil {
+				errs <- err
+				cancel(err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// feed reads chunks into s, reading past (not sending) those the server has.
+func feed(ctx context.Context, s *scheduler, ch *chunker, received map[uint32]bool, skipped func(int64)) error {
+	for n := uint32(1); ; n++ {
+		if received[n] && ch.known() {
+			size, last, err := ch.skip()
+			if err != nil {
+				return fmt.Errorf("chunkup: read chunk %d: %w", n, err)
+			}
+			skipped(size)
+			if last {
+				return nil
+			}
+			continue
+		}
+		data, last, err := ch.next()
+		if err != nil {
+			return fmt.Errorf("chunkup: read chunk %d: %w", n, err)
+		}
+		if received[n] {
+			skipped(int64(len(data)))
+		} else if err := s.add(ctx, &chunk{n: n, data: data, crc: crc.Checksum(data), last: last}); err != nil {
+			return err
+		}
+		if last {
+			return nil
+		}
+	}
+}
+
+// streamLoop runs streams until every chunk is acknowledged, reopening after transient
+// failures with backoff. Failures count only while no chunk gets acknowledged.
+func (u *uploader) streamLoop(ctx context.Context, s *scheduler) error {
+	fails := 0
+	for {
+		acked, err := u.stream(ctx, s)
+		if err == nil {
+			return nil
+		}
+		if acked > 0 {
+			fails = 0
+		}
+		fails++
+		if !transient(err) || fails >= u.c.opts.attempts || ctx.Err() != nil {
+			if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+				return cause
+			}
+			return fmt.Errorf("chunkup: upload %s: %w", u.up.UploadId, err)
+		}
+		if err := sleep(ctx, retry.Backoff(u.c.opts.retryBase, u.c.opts.retryMax, fails)); err != nil {
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// stream sends chunks over one stream until the scheduler has no more, or the stream
+// fails; it returns how many chunks it got acknowledged.
+func (u *uploader) stream(ctx context.Context, s *scheduler) (int, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := u.c.api.UploadChunk(sctx)
+	if err != nil {
+		return 0, err
+	}
+	var (
+		mu       sync.Mutex
+		inflight = map[uint32]*chunk{}
+		acked    int
+	)
+	slots := make(chan struct{}, u.c.opts.window)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			ack, err := stream.Recv()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+				recvErr <- err
+				cancel()
+				return
+			}
+			mu.Lock()
+			c, ok := inflight[ack.ChunkNumber]
+			delete(inflight, ack.ChunkNumber)
+			if ok {
+				acked++
+			}
+			mu.Unlock()
+			if !ok {
+				continue
+			}
+			<-slots
+			s.ack()
+			u.update(func(p *Progress) {
+				p.BytesAcked += int64(len(c.data))
+				if c.last && p.TotalChunks == 0 {
+					p.TotalChunks = c.n
+				}
+			})
+		}
+	}()
+
+	// requeue gives the stream's unacknowledged chunks back, minus those the server
+	// staged although their acknowledgement was lost.
+	requeue := func() {
+		mu.Lock()
+		left := make([]*chunk, 0, len(inflight))
+		for _, c := range inflight {
+			left = append(left, c)
+		}
+		clear(inflight)
+		mu.Unlock()
+		if len(left) == 0 {
+			return
+		}
+		gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer gcancel()
+		if up, err := u.c.Get(gctx, u.up.UploadId); err == nil {
+			have := map[uint32]bool{}
+			for _, n := range up.ReceivedChunks {
+				have[n] = true
+			}
+			kept := left[:0]
+			for _, c := range left {
+				if have[c.n] {
+					s.ack()
+					u.update(func(p *Progress) { p.BytesAcked += int64(len(c.data)) })
+				} else {
+					kept = append(kept, c)
+				}
+			}
+			left = kept
+		}
+		s.requeue(left)
+	}
+
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-sctx.Done():
+			err := <-recvErr
+			requeue()
+			return acked, orCanceled(err, ctx)
+		}
+		c, err := s.take(sctx)
+		if errors.Is(err, errFinished) {
+			<-slots
+			if err := stream.CloseSend(); err != nil {
+				return acked, err
+			}
+			err := <-recvErr
+			requeue()
+			return acked, err
+		}
+		if err != nil {
+			err := <-recvErr
+			requeue()
+			return acked, orCanceled(err, ctx)
+		}
+		mu.Lock()
+		inflight[c.n] = c
+		mu.Unlock()
+		if err := stream.Send(&chunkupv1.UploadChunkRequest{
+			UploadId: u.up.UploadId, ChunkNumber: c.n, Data: c.data, Crc32C: &c.crc, IsLast: c.last,
+		}); err != nil {
+			// The stream is broken; Recv reports why.
+			cancel()
+			err := <-recvErr
+			requeue()
+			if err == nil {
+				err = status.Error(codes.Unavailable, "stream closed")
+			}
+			return acked, err
+		}
+		u.update(func(p *Progress) { p.BytesSent += int64(len(c.data)) })
+	}
+}
+
+// orCanceled prefers the stream's own error; a stream ended only by our cancellation
+// reports the context's.
+func orCanceled(err error, ctx context.Context) error {
+	if err != nil && status.Code(err) != codes.Canceled {
+		return err
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return status.Error(codes.Unavailable, "stream ended")
+}
+
+// wait follows the upload to its end: over WatchUpload (which also reports chunks
+// stored in S3), falling back to polling when the stream breaks.
+func (u *uploader) wait(ctx context.Context) (*chunkupv1.Upload, error) {
+	var up *chunkupv1.Upload
+	err := u.c.retrying(ctx, func() error {
+		_, err := u.c.Watch(ctx, u.up.UploadId, func(p *chunkupv1.UploadProgress) {
+			u.update(func(pr *Progress) {
+				pr.ChunksUploaded = p.UploadedChunks
+				if p.TotalChunks > 0 {
+					pr.TotalChunks = p.TotalChunks
+				}
+			})
+		})
+		if err != nil && status.Code(errors.Unwrap(err)) != codes.Unimplemented {
+			return errors.Unwrap(err)
+		}
+		got, err := u.c.Get(ctx, u.up.UploadId)
+		if err != nil {
+			return errors.Unwrap(err)
+		}
+		if done, _ := ended(got); !done {
+			return status.Error(codes.Unavailable, "watch ended before the upload did")
+		}
+		up = got
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chunkup: wait for upload %s: %w", u.up.UploadId, err)
+	}
+	_, err = ended(up)
+	return up, err
+}
