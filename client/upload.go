@@ -128,6 +128,13 @@ func (c *Client) Upload(ctx context.Context, r io.Reader, opts ...UploadOption) 
 		return up, err
 	}
 	u := newUploader(c, up, cfg.progress)
+	if cfg.progress != nil {
+		// Follow the parts going to S3 while sending, for the progress report.
+		fctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); u.follow(fctx) }()
+		defer func() { stop(); <-done }()
+	}
 	if err := u.send(ctx, r); err != nil {
 		return nil, err
 	}
@@ -442,19 +449,32 @@ func orCanceled(err error, ctx context.Context) error {
 	return status.Error(codes.Unavailable, "stream ended")
 }
 
+// follow reports parts stored in S3 until ctx ends; it is best effort and resubscribes
+// after a broken watch.
+func (u *uploader) follow(ctx context.Context) {
+	for n := 1; ctx.Err() == nil; n++ {
+		_, _ = u.c.Watch(ctx, u.up.UploadId, u.noteProgress)
+		if sleep(ctx, retry.Backoff(u.c.opts.retryBase, u.c.opts.retryMax, n)) != nil {
+			return
+		}
+	}
+}
+
+func (u *uploader) noteProgress(p *chunkupv1.UploadProgress) {
+	u.update(func(pr *Progress) {
+		pr.ChunksUploaded = max(pr.ChunksUploaded, p.UploadedChunks)
+		if p.TotalChunks > 0 {
+			pr.TotalChunks = p.TotalChunks
+		}
+	})
+}
+
 // wait follows the upload to its end: over WatchUpload (which also reports chunks
 // stored in S3), falling back to polling when the stream breaks.
 func (u *uploader) wait(ctx context.Context) (*chunkupv1.Upload, error) {
 	var up *chunkupv1.Upload
 	err := u.c.retrying(ctx, func() error {
-		_, err := u.c.Watch(ctx, u.up.UploadId, func(p *chunkupv1.UploadProgress) {
-			u.update(func(pr *Progress) {
-				pr.ChunksUploaded = p.UploadedChunks
-				if p.TotalChunks > 0 {
-					pr.TotalChunks = p.TotalChunks
-				}
-			})
-		})
+		_, err := u.c.Watch(ctx, u.up.UploadId, u.noteProgress)
 		if err != nil && status.Code(errors.Unwrap(err)) != codes.Unimplemented {
 			return errors.Unwrap(err)
 		}

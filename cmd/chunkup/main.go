@@ -1,6 +1,7 @@
 // Command chunkup runs the chunkup service and talks to it.
 //
 //	chunkup serve                      run every role (or --roles api,worker,completer)
+//	chunkup dev                        run everything with embedded Redis, S3 and Kafka
 //	chunkup upload --server ADDR FILE  upload a file and print the final upload
 //	chunkup status --server ADDR ID    print an upload's state
 //	chunkup abort  --server ADDR ID    abort an upload
@@ -22,6 +23,7 @@ import (
 	"strings"
 	"syscall"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -42,6 +44,7 @@ const usage = `usage: chunkup COMMAND [flags]
 
 commands:
   serve    run the service (all roles unless --roles narrows them)
+  dev      run everything in one process with embedded Redis, S3 and Kafka
   upload   upload files and print the final upload
   status   print an upload's state
   abort    abort an upload
@@ -66,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		err = serve(ctx, args[1:], stderr)
+	case "dev":
+		err = dev(ctx, args[1:], stdout, stderr)
 	case "upload":
 		err = upload(ctx, args[1:], stdout, stderr)
 	case "status":
@@ -100,9 +105,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 type usageError struct{ error }
 
-// describe turns a gRPC status into "CODE: message", which says what to do.
+// describe turns an error into one line that says what to do: a gRPC status as
+// "CODE: message", an unreachable server as such.
 func describe(err error) string {
-	if s, ok := status.FromError(errors.Unwrap(err)); ok && errors.Unwrap(err) != nil {
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		s := se.GRPCStatus()
+		if s.Code() == codes.Unavailable {
+			return fmt.Sprintf("cannot reach the chunkup server (%s); check --server or $CHUNKUP_SERVER, or start one with `chunkup dev`", s.Message())
+		}
 		return fmt.Sprintf("%s: %s", s.Code(), s.Message())
 	}
 	return err.Error()
@@ -203,45 +214,6 @@ func clientFlags(fs *flagSet) (server *string, asJSON *bool) {
 	server = fs.String("server", "CHUNKUP_SERVER", "127.0.0.1:7070", "chunkup server address")
 	asJSON = fs.Bool("json", "", false, "print the result as one JSON object")
 	return server, asJSON
-}
-
-func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("upload", "upload [flags] FILE...")
-	fs.SetOutput(stderr)
-	server, asJSON := clientFlags(fs)
-	contentType := fs.String("content-type", "", "", "content type of the object(s)")
-	key := fs.String("key", "", "", "object key (one file only; default uploads/ID/NAME)")
-	if err := fs.parse(args); err != nil {
-		return usageErr(err)
-	}
-	if fs.NArg() == 0 {
-		return usageError{errors.New("upload needs at least one FILE")}
-	}
-	if *key != "" && fs.NArg() > 1 {
-		return usageError{errors.New("--key applies to one file only")}
-	}
-	c, err := client.Dial(*server)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	for _, path := range fs.Args() {
-		var opts []client.UploadOption
-		if *contentType != "" {
-			opts = append(opts, client.WithContentType(*contentType))
-		}
-		if *key != "" {
-			opts = append(opts, client.WithKey(*key))
-		}
-		up, err := c.UploadFile(ctx, path, opts...)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if err := printUpload(stdout, up, *asJSON); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {

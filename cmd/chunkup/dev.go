@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/chunkup/chunkup/internal/app"
+	"github.com/chunkup/chunkup/internal/devenv"
+	"github.com/chunkup/chunkup/internal/s3x"
+)
+
+// dev runs the whole system in this process with embedded dependencies.
+func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("dev", "dev [flags]")
+	fs.SetOutput(stderr)
+	data := fs.String("data", "CHUNKUP_DEV_DATA", ".chunkup-dev", "directory for Redis' AOF, the S3 objects and Kafka's log")
+	grpcAddr := fs.String("grpc-addr", "CHUNKUP_GRPC_ADDR", "127.0.0.1:7070", "gRPC listen address")
+	httpAddr := fs.String("http-addr", "CHUNKUP_HTTP_ADDR", "127.0.0.1:7071", "HTTP address for /healthz and /readyz")
+	s3Addr := fs.String("s3-addr", "CHUNKUP_DEV_S3_ADDR", "127.0.0.1:7072", "embedded S3 listen address")
+	kafkaAddr := fs.String("kafka-addr", "CHUNKUP_DEV_KAFKA_ADDR", "127.0.0.1:7073", "embedded Kafka listen address")
+	redisAddr := fs.String("redis-addr", "CHUNKUP_DEV_REDIS_ADDR", "127.0.0.1:0", "Redis listen address (port 0: any free port)")
+	redisMode := fs.String("redis", "CHUNKUP_DEV_REDIS", devenv.RedisAuto, "redis-server from PATH (spawn), in-process (embedded), or spawn when possible (auto)")
+	bucket := fs.String("s3-bucket", "CHUNKUP_S3_BUCKET", "chunkup", "bucket for the objects")
+	topic := fs.String("kafka-topic", "CHUNKUP_KAFKA_TOPIC", "chunkup.uploads", "topic for upload events")
+	logFormat := fs.String("log-format", "CHUNKUP_LOG_FORMAT", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "CHUNKUP_LOG_LEVEL", "info", "log level: debug, info, warn, error")
+	if err := fs.parse(args); err != nil {
+		return usageErr(err)
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("dev takes no arguments, got %q", fs.Args())}
+	}
+	logger, err := newLogger(*logFormat, *logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	env, err := devenv.Start(ctx, devenv.Config{DataDir: *data, Redis: *redisMode, RedisAddr: *redisAddr,
+		S3Addr: *s3Addr, KafkaAddr: *kafkaAddr, Topic: *topic, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	a, err := app.New(ctx, app.Config{
+		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, RedisURL: env.RedisURL, Bucket: *bucket,
+		S3:           s3x.Config{Endpoint: env.S3Endpoint, AccessKey: "chunkup-dev", SecretKey: "chunkup-dev"},
+		KafkaBrokers: []string{env.KafkaAddr}, KafkaTopic: *topic, NodeID: "dev", Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, `chunkup dev: every role in one process, for development only (no authentication)
+  gRPC   %s
+  HTTP   http://%s  (/healthz, /readyz)
+  S3     %s  (bucket %s, objects under %s)
+  Kafka  %s  (topic %s)
+  Redis  %s  (%s)
+Try:   chunkup upload --server %s FILE
+       chunkup events --brokers %s
+`, a.GRPCAddr(), a.HTTPAddr(), env.S3Endpoint, *bucket, env.S3Dir, env.KafkaAddr, *topic,
+		env.RedisURL, env.RedisKind, a.GRPCAddr(), env.KafkaAddr)
+	if f, ok := stdout.(interface{ Sync() error }); ok {
+		_ = f.Sync()
+	}
+	return a.Run(ctx)
+}
