@@ -38,7 +38,7 @@ func newEnv(t testing.TB) *env {
 	return &env{redis: testenv.StartRedis(t), minio: testenv.StartMinIO(t)}
 }
 
-func ctxT(t testing.TB) context.Context {
+func ctxT(t testenv.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
@@ -46,12 +46,12 @@ func ctxT(t testing.TB) context.Context {
 }
 
 // serve runs a whole chunkup process in this test process and returns its address.
-func (e *env) serve(t testing.TB) string {
+func (e *env) serve(t testenv.TB) string {
 	t.Helper()
 	a, err := app.New(ctxT(t), app.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "off", RedisURL: e.redis.URL(),
 		S3: e.minio.S3Config(), Bucket: bucket})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("start chunkup: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

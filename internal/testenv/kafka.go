@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
-	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -25,7 +24,7 @@ type Kafka struct {
 
 // StartKafka starts a one-broker cluster with topics (one partition each); other
 // topics are created on first use. It stops when the test ends.
-func StartKafka(t testing.TB, topics ...string) *Kafka {
+func StartKafka(t TB, topics ...string) *Kafka {
 	t.Helper()
 	k := &Kafka{Topics: topics, port: FreePort(t), dir: filepath.Join(t.TempDir(), "kafka")}
 	k.Addr = fmt.Sprintf("127.0.0.1:%d", k.port)
@@ -35,7 +34,7 @@ func StartKafka(t testing.TB, topics ...string) *Kafka {
 }
 
 // Start starts the broker again after Stop (a no-op while it runs).
-func (k *Kafka) Start(t testing.TB) {
+func (k *Kafka) Start(t TB) {
 	t.Helper()
 	k.mu.Lock()
 	defer k.mu.Unlock()

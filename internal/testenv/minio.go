@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -53,7 +52,7 @@ type MinIO struct {
 // directory and the fixed test credentials, and waits until /minio/health/live answers
 // 200. MinIO is built first if it is not in the cache (see MinIOBinary). The server is
 // stopped when the test ends.
-func StartMinIO(t testing.TB) *MinIO {
+func StartMinIO(t TB) *MinIO {
 	t.Helper()
 	bin, err := MinIOBinary()
 	if err != nil {
@@ -160,7 +159,7 @@ func (m *MinIO) S3Config() s3x.Config {
 }
 
 // Client returns an S3 client for this server, built by s3x.New like chunkup's own.
-func (m *MinIO) Client(t testing.TB) *s3.Client {
+func (m *MinIO) Client(t TB) *s3.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -172,7 +171,7 @@ func (m *MinIO) Client(t testing.TB) *s3.Client {
 }
 
 // CreateBucket creates a bucket; one that already exists is fine.
-func (m *MinIO) CreateBucket(t testing.TB, name string) {
+func (m *MinIO) CreateBucket(t TB, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -207,7 +206,7 @@ func (m *MinIO) Kill() {
 // Start starts a stopped or killed server again on the same ports and data directory,
 // and waits until it is live. It does nothing if the server is running. t reports a
 // failure to start; the server still lives as long as the test that started it first.
-func (m *MinIO) Start(t testing.TB) {
+func (m *MinIO) Start(t TB) {
 	t.Helper()
 	if err := m.start(); err != nil {
 		t.Fatalf("testenv: restart minio on %s: %v\nlog:\n%s", m.Addr, err, tailFile(m.LogFile, 40))
@@ -215,7 +214,7 @@ func (m *MinIO) Start(t testing.TB) {
 }
 
 // Restart stops the server (if running) and starts it again on the same ports and data.
-func (m *MinIO) Restart(t testing.TB) {
+func (m *MinIO) Restart(t TB) {
 	t.Helper()
 	m.Stop()
 	m.Start(t)

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -30,7 +29,7 @@ type Process struct {
 // own environment (a later entry for the same variable wins). The process runs in its
 // own process group; when the test ends it gets SIGTERM and, if it has not exited
 // after 15 s, SIGKILL.
-func StartProcess(t testing.TB, path string, args []string, env []string) *Process {
+func StartProcess(t TB, path string, args []string, env []string) *Process {
 	t.Helper()
 	pr := &Process{}
 	pr.outLog = &lineLogger{t: t}
@@ -129,7 +128,7 @@ var (
 // directory) with `go build` and returns the binary's path. It builds each package once
 // per test binary; the result lives in a temporary directory shared by the whole test
 // binary, which the next builds remove once it is a day old.
-func BuildBinary(t testing.TB, pkg string) string {
+func BuildBinary(t TB, pkg string) string {
 	t.Helper()
 	v, _ := builds.LoadOrStore(pkg, &buildResult{})
 	r := v.(*buildResult)

@@ -4,7 +4,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -28,7 +27,7 @@ type Proxy struct {
 }
 
 // StartProxy starts a proxy to target. It is closed when the test ends.
-func StartProxy(t testing.TB, target string) *Proxy {
+func StartProxy(t TB, target string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

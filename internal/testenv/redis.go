@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -59,7 +58,7 @@ func WithArgs(args ...string) RedisOption {
 // RDB snapshots, no AOF (unless WithAOF), maxmemory-policy noeviction, and waits until it
 // answers PING. The test fails at once if redis-server is not installed. The server is
 // stopped when the test ends.
-func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
+func StartRedis(t TB, opts ...RedisOption) *Redis {
 	t.Helper()
 	var cfg redisConfig
 	for _, o := range opts {
@@ -165,7 +164,7 @@ func (r *Redis) URL() string { return "redis://" + r.Addr + "/0" }
 
 // Client returns a go-redis client for the server, closed when t ends. It reconnects by
 // itself after Restart.
-func (r *Redis) Client(t testing.TB) *redis.Client {
+func (r *Redis) Client(t TB) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: r.Addr})
 	t.Cleanup(func() { _ = c.Close() })
@@ -197,7 +196,7 @@ func (r *Redis) Kill() {
 // Start starts a stopped or killed server again on the same port and directory, and
 // waits until it answers PING. It does nothing if the server is running. t reports a
 // failure to start; the server still lives as long as the test that started it first.
-func (r *Redis) Start(t testing.TB) {
+func (r *Redis) Start(t TB) {
 	t.Helper()
 	if err := r.start(); err != nil {
 		t.Fatalf("testenv: restart redis-server on %s: %v\nlog:\n%s", r.Addr, err, tailFile(r.LogFile, 40))
@@ -206,7 +205,7 @@ func (r *Redis) Start(t testing.TB) {
 
 // Restart stops the server (if running) and starts it again on the same port and
 // directory. With WithAOF it keeps its data.
-func (r *Redis) Restart(t testing.TB) {
+func (r *Redis) Restart(t TB) {
 	t.Helper()
 	r.Stop()
 	r.Start(t)

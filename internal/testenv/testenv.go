@@ -24,7 +24,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -52,7 +51,7 @@ func BinDir() string { return filepath.Join(CacheDir(), "bin") }
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. Another process
 // may take it before the caller binds it; the Start functions retry with a new port when
 // a server cannot bind the one it was given.
-func FreePort(t testing.TB) int {
+func FreePort(t TB) int {
 	t.Helper()
 	port, err := freePort()
 	if err != nil {
@@ -136,12 +135,12 @@ func tailFile(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// lineLogger is an io.Writer that sends each complete line to a testing.TB's log with a
+// lineLogger is an io.Writer that sends each complete line to a TB's log with a
 // prefix, and drops everything once closed (a test's log must not be written after the
 // test has ended).
 type lineLogger struct {
 	mu     sync.Mutex
-	t      testing.TB
+	t      TB
 	prefix string
 	buf    bytes.Buffer
 	closed bool
