@@ -23,13 +23,13 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
 # Debian packages the tests need. An entry COMMAND:PACKAGE installs PACKAGE when COMMAND
 # is not on PATH; a bare PACKAGE installs it when dpkg does not have it. The OCR tests
-# will add: tesseract:tesseract-ocr tesseract-ocr-eng pdftoppm:poppler-utils
-APT_DEPS ?= redis-server:redis-server
+# need tesseract with its English data and poppler's pdftoppm.
+APT_DEPS ?= redis-server:redis-server tesseract:tesseract-ocr tesseract-ocr-eng pdftoppm:poppler-utils
 APT_DEPS += $(APT_DEPS_EXTRA)
 
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps deps-apt deps-minio test bench tools generate lint check-generate ci clean-cache
+.PHONY: all deps deps-apt deps-minio test chaos bench tools generate lint check-generate ci clean-cache
 
 all: test
 
@@ -85,6 +85,11 @@ deps-minio:
 ## test: run every test, with the race detector
 test: deps
 	$(GO) test -race -timeout 30m $(GO_TEST_FLAGS) ./...
+
+## chaos: the fault-injection suite (internal/chaos, build tag chaos): kill -9 of
+## server, worker and completer processes, Redis restarted, MinIO and Kafka stopped
+chaos: deps
+	$(GO) test -race -tags chaos -timeout 20m -v $(GO_TEST_FLAGS) ./internal/chaos/
 
 ## bench: run every benchmark (no tests)
 bench: deps

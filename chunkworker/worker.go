@@ -71,6 +71,10 @@ type Config struct {
 	// whose upload failed transiently is tried again. The S3 client's own retries
 	// happen first. Zero means 500 ms and 30 s.
 	RetryBase, RetryMax time.Duration
+	// GiveUpAfter is how long a chunk may keep failing transiently (S3 unreachable,
+	// throttling, 5xx) before its upload is failed. Zero means never: the chunk is
+	// retried until its staged bytes expire (ChunkTTL).
+	GiveUpAfter time.Duration
 	// DrainTimeout is how long in-flight uploads may run after Run's context ends before
 	// they are cancelled and their leases released. Zero means 10 s.
 	DrainTimeout time.Duration
@@ -78,11 +82,21 @@ type Config struct {
 	// all its parts, so an in-process completer can start at once.
 	OnReady func(uploadID string)
 	Logger  *slog.Logger
+	// Metrics, when set, records claims and uploaded parts (see internal/metrics).
+	Metrics Metrics
+}
+
+// Metrics is what a worker records (implemented by *metrics.Set).
+type Metrics interface {
+	// ChunkClaimed records a won claim; reclaimed when it took over an expired lease.
+	ChunkClaimed(reclaimed bool)
+	// PartUploaded records a part uploaded and recorded, and how long the upload took.
+	PartUploaded(d time.Duration)
 }
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	if c.Concurrency < 0 || c.Lease < 0 || c.SweepInterval < 0 || c.RetryBase < 0 || c.RetryMax < 0 || c.DrainTimeout < 0 {
+	if c.Concurrency < 0 || c.Lease < 0 || c.SweepInterval < 0 || c.RetryBase < 0 || c.RetryMax < 0 || c.DrainTimeout < 0 || c.GiveUpAfter < 0 {
 		return errors.New("chunkworker: settings must not be negative")
 	}
 	if c.Lease > 0 && c.Lease < 300*time.Millisecond {
@@ -124,7 +138,7 @@ type Worker struct {
 	work  chan staging.ChunkRef
 
 	mu       sync.Mutex
-	failures map[staging.ChunkRef]int // consecutive transient failures, for backoff
+	failures map[staging.ChunkRef]failing // consecutive transient failures, for backoff
 }
 
 // New returns a Worker.
@@ -136,7 +150,7 @@ func New(store Store, s3c S3API, ender Ender, cfg Config) (*Worker, error) {
 	return &Worker{
 		cfg: cfg, store: store, s3: s3c, ender: ender,
 		work:     make(chan staging.ChunkRef, cfg.Concurrency*4),
-		failures: map[staging.ChunkRef]int{},
+		failures: map[staging.ChunkRef]failing{},
 	}, nil
 }
 
@@ -197,14 +211,16 @@ func (w *Worker) offer(ref staging.ChunkRef) {
 }
 
 func (w *Worker) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(w.cfg.SweepInterval)
-	defer t.Stop()
+	pace := retry.Pacer{What: "sweeping pending chunks", Interval: w.cfg.SweepInterval, Logger: w.cfg.Logger}
 	for {
-		if err := w.Sweep(ctx); err != nil && ctx.Err() == nil {
-			w.cfg.Logger.Warn("sweep pending chunks", "err", err)
+		err := w.Sweep(ctx)
+		if ctx.Err() != nil {
+			return
 		}
+		t := time.NewTimer(pace.Next(err))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 		}
@@ -254,7 +270,12 @@ func (w *Worker) Process(ctx context.Context, ref staging.ChunkRef) {
 		return
 	}
 
+	if w.cfg.Metrics != nil {
+		w.cfg.Metrics.ChunkClaimed(c.Reclaimed)
+	}
+	began := time.Now()
 	etag, err := w.upload(ctx, c)
+	took := time.Since(began)
 	if err != nil {
 		w.failed(ctx, c, err, log)
 		return
@@ -265,6 +286,9 @@ func (w *Worker) Process(ctx context.Context, ref staging.ChunkRef) {
 		log.Warn("record part", "err", err)
 		w.release(ctx, c, time.Time{})
 		return
+	}
+	if outcome == staging.Recorded && w.cfg.Metrics != nil {
+		w.cfg.Metrics.PartUploaded(took)
 	}
 	switch outcome {
 	case staging.Recorded, staging.RecordedBefore:
@@ -417,7 +441,18 @@ func (w *Worker) failed(ctx context.Context, c staging.Claim, err error, log *sl
 		_ = w.store.DonePending(ctx, c.Ref)
 		return
 	}
-	n := w.noteFailure(c.Ref)
+	f := w.noteFailure(c.Ref)
+	if w.cfg.GiveUpAfter > 0 && w.store.Now().Sub(f.since) >= w.cfg.GiveUpAfter {
+		reason := fmt.Sprintf("chunk %d could not be stored in S3 for %s: %v", c.Ref.N, w.cfg.GiveUpAfter, err)
+		log.Error("giving up on the chunk; failing the upload", "reason", reason)
+		if endErr := w.ender.End(ctx, c.Ref.UploadID, staging.StatusFailed, reason, false); endErr != nil {
+			log.Warn("fail upload", "err", endErr)
+		}
+		w.clearFailures(c.Ref)
+		_ = w.store.DonePending(ctx, c.Ref)
+		return
+	}
+	n := f.n
 	retryAt := w.store.Now().Add(retry.Backoff(w.cfg.RetryBase, w.cfg.RetryMax, n))
 	if ctx.Err() != nil {
 		retryAt = time.Time{} // shutting down: let another replica take it at once
@@ -439,11 +474,22 @@ func (w *Worker) release(ctx context.Context, c staging.Claim, at time.Time) {
 	}
 }
 
-func (w *Worker) noteFailure(ref staging.ChunkRef) int {
+// failing is a chunk's run of transient failures.
+type failing struct {
+	n     int
+	since time.Time
+}
+
+func (w *Worker) noteFailure(ref staging.ChunkRef) failing {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.failures[ref]++
-	return w.failures[ref]
+	f := w.failures[ref]
+	if f.n == 0 {
+		f.since = w.store.Now()
+	}
+	f.n++
+	w.failures[ref] = f
+	return f
 }
 
 func (w *Worker) clearFailures(ref staging.ChunkRef) {

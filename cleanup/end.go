@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/chunkup/chunkup/completion"
+	"github.com/chunkup/chunkup/internal/retry"
 	"github.com/chunkup/chunkup/staging"
 )
 
@@ -44,6 +45,9 @@ type Ender struct {
 	// publisher sends it at once.
 	OnEvent func()
 	Logger  *slog.Logger
+	// Metrics, when set, counts ended uploads by the status they ended in (see
+	// internal/metrics).
+	Metrics interface{ UploadEnded(status string) }
 }
 
 // End moves upload id to status (FAILED, ABORTED or EXPIRED) with reason and records
@@ -77,6 +81,9 @@ func (e *Ender) end(ctx context.Context, r staging.EndRequest) error {
 	}
 	if e.OnEvent != nil {
 		e.OnEvent()
+	}
+	if e.Metrics != nil {
+		e.Metrics.UploadEnded(string(r.Status))
 	}
 	log := e.logger().With("upload_id", r.ID, "status", r.Status, "correlation_id", u.CorrelationID)
 	if res.MultipartID != "" {
@@ -162,14 +169,16 @@ func (x *Expirer) Run(ctx context.Context) error {
 	if err := x.Recover(ctx); err != nil && ctx.Err() == nil {
 		x.cfg.Logger.Warn("start-up recovery", "err", err)
 	}
-	t := time.NewTicker(x.cfg.Interval)
-	defer t.Stop()
+	pace := retry.Pacer{What: "expiring idle uploads", Interval: x.cfg.Interval, Logger: x.cfg.Logger}
 	for {
-		if _, err := x.Sweep(ctx); err != nil && ctx.Err() == nil {
-			x.cfg.Logger.Warn("expire idle uploads", "err", err)
+		_, err := x.Sweep(ctx)
+		if ctx.Err() != nil {
+			return nil
 		}
+		t := time.NewTimer(pace.Next(err))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
 		case <-t.C:
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -38,9 +39,21 @@ type Progress struct {
 type UploadOption func(*uploadConfig)
 
 type uploadConfig struct {
-	create   chunkupv1.CreateUploadRequest
-	resume   string
-	progress func(Progress)
+	create        chunkupv1.CreateUploadRequest
+	resume        string
+	progress      func(Progress)
+	correlationID string
+}
+
+// CorrelationIDHeader is the request metadata key carrying a correlation id.
+const CorrelationIDHeader = "x-correlation-id"
+
+// WithCorrelationID sends id as the x-correlation-id of every call the upload makes.
+// The server stores it on the upload (Upload.correlation_id) and puts it in its logs,
+// its trace spans and the upload's Kafka events' headers; without it the server makes
+// one up. An id must be at most 128 printable characters, or the server replaces it.
+func WithCorrelationID(id string) UploadOption {
+	return func(u *uploadConfig) { u.correlationID = id }
 }
 
 // WithName sets the file name (used in the default object key).
@@ -104,6 +117,9 @@ func (c *Client) Upload(ctx context.Context, r io.Reader, opts ...UploadOption) 
 	var cfg uploadConfig
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.correlationID != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, CorrelationIDHeader, cfg.correlationID)
 	}
 	var up *chunkupv1.Upload
 	err := c.retrying(ctx, func() (err error) {

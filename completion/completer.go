@@ -81,6 +81,9 @@ type Config struct {
 	// in-process publisher sends it at once.
 	OnEvent func()
 	Logger  *slog.Logger
+	// Metrics, when set, counts completed uploads (see internal/metrics; failed ones
+	// are counted where they end, in cleanup.Ender).
+	Metrics interface{ UploadCompleted() }
 }
 
 // Validate checks the configuration.
@@ -164,7 +167,8 @@ func (c *Completer) Run(ctx context.Context) error {
 			}
 		})
 	}
-	t := time.NewTicker(c.cfg.SweepInterval)
+	pace := retry.Pacer{What: "sweeping completions", Interval: c.cfg.SweepInterval, Logger: c.cfg.Logger}
+	t := time.NewTimer(c.cfg.SweepInterval)
 	defer t.Stop()
 	defer wg.Wait()
 	defer close(work)
@@ -176,12 +180,13 @@ func (c *Completer) Run(ctx context.Context) error {
 			send(ctx, work, id)
 		case <-t.C:
 			ids, err := c.store.DueCompletions(ctx, 100)
-			if err != nil && ctx.Err() == nil {
-				c.cfg.Logger.Warn("sweep completions", "err", err)
+			if ctx.Err() != nil {
+				return nil
 			}
 			for _, id := range ids {
 				send(ctx, work, id)
 			}
+			t.Reset(pace.Next(err))
 		}
 	}
 }
@@ -262,6 +267,9 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 	}
 	if c.cfg.OnEvent != nil {
 		c.cfg.OnEvent()
+	}
+	if c.cfg.Metrics != nil {
+		c.cfg.Metrics.UploadCompleted()
 	}
 	c.cfg.Logger.Info("upload completed", "upload_id", id, "bucket", b.Bucket, "key", b.Key, "size", size,
 		"etag", etag, "correlation_id", u.CorrelationID)

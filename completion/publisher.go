@@ -1,10 +1,12 @@
 package completion
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -171,6 +173,11 @@ func (p *Publisher) Drain(ctx context.Context) error {
 			}
 			continue
 		}
+		// One upload's events go out in the order they were recorded (they share a
+		// partition, keyed by upload id, so consumers see that order).
+		slices.SortFunc(evs, func(a, b staging.OutboxEvent) int {
+			return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+		})
 		for _, ev := range evs {
 			events = append(events, ev)
 			msgs = append(msgs, kafka.Message{

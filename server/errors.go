@@ -30,6 +30,8 @@ func toStatus(id string, err error) error {
 		oor  *staging.OutOfRangeError
 		last *staging.LastChunkError
 		rec  *staging.PartRecordedError
+		dst  *staging.DocStateError
+		fen  *staging.FencedError
 	)
 	// Messages name the upload when there is one, so a client juggling several
 	// uploads knows which one a failure belongs to.
@@ -58,6 +60,16 @@ func toStatus(id string, err error) error {
 		return status.Errorf(codes.Aborted, "upload %s: %v and cannot be replaced now; retry", id, err)
 	case errors.Is(err, staging.ErrCompleting):
 		return status.Errorf(codes.FailedPrecondition, "upload %s is being completed and can no longer be aborted", id)
+	case errors.Is(err, staging.ErrDocumentNotFound):
+		return status.Errorf(codes.NotFound, "document %q not found: only completed image and PDF uploads handed to OCR are documents (it may also have expired)", id)
+	case errors.Is(err, staging.ErrJobNotFound):
+		return status.Errorf(codes.NotFound, "OCR job %q not found", id)
+	case errors.As(err, &dst):
+		return status.Errorf(codes.FailedPrecondition, "document %s: %v", id, dst)
+	case errors.As(err, &fen):
+		return status.Errorf(codes.Aborted, "document %s: %v", id, fen)
+	case errors.As(err, new(*BudgetError)), errors.As(err, new(*LimitError)):
+		return status.Error(codes.ResourceExhausted, on+err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -26,7 +26,7 @@ func NewGRPCServer(svc *UploadService, logger *slog.Logger, extra ...grpc.Server
 	logFn := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		logger.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
-	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
+	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithFieldsFromContext(logFields)}
 	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		logger.ErrorContext(ctx, "panic in gRPC handler", "panic", p)
 		return status.Error(codes.Internal, "internal error")
@@ -43,6 +43,7 @@ func NewGRPCServer(svc *UploadService, logger *slog.Logger, extra ...grpc.Server
 			logging.StreamServerInterceptor(logFn, logOpts...),
 		),
 	}, extra...)
+	opts = append(svc.cfg.Observe.serverOptions(), opts...) // outermost: see observe.go
 	gs := grpc.NewServer(opts...)
 	chunkupv1.RegisterUploadServiceServer(gs, svc)
 	hs := health.NewServer()

@@ -6,8 +6,10 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,13 +25,14 @@ import (
 
 // Store is the part of the staging store the service uses.
 type Store interface {
-	ClaimClientNodeID(ctx context.Context, clientNodeID, id string) (string, error)
+	ClaimClientNodeID(ctx context.Context, tenant, clientNodeID, id string) (string, error)
 	Create(ctx context.Context, u staging.NewUpload) (bool, error)
 	Params(ctx context.Context, id string) (staging.Params, error)
 	Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (staging.StageResult, error)
 	Get(ctx context.Context, id string) (*staging.Upload, error)
 	EnqueueCompletion(ctx context.Context, id string) error
 	SubscribeProgress(ctx context.Context, id string) *redis.PubSub
+	StagedBytes(ctx context.Context) (int64, error)
 }
 
 var _ Store = (*staging.Store)(nil)
@@ -54,10 +57,24 @@ type Config struct {
 	MaxChunkSize int64
 	// NodeID names this process in upload state. Zero means unnamed.
 	NodeID string
+	// MaxUploadSize caps an upload's size. Zero means only S3's cap (10,000 chunks of at
+	// most MaxChunkSize).
+	MaxUploadSize int64
+	// MaxStreamsPerTenant caps the upload streams one tenant has open on this process.
+	// Zero means no cap.
+	MaxStreamsPerTenant int
+	// StagedBytesBudget caps the bytes staged in Redis (measured as Redis' used_memory):
+	// over it, streams stop reading chunks until workers drain Redis. Zero means no budget.
+	StagedBytesBudget int64
+	// BudgetWait is how long a stream waits for the budget before it fails with
+	// RESOURCE_EXHAUSTED. Zero means 30 s.
+	BudgetWait time.Duration
 	// OnReady, when set, is called when a chunk makes an upload ready to complete (the
 	// completion is enqueued durably first), so an in-process completer starts at once.
 	OnReady func(uploadID string)
 	Logger  *slog.Logger
+	// Observe sets up metrics and tracing of the API (see observe.go). Zero: none.
+	Observe Observability
 }
 
 // Validate checks the configuration.
@@ -74,6 +91,12 @@ func (c Config) Validate() error {
 	if c.ChunkSize != 0 && c.MaxChunkSize != 0 && c.ChunkSize > c.MaxChunkSize {
 		return errors.New("server: chunk size must not exceed max chunk size")
 	}
+	if c.MaxUploadSize < 0 || c.MaxStreamsPerTenant < 0 || c.StagedBytesBudget < 0 || c.BudgetWait < 0 {
+		return errors.New("server: limits must not be negative")
+	}
+	if c.StagedBytesBudget > 0 && c.StagedBytesBudget < 2*MinPartSize {
+		return errors.New("server: the staged-bytes budget must be at least 10 MiB (two minimal chunks)")
+	}
 	return nil
 }
 
@@ -86,6 +109,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxChunkSize == 0 {
 		c.MaxChunkSize = max64(64<<20, c.ChunkSize)
+	}
+	if c.BudgetWait == 0 {
+		c.BudgetWait = 30 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -102,9 +128,13 @@ func (c Config) MaxMessageSize() int {
 // UploadService implements chunkupv1.UploadServiceServer.
 type UploadService struct {
 	chunkupv1.UnimplementedUploadServiceServer
-	cfg   Config
-	store Store
-	ender Ender
+	cfg      Config
+	store    Store
+	ender    Ender
+	streams  *streamCounter
+	budget   *budgetGate
+	draining chan struct{}
+	drain    sync.Once
 }
 
 var _ chunkupv1.UploadServiceServer = (*UploadService)(nil)
@@ -115,8 +145,20 @@ func NewUploadService(store Store, ender Ender, cfg Config) (*UploadService, err
 		return nil, err
 	}
 	cfg.setDefaults()
-	return &UploadService{cfg: cfg, store: store, ender: ender}, nil
+	s := &UploadService{cfg: cfg, store: store, ender: ender, draining: make(chan struct{}),
+		streams: &streamCounter{limit: cfg.MaxStreamsPerTenant, open: map[string]int{}}}
+	if cfg.StagedBytesBudget > 0 {
+		s.budget = &budgetGate{budget: cfg.StagedBytesBudget, maxWait: cfg.BudgetWait,
+			every: 50 * time.Millisecond, measure: store.StagedBytes}
+	}
+	return s, nil
 }
+
+// Drain makes open streams end with UNAVAILABLE after their current chunk, telling
+// clients to resume on another server; the process calls it when it shuts down.
+func (s *UploadService) Drain() { s.drain.Do(func() { close(s.draining) }) }
+
+var errDraining = status.Error(codes.Unavailable, "this server is shutting down; resume the upload on another server (GetUpload lists the chunks it has)")
 
 // CreateUpload implements UploadService.CreateUpload.
 func (s *UploadService) CreateUpload(ctx context.Context, req *chunkupv1.CreateUploadRequest) (*chunkupv1.CreateUploadResponse, error) {
@@ -135,24 +177,29 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 	if req.ExpectedSize != nil {
 		expected = *req.ExpectedSize
 	}
+	if s.cfg.MaxUploadSize > 0 && expected > s.cfg.MaxUploadSize {
+		return nil, invalidf("expected_size %d exceeds this server's maximum upload size of %d bytes (--max-upload-size)", expected, s.cfg.MaxUploadSize)
+	}
 	chunkSize, err := ChunkSizeFor(expected, s.cfg.ChunkSize, s.cfg.MaxChunkSize)
 	if err != nil {
 		return nil, err
 	}
+	tenant := TenantFrom(ctx)
 	id := staging.NewID()
 	if req.ClientNodeId != "" {
-		if id, err = s.store.ClaimClientNodeID(ctx, req.ClientNodeId, id); err != nil {
+		if id, err = s.store.ClaimClientNodeID(ctx, tenant, req.ClientNodeId, id); err != nil {
 			return nil, err
 		}
 	}
-	key := req.Key
-	if key == "" {
-		key = DefaultKey(s.cfg.KeyPrefix, id, req.Name)
+	key := KeyFor(tenant, s.cfg.KeyPrefix, id, req.Key, req.Name)
+	if len(key) > maxKeyLen {
+		return nil, invalidf("key has %d bytes with the tenant's prefix; at most %d are allowed", len(key), maxKeyLen)
 	}
 	nu := staging.NewUpload{
-		ID: id, Bucket: s.cfg.Bucket, Key: key, ChunkSize: chunkSize, ExpectedSize: expected,
-		NodeID: s.cfg.NodeID, Name: req.Name, ContentType: req.ContentType,
-		ClientNodeID: req.ClientNodeId, Metadata: req.Metadata, CorrelationID: CorrelationID(ctx),
+		ID: id, Bucket: s.cfg.Bucket, Key: key,
+		ChunkSize: chunkSize, ExpectedSize: expected, NodeID: s.cfg.NodeID, Name: req.Name,
+		ContentType: req.ContentType, ClientNodeID: req.ClientNodeId, Metadata: req.Metadata,
+		CorrelationID: CorrelationID(ctx), Tenant: tenant,
 	}
 	if expected >= 0 {
 		nu.Total = staging.TotalChunks(expected, chunkSize)
@@ -160,11 +207,24 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 	if _, err := s.store.Create(ctx, nu); err != nil {
 		return nil, err
 	}
-	up, err := s.store.Get(ctx, id)
+	up, err := s.get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	return toProto(up), nil
+}
+
+// get reads an upload the caller's tenant owns: another tenant's upload does not exist
+// for it (NOT_FOUND, the same as a missing one, so ids cannot be probed).
+func (s *UploadService) get(ctx context.Context, id string) (*staging.Upload, error) {
+	up, err := s.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if up.Tenant != TenantFrom(ctx) {
+		return nil, staging.ErrNotFound
+	}
+	return up, nil
 }
 
 // UploadChunk implements UploadService.UploadChunk. Each chunk is validated against
@@ -173,38 +233,67 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 // stay.
 func (s *UploadService) UploadChunk(stream chunkupv1.UploadService_UploadChunkServer) error {
 	ctx := stream.Context()
+	release, err := s.streams.acquire(TenantFrom(ctx))
+	if err != nil {
+		return toStatus("", err)
+	}
+	defer release()
+
+	// The receiver reads the next message while the current one is staged, but only
+	// when the staged-bytes budget allows: while it does not, the stream is not read and
+	// gRPC's flow control holds the client back.
+	msgs := make(chan *chunkupv1.UploadChunkRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			if err := s.budget.wait(ctx); err != nil {
+				recvErr <- err
+				return
+			}
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			s.budget.received(int64(len(req.Data)))
+			select {
+			case msgs <- req:
+			case <-ctx.Done():
+				s.budget.done(int64(len(req.Data)), false)
+				return
+			}
+		}
+	}()
+
 	params := map[string]staging.Params{} // immutable per upload, read once per stream
 	first := true
 	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
+		var req *chunkupv1.UploadChunkRequest
+		select {
+		case <-s.draining:
+			return errDraining
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return toStatus("", err)
+		case req = <-msgs:
 		}
 		if req.Create != nil {
-			if !first {
-				return status.Error(codes.InvalidArgument, "create is allowed only in the first message of a stream")
-			}
-			if req.UploadId != "" {
-				return status.Error(codes.InvalidArgument, "a message with create must not name an upload_id")
-			}
-			up, err := s.create(ctx, req.Create)
-			if err != nil {
-				return toStatus("", err)
-			}
-			if err := stream.Send(&chunkupv1.UploadChunkResponse{UploadId: up.UploadId, Upload: up}); err != nil {
+			if err := s.createOnStream(ctx, stream, req, first); err != nil {
+				s.budget.done(int64(len(req.Data)), false)
 				return err
 			}
 			first = false
 			if req.ChunkNumber == 0 && len(req.Data) == 0 {
 				continue
 			}
-			req.UploadId = up.UploadId
 		}
 		first = false
 		resp, err := s.stage(ctx, req, params)
+		s.budget.done(int64(len(req.Data)), err == nil && !resp.Duplicate)
 		if err != nil {
 			return toStatus(req.UploadId, err)
 		}
@@ -212,6 +301,26 @@ func (s *UploadService) UploadChunk(stream chunkupv1.UploadService_UploadChunkSe
 			return err
 		}
 	}
+}
+
+// createOnStream handles a create request on a stream: it must be the stream's first
+// message; the response carries the new upload, and req then names it.
+func (s *UploadService) createOnStream(ctx context.Context, stream chunkupv1.UploadService_UploadChunkServer, req *chunkupv1.UploadChunkRequest, first bool) error {
+	if !first {
+		return status.Error(codes.InvalidArgument, "create is allowed only in the first message of a stream")
+	}
+	if req.UploadId != "" {
+		return status.Error(codes.InvalidArgument, "a message with create must not name an upload_id")
+	}
+	up, err := s.create(ctx, req.Create)
+	if err != nil {
+		return toStatus("", err)
+	}
+	if err := stream.Send(&chunkupv1.UploadChunkResponse{UploadId: up.UploadId, Upload: up}); err != nil {
+		return err
+	}
+	req.UploadId = up.UploadId
+	return nil
 }
 
 func (s *UploadService) stage(ctx context.Context, req *chunkupv1.UploadChunkRequest, params map[string]staging.Params) (*chunkupv1.UploadChunkResponse, error) {
@@ -225,6 +334,9 @@ func (s *UploadService) stage(ctx context.Context, req *chunkupv1.UploadChunkReq
 		if p, err = s.store.Params(ctx, id); err != nil {
 			return nil, err
 		}
+		if p.Tenant != TenantFrom(ctx) {
+			return nil, staging.ErrNotFound
+		}
 		if len(params) > 64 {
 			clear(params)
 		}
@@ -233,6 +345,9 @@ func (s *UploadService) stage(ctx context.Context, req *chunkupv1.UploadChunkReq
 	n := req.ChunkNumber
 	if err := ValidateChunk(p, n, int64(len(req.Data)), req.IsLast); err != nil {
 		return nil, err
+	}
+	if max := s.cfg.MaxUploadSize; max > 0 && n > 0 && int64(n-1)*p.ChunkSize+int64(len(req.Data)) > max {
+		return nil, &LimitError{Msg: fmt.Sprintf("chunk %d takes the upload past this server's maximum upload size of %d bytes (--max-upload-size)", n, max)}
 	}
 	sum := crc.Checksum(req.Data)
 	if req.Crc32C != nil && *req.Crc32C != sum {
@@ -243,6 +358,7 @@ func (s *UploadService) stage(ctx context.Context, req *chunkupv1.UploadChunkReq
 	if err != nil {
 		return nil, err
 	}
+	s.cfg.Observe.chunkStaged(res.Duplicate)
 	if res.Ready {
 		// The last chunk arrived after every part was already in S3 (e.g. is_last on a
 		// repeat): no worker will see a new part, so the completion starts here.
@@ -286,7 +402,7 @@ func (s *UploadService) GetUpload(ctx context.Context, req *chunkupv1.GetUploadR
 	if err := validID(req.UploadId); err != nil {
 		return nil, toStatus(req.UploadId, err)
 	}
-	up, err := s.store.Get(ctx, req.UploadId)
+	up, err := s.get(ctx, req.UploadId)
 	if err != nil {
 		return nil, toStatus(req.UploadId, err)
 	}
@@ -307,6 +423,9 @@ func (s *UploadService) AbortUpload(ctx context.Context, req *chunkupv1.AbortUpl
 	if reason == "" {
 		reason = "aborted by client"
 	}
+	if _, err := s.get(ctx, id); err != nil {
+		return nil, toStatus(id, err)
+	}
 	err := s.ender.End(ctx, id, staging.StatusAborted, reason, false)
 	var se *staging.StateError
 	if errors.As(err, &se) {
@@ -318,7 +437,7 @@ func (s *UploadService) AbortUpload(ctx context.Context, req *chunkupv1.AbortUpl
 	if err != nil {
 		return nil, toStatus(id, err)
 	}
-	up, err := s.store.Get(ctx, id)
+	up, err := s.get(ctx, id)
 	if err != nil {
 		return nil, toStatus(id, err)
 	}

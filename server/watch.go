@@ -37,7 +37,7 @@ func (s *UploadService) WatchUpload(req *chunkupv1.WatchUploadRequest, stream ch
 
 	var last *chunkupv1.UploadProgress
 	update := func() (bool, error) {
-		u, err := s.store.Get(ctx, id)
+		u, err := s.get(ctx, id)
 		if err != nil {
 			return false, toStatus(id, err)
 		}
@@ -58,6 +58,8 @@ func (s *UploadService) WatchUpload(req *chunkupv1.WatchUploadRequest, stream ch
 	dirty, ticks := false, 0
 	for {
 		select {
+		case <-s.draining:
+			return status.Error(codes.Unavailable, "this server is shutting down; watch again (another server will answer)")
 		case <-ctx.Done():
 			return status.FromContextError(context.Cause(ctx)).Err()
 		case _, ok := <-notices:

@@ -2,6 +2,7 @@ package staging
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -21,9 +22,11 @@ type OutboxEvent struct {
 	Created time.Time
 }
 
-// record encodes the event for the outbox hash: "type\ncorrelation\nunix-ms\npayload".
+// record encodes the event for the outbox hash: "type\ncorrelation\nunix-ns\npayload".
+// Nanoseconds, so that one upload's events recorded in the same millisecond keep their
+// order when published.
 func (e OutboxEvent) record() string {
-	return e.Type + "\n" + e.CorrelationID + "\n" + strconv.FormatInt(e.Created.UnixMilli(), 10) + "\n" + string(e.Payload)
+	return e.Type + "\n" + e.CorrelationID + "\n" + strconv.FormatInt(e.Created.UnixNano(), 10) + "\n" + string(e.Payload)
 }
 
 func parseRecord(id, uploadID, rec string) (OutboxEvent, bool) {
@@ -32,7 +35,7 @@ func parseRecord(id, uploadID, rec string) (OutboxEvent, bool) {
 		return OutboxEvent{}, false
 	}
 	return OutboxEvent{ID: id, Type: f[0], CorrelationID: f[1], UploadID: uploadID,
-		Created: time.UnixMilli(toI64(f[2])), Payload: []byte(f[3])}, true
+		Created: time.Unix(0, toI64(f[2])), Payload: []byte(f[3])}, true
 }
 
 // DueOutbox returns up to limit uploads whose outbox a publisher should drain now.
@@ -158,4 +161,20 @@ func (s *Store) Recover(ctx context.Context, id string) error {
 // but latency.
 func (s *Store) SubscribeProgress(ctx context.Context, id string) *redis.PubSub {
 	return s.rdb.Subscribe(ctx, ProgressChannel(id))
+}
+
+// StagedBytes returns Redis' used_memory: an upper bound of the bytes staged there
+// (staged chunks are most of it, and nothing else chunkup keeps is large). It is what
+// the staged-bytes budget limits, so the budget also protects Redis itself.
+func (s *Store) StagedBytes(ctx context.Context) (int64, error) {
+	info, err := s.rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, errors.New("staging: INFO memory has no used_memory")
 }

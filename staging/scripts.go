@@ -133,7 +133,8 @@ return {code, ready}
 //	ARGV[3] now (unix ms)
 //	ARGV[4] lease duration (ms)
 //
-// Returns {"ok", received "crc:size", total, s3_upload_id, bucket, key, content_type},
+// Returns {"ok", received "crc:size", total, s3_upload_id, bucket, key, content_type,
+// reclaimed} (reclaimed is "1" when the claim replaced another worker's expired lease),
 // {"done", ready} when the part is already recorded, {"busy", lease expiry},
 // {"missing"} when no bytes are staged, {"expired"} when bytes were received but have
 // expired from Redis, or {"gone", status} when the upload is not active.
@@ -152,14 +153,17 @@ if redis.call('EXISTS', KEYS[4]) == 0 then
 end
 local now = tonumber(ARGV[3])
 local lease = redis.call('HGET', KEYS[5], ARGV[1])
+local reclaimed = '0'
 if lease then
   local exp = tonumber(string.match(lease, '|(%d+)$'))
-  if exp and exp > now and string.sub(lease, 1, #ARGV[2]+1) ~= ARGV[2] .. '|' then return {'busy', exp} end
+  local mine = string.sub(lease, 1, #ARGV[2]+1) == ARGV[2] .. '|'
+  if exp and exp > now and not mine then return {'busy', exp} end
+  if not mine then reclaimed = '1' end
 end
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[2] .. '|' .. (now + tonumber(ARGV[4])))
 local rec = redis.call('HGET', KEYS[2], ARGV[1])
 local ct = redis.call('HGET', KEYS[6], 'content_type') or ''
-return {'ok', rec, st[2], st[4] or '', st[5], st[6], ct}
+return {'ok', rec, st[2], st[4] or '', st[5], st[6], ct, reclaimed}
 `)
 
 // renewScript extends a lease held by the caller.

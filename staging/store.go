@@ -147,18 +147,19 @@ type NewUpload struct {
 	Metadata                        map[string]string
 }
 
-// ClaimClientNodeID binds clientNodeID to id unless it is bound already, and returns the
-// id it is bound to. Callers create the upload with the returned id, so a retried create
-// finds the same upload even if the first attempt died in between.
-func (s *Store) ClaimClientNodeID(ctx context.Context, clientNodeID, id string) (string, error) {
-	ok, err := s.rdb.SetNX(ctx, idemKey(clientNodeID), id, s.stateTTL).Result()
+// ClaimClientNodeID binds tenant's clientNodeID to id unless it is bound already, and
+// returns the id it is bound to. Callers create the upload with the returned id, so a
+// retried create finds the same upload even if the first attempt died in between.
+func (s *Store) ClaimClientNodeID(ctx context.Context, tenant, clientNodeID, id string) (string, error) {
+	key := idemKey(tenant + "/" + clientNodeID)
+	ok, err := s.rdb.SetNX(ctx, key, id, s.stateTTL).Result()
 	if err != nil {
 		return "", err
 	}
 	if ok {
 		return id, nil
 	}
-	return s.rdb.Get(ctx, idemKey(clientNodeID)).Result()
+	return s.rdb.Get(ctx, key).Result()
 }
 
 // Create stores a new upload. It reports false if the id exists already.
@@ -168,13 +169,13 @@ func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
 		"status", string(StatusActive), "bucket", u.Bucket, "key", u.Key,
 		"chunk_size", u.ChunkSize, "expected_size", u.ExpectedSize, "total", u.Total,
 		"max_received", 0, "received", 0, "received_bytes", 0, "uploaded", 0,
-		"uploaded_bytes", 0, "s3_upload_id", "", "node_id", u.NodeID,
+		"uploaded_bytes", 0, "s3_upload_id", "", "node_id", u.NodeID, "tenant", u.Tenant,
 		"created_ms", now, "updated_ms", now,
 	}
 	args := []any{s.keysTTL(), len(state) / 2}
 	args = append(args, state...)
 	meta := []any{"name", u.Name, "content_type", u.ContentType, "client_node_id", u.ClientNodeID,
-		"correlation_id", u.CorrelationID, "tenant", u.Tenant}
+		"correlation_id", u.CorrelationID}
 	if len(u.Metadata) > 0 {
 		b, err := json.Marshal(u.Metadata)
 		if err != nil {
@@ -201,11 +202,13 @@ type Params struct {
 	ExpectedSize int64
 	// Total is the number of chunks known from ExpectedSize, else 0.
 	Total uint32
+	// Tenant owns the upload.
+	Tenant string
 }
 
 // Params reads an upload's immutable parameters.
 func (s *Store) Params(ctx context.Context, id string) (Params, error) {
-	v, err := s.rdb.HMGet(ctx, stateKey(id), "chunk_size", "expected_size").Result()
+	v, err := s.rdb.HMGet(ctx, stateKey(id), "chunk_size", "expected_size", "tenant").Result()
 	if err != nil {
 		return Params{}, err
 	}
@@ -215,6 +218,7 @@ func (s *Store) Params(ctx context.Context, id string) (Params, error) {
 	var p Params
 	p.ChunkSize, _ = strconv.ParseInt(v[0].(string), 10, 64)
 	p.ExpectedSize, _ = strconv.ParseInt(v[1].(string), 10, 64)
+	p.Tenant = toStr(v[2])
 	if p.ExpectedSize >= 0 {
 		p.Total = TotalChunks(p.ExpectedSize, p.ChunkSize)
 	}
@@ -377,7 +381,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Upload, error) {
 		MultipartID: h["s3_upload_id"], NodeID: h["node_id"], Size: toI64(h["size"]),
 		ETag: h["etag"], CRC32C: toU32(h["crc32c"]), Error: h["error"],
 		Name: m["name"], ContentType: m["content_type"], ClientNodeID: m["client_node_id"],
-		CorrelationID: m["correlation_id"], Tenant: m["tenant"], HandoffPending: h["handoff"] == "pending",
+		CorrelationID: m["correlation_id"], Tenant: h["tenant"], HandoffPending: h["handoff"] == "pending",
 		Created: msTime(h["created_ms"]), Updated: msTime(h["updated_ms"]),
 		Completed: msTime(h["completed_ms"]),
 	}

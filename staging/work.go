@@ -43,6 +43,9 @@ type Claim struct {
 	MultipartID string
 	Bucket, Key string
 	ContentType string
+	// Reclaimed: the claim replaced another worker's expired lease (that worker died
+	// or stalled).
+	Reclaimed bool
 	// For AlreadyDone.
 	Ready bool
 	// For Busy.
@@ -73,6 +76,7 @@ func (s *Store) Claim(ctx context.Context, ref ChunkRef, token string, lease tim
 		c.Outcome, c.CRC32C, c.Size = Claimed, crc, size
 		c.Total, c.MultipartID, c.Bucket, c.Key = toU32(res[2]), toStr(res[3]), toStr(res[4]), toStr(res[5])
 		c.ContentType = toStr(res[6])
+		c.Reclaimed = len(res) > 7 && toStr(res[7]) == "1"
 	case "done":
 		c.Outcome, c.Ready = AlreadyDone, toI64(res[1]) == 1
 	case "busy":

@@ -12,7 +12,6 @@ import (
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/chunkup/chunkup/client"
 	"github.com/chunkup/chunkup/completion"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 )
@@ -89,7 +88,7 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 1 {
 		return usageError{errors.New("watch needs exactly one UPLOAD_ID")}
 	}
-	c, err := client.Dial(*server)
+	c, err := fs.dial(*server)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,8 @@ import (
 // usage, whose value becomes the flag's default.
 type flagSet struct {
 	*flag.FlagSet
-	errs []error
+	errs  []error
+	creds *credFlags // set by clientFlags
 }
 
 func newFlagSet(name, usage string) *flagSet {

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -31,6 +32,7 @@ import (
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/app"
 	"github.com/chunkup/chunkup/internal/s3x"
+	"github.com/chunkup/chunkup/server"
 )
 
 // Exit codes scripts can rely on.
@@ -50,6 +52,8 @@ commands:
   abort    abort an upload
   watch    print an upload's progress until it ends
   events   print chunkup's Kafka events as JSON lines
+  apikey   make an API key for a tenant and print its configuration entry
+  ocr      OCR documents: status, stats, dead list|requeue, reprocess
 
 Run 'chunkup COMMAND -h' for a command's flags.
 `
@@ -81,6 +85,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = watch(ctx, args[1:], stdout, stderr)
 	case "events":
 		err = events(ctx, args[1:], stdout, stderr)
+	case "apikey":
+		err = apikey(args[1:], stdout, stderr)
+	case "ocr":
+		err = ocrCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -112,7 +120,7 @@ func describe(err error) string {
 	if errors.As(err, &se) {
 		s := se.GRPCStatus()
 		if s.Code() == codes.Unavailable {
-			return fmt.Sprintf("cannot reach the chunkup server (%s); check --server or $CHUNKUP_SERVER, or start one with `chunkup dev`", s.Message())
+			return fmt.Sprintf("Unavailable: cannot reach the chunkup server (%s); check --server or $CHUNKUP_SERVER, or start one with `chunkup dev`", s.Message())
 		}
 		return fmt.Sprintf("%s: %s", s.Code(), s.Message())
 	}
@@ -159,20 +167,46 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	sweep := fs.Duration("sweep-interval", "CHUNKUP_SWEEP_INTERVAL", 0, "how often lost wake-ups and expired leases are swept (default 1s)")
 	complLease := fs.Duration("completer-lease", "CHUNKUP_COMPLETER_LEASE", 0, "completion guard lease (default 60s)")
 	s3Attempts := fs.Int("s3-max-attempts", "CHUNKUP_S3_MAX_ATTEMPTS", 3, "attempts per S3 call on transient errors")
+	s3GiveUp := fs.Duration("s3-give-up-after", "CHUNKUP_S3_GIVE_UP_AFTER", 0, "fail an upload whose chunk S3 keeps refusing this long (0: retry until the chunk's bytes expire)")
 	shutdown := fs.Duration("shutdown-timeout", "CHUNKUP_SHUTDOWN_TIMEOUT", 0, "graceful shutdown limit (default 20s)")
 	logFormat := fs.String("log-format", "CHUNKUP_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "CHUNKUP_LOG_LEVEL", "info", "log level: debug, info, warn, error")
+	apiKeys := fs.String("api-keys", "CHUNKUP_API_KEYS", "", "accepted API keys as TENANT:SHA256HEX, comma-separated (chunkup apikey makes one)")
+	jwtSecret := fs.String("jwt-secret", "CHUNKUP_JWT_SECRET", "", "verify HS256 bearer tokens with this secret (at least 32 bytes)")
+	jwtKey := fs.String("jwt-public-key", "CHUNKUP_JWT_PUBLIC_KEY", "", "verify RS256 bearer tokens with this PEM public key file")
+	jwtIssuer := fs.String("jwt-issuer", "CHUNKUP_JWT_ISSUER", "", "required token issuer (iss)")
+	jwtAudience := fs.String("jwt-audience", "CHUNKUP_JWT_AUDIENCE", "", "required token audience (aud)")
+	jwtClaim := fs.String("jwt-tenant-claim", "CHUNKUP_JWT_TENANT_CLAIM", "tenant", "token claim that names the tenant")
+	tlsCert := fs.String("tls-cert", "CHUNKUP_TLS_CERT", "", "serve gRPC over TLS with this certificate (PEM)")
+	tlsKey := fs.String("tls-key", "CHUNKUP_TLS_KEY", "", "the certificate's key (PEM)")
+	tlsClientCA := fs.String("tls-client-ca", "CHUNKUP_TLS_CLIENT_CA", "", "require client certificates from this CA (mutual TLS)")
+	maxUpload := fs.Size("max-upload-size", "CHUNKUP_MAX_UPLOAD_SIZE", 0, "largest upload accepted (0: 10,000 chunks of --max-chunk-size)")
+	maxStreams := fs.Int("max-streams-per-tenant", "CHUNKUP_MAX_STREAMS_PER_TENANT", 0, "upload streams one tenant may have open on this process (0: no limit)")
+	budget := fs.Size("staged-bytes-budget", "CHUNKUP_STAGED_BYTES_BUDGET", 0, "Redis memory (used_memory) above which streams stop reading chunks until workers drain it (0: no budget)")
+	ratePerTenant := fs.String("rate-limit", "CHUNKUP_RATE_LIMIT", "0", "calls per second per tenant (0: no limit)")
+	rateBurst := fs.Int("rate-burst", "CHUNKUP_RATE_BURST", 0, "burst of calls per tenant (0: twice the rate)")
+	applyOCR := ocrFlags(fs)
 	if err := fs.parse(args); err != nil {
 		return usageErr(err)
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("serve takes no arguments, got %q", fs.Args())}
 	}
+	authCfg, err := authConfig(*apiKeys, *jwtSecret, *jwtKey, *jwtIssuer, *jwtAudience, *jwtClaim)
+	if err != nil {
+		return usageError{err}
+	}
+	rate, err := strconv.ParseFloat(*ratePerTenant, 64)
+	if err != nil || rate < 0 {
+		return usageError{fmt.Errorf("--rate-limit %q: want a number of calls per second", *ratePerTenant)}
+	}
 	logger, err := newLogger(*logFormat, *logLevel, stderr)
 	if err != nil {
 		return err
 	}
 	cfg = app.Config{
+		Auth: authCfg, TLS: server.TLSConfig{CertFile: *tlsCert, KeyFile: *tlsKey, ClientCAFile: *tlsClientCA},
+		RatePerTenant: rate, RateBurst: *rateBurst,
 		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, RedisURL: *redisURL, Bucket: *bucket,
 		S3:     s3x.Config{Endpoint: *s3Endpoint, Region: *s3Region, MaxAttempts: *s3Attempts},
 		NodeID: *nodeID, ShutdownTimeout: *shutdown, Logger: logger,
@@ -190,8 +224,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 	cfg.Server.ChunkSize, cfg.Server.MaxChunkSize = *chunkSize, *maxChunk
+	cfg.Server.MaxUploadSize, cfg.Server.MaxStreamsPerTenant, cfg.Server.StagedBytesBudget = *maxUpload, *maxStreams, *budget
 	cfg.Worker.Concurrency, cfg.Worker.Lease, cfg.Worker.SweepInterval = *workers, *lease, *sweep
+	cfg.Worker.GiveUpAfter = *s3GiveUp
 	cfg.Completer.Lease, cfg.Completer.SweepInterval = *complLease, *sweep
+	if err := applyOCR(&cfg); err != nil {
+		return usageError{err}
+	}
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
@@ -213,6 +252,13 @@ func usageErr(err error) error {
 func clientFlags(fs *flagSet) (server *string, asJSON *bool) {
 	server = fs.String("server", "CHUNKUP_SERVER", "127.0.0.1:7070", "chunkup server address")
 	asJSON = fs.Bool("json", "", false, "print the result as one JSON object")
+	fs.creds = &credFlags{
+		apiKey: fs.String("api-key", "CHUNKUP_API_KEY", "", "API key for the server"),
+		token:  fs.String("token", "CHUNKUP_TOKEN", "", "bearer token (JWT) for the server"),
+		tlsCA:  fs.String("tls-ca", "CHUNKUP_TLS_CA", "", "connect with TLS, trusting this CA file (PEM)"),
+		cert:   fs.String("tls-cert", "CHUNKUP_TLS_CLIENT_CERT", "", "client certificate for mutual TLS (PEM)"),
+		key:    fs.String("tls-key", "CHUNKUP_TLS_CLIENT_KEY", "", "client key for mutual TLS (PEM)"),
+	}
 	return server, asJSON
 }
 
@@ -241,7 +287,7 @@ func withUploadID(ctx context.Context, name string, args []string, stdout, stder
 	if fs.NArg() != 1 {
 		return usageError{fmt.Errorf("%s needs exactly one UPLOAD_ID", name)}
 	}
-	c, err := client.Dial(*server)
+	c, err := fs.dial(*server)
 	if err != nil {
 		return err
 	}

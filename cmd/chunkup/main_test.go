@@ -78,7 +78,7 @@ func TestUsage(t *testing.T) {
 		{"serve: chunk size over 5 GiB", nil, []string{"serve", "--chunk-size", "6GiB", "--max-chunk-size", "6GiB"}, exitUsage, "", "between 5 MiB and 5 GiB"},
 		{"serve: chunk size over the max", nil, []string{"serve", "--chunk-size", "16MiB", "--max-chunk-size", "8MiB"}, exitUsage, "", "must not exceed max chunk size"},
 		{"serve: not a size", nil, []string{"serve", "--chunk-size", "8XB"}, exitUsage, "", "is not a size"},
-		{"serve: unknown role", nil, []string{"serve", "--roles", "api,ocr"}, exitUsage, "", `unknown role "ocr"`},
+		{"serve: unknown role", nil, []string{"serve", "--roles", "api,bogus"}, exitUsage, "", `unknown role "bogus"`},
 		{"serve: bad log level", nil, []string{"serve", "--log-level", "loud"}, exitUsage, "", "use debug, info, warn or error"},
 		{"serve: bad log format", nil, []string{"serve", "--log-format", "xml"}, exitUsage, "", "use text or json"},
 		{"serve: bad redis url", nil, []string{"serve", "--redis-url", "ftp://nowhere"}, exitUsage, "", "redis url"},

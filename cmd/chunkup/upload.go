@@ -53,7 +53,7 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if mode != "bars" && mode != "lines" && mode != "none" {
 		return usageError{fmt.Errorf("--progress %q: use auto, bars, lines or none", mode)}
 	}
-	c, err := client.Dial(*server, client.WithParallel(*parallel), client.WithWindow(*window))
+	c, err := fs.dial(*server, client.WithParallel(*parallel), client.WithWindow(*window))
 	if err != nil {
 		return err
 	}

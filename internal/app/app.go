@@ -27,7 +27,9 @@ import (
 	"github.com/chunkup/chunkup/chunkworker"
 	"github.com/chunkup/chunkup/cleanup"
 	"github.com/chunkup/chunkup/completion"
+	"github.com/chunkup/chunkup/internal/metrics"
 	"github.com/chunkup/chunkup/internal/s3x"
+	"github.com/chunkup/chunkup/internal/tracing"
 	"github.com/chunkup/chunkup/server"
 	"github.com/chunkup/chunkup/staging"
 )
@@ -42,7 +44,7 @@ const (
 )
 
 // AllRoles is the default: every role in one process.
-var AllRoles = []string{RoleAPI, RoleWorker, RoleCompleter, RolePublisher, RoleCleanup}
+var AllRoles = []string{RoleAPI, RoleWorker, RoleCompleter, RolePublisher, RoleCleanup, RoleOCR}
 
 // Config configures a process. Zero values mean the documented defaults.
 type Config struct {
@@ -66,15 +68,30 @@ type Config struct {
 	// ShutdownTimeout bounds graceful shutdown. Zero means 20 s.
 	ShutdownTimeout time.Duration
 
+	// Auth says who may call the API. Its zero value lets everyone in (development
+	// only; the process warns loudly).
+	Auth server.AuthConfig
+	// TLS secures gRPC (and with a client CA, requires client certificates).
+	TLS server.TLSConfig
+	// RatePerTenant limits each tenant's calls per second (zero: no limit), with bursts
+	// of RateBurst (zero: twice the rate).
+	RatePerTenant float64
+	RateBurst     int
+
 	Staging   staging.Config
 	Server    server.Config // Bucket, NodeID, OnReady and Logger are set from above
 	Worker    chunkworker.Config
 	Completer completion.Config
 	Publisher completion.PublisherConfig
 	Expirer   cleanup.ExpirerConfig
-	// Handoff receives completed uploads for further processing (OCR). Optional.
+	// Handoff receives completed uploads for further processing (OCR). Optional; set to
+	// the OCR queue when OCR.Enabled and unset.
 	Handoff completion.Handoff
-	Logger  *slog.Logger
+	// OCR configures the OCR pipeline (see ocr.go).
+	OCR    OCRConfig
+	Logger *slog.Logger
+	// Observe configures metrics and tracing (see observe.go).
+	Observe ObserveConfig
 }
 
 // Validate checks the configuration and the configurations of every role.
@@ -92,8 +109,11 @@ func (c *Config) Validate() error {
 	}
 	srv := c.Server
 	srv.Bucket = c.bucket()
-	return errors.Join(c.S3.Validate(), c.Staging.Validate(), srv.Validate(), c.Worker.Validate(),
-		c.Completer.Validate(), c.Publisher.Validate(), c.Expirer.Validate())
+	if c.RatePerTenant < 0 || c.RateBurst < 0 {
+		return errors.New("rate limits must not be negative")
+	}
+	return errors.Join(c.S3.Validate(), c.Auth.Validate(), c.TLS.Validate(), c.Staging.Validate(), srv.Validate(), c.Worker.Validate(),
+		c.Completer.Validate(), c.Publisher.Validate(), c.Expirer.Validate(), c.OCR.validate())
 }
 
 func (c *Config) redisURL() string {
@@ -122,6 +142,7 @@ type App struct {
 	grpcLis net.Listener
 	httpLis net.Listener
 	grpc    *grpc.Server
+	uploads *server.UploadService
 	health  interface {
 		SetServingStatus(string, healthpb.HealthCheckResponse_ServingStatus)
 	}
@@ -131,6 +152,10 @@ type App struct {
 	publisher *completion.Publisher
 	kafka     interface{ Close() error }
 	expirer   *cleanup.Expirer
+	ocr       *ocrParts // nil when OCR is disabled
+	// metrics and the tracer the App made itself (see observe.go)
+	metrics    *metrics.Set
+	ownTracing *tracing.Provider
 }
 
 // New connects to Redis and S3, makes sure the bucket exists, and binds the listeners,
@@ -173,6 +198,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.store, err = staging.New(a.rdb, cfg.Staging); err != nil {
 		return nil, err
 	}
+	if err := a.setupObservability(ctx, &cfg); err != nil {
+		return nil, err
+	}
 	if a.s3, err = s3x.New(ctx, cfg.S3); err != nil {
 		return nil, err
 	}
@@ -199,6 +227,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 	}
 	ender := &cleanup.Ender{Store: a.store, S3: a.s3, NodeID: cfg.NodeID, OnEvent: onEvent, Logger: a.log}
+	ender.Metrics = a.metrics
 	if cfg.has(RoleCleanup) {
 		ec := cfg.Expirer
 		ec.Logger = a.log.With("role", RoleCleanup)
@@ -207,6 +236,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 	}
 
+	if err := a.setupOCR(onEvent); err != nil {
+		return nil, err
+	}
+	if cfg.Handoff == nil && a.ocr != nil {
+		cfg.Handoff = a.ocr.queue
+	}
 	if cfg.has(RoleCompleter) {
 		cc := cfg.Completer
 		cc.NodeID, cc.OnEvent, cc.Handoff = cfg.NodeID, onEvent, cfg.Handoff
@@ -234,8 +269,27 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if err != nil {
 			return nil, err
 		}
-		gs, hs := server.NewGRPCServer(svc, sc.Logger)
-		a.grpc, a.health = gs, hs
+		guard := server.Guard{RatePerTenant: cfg.RatePerTenant, RateBurst: cfg.RateBurst}
+		if cfg.Auth.Enabled() {
+			if guard.Auth, err = server.NewAuthenticator(cfg.Auth); err != nil {
+				return nil, err
+			}
+		} else {
+			a.log.Warn("AUTHENTICATION IS OFF: every caller is let in as the empty tenant. Configure API keys or JWT verification for anything but development.")
+		}
+		opts := guard.ServerOptions()
+		if cfg.TLS.Enabled() {
+			creds, err := cfg.TLS.ServerOption()
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, creds)
+		} else if cfg.Auth.Enabled() {
+			a.log.Warn("gRPC without TLS: credentials travel in clear text; terminate TLS in front of chunkup or configure a certificate")
+		}
+		gs, hs := server.NewGRPCServer(svc, sc.Logger, opts...)
+		a.grpc, a.health, a.uploads = gs, hs, svc
+		a.registerDocuments()
 		if a.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 			return nil, fmt.Errorf("grpc listen: %w", err)
 		}
@@ -245,11 +299,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			return nil, fmt.Errorf("http listen: %w", err)
 		}
 		a.http = &http.Server{
-			Handler: server.NewHTTPHandler(map[string]server.Pinger{
+			Handler: a.withWebhook(server.NewHTTPHandler(map[string]server.Pinger{
 				"redis": func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() },
-			}),
+			}), onEvent),
 			ReadHeaderTimeout: 5 * time.Second,
 		}
+		a.http.Handler = a.withMetrics(a.http.Handler) // GET /metrics
 	}
 	ok = true
 	return a, nil
@@ -335,6 +390,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.expirer != nil {
 		wg.Go(func() { _ = a.expirer.Run(ctx) })
 	}
+	a.runOCR(ctx, &wg)
 	a.log.Info("chunkup running", "grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "roles", a.cfg.Roles)
 
 	var runErr error
@@ -346,6 +402,7 @@ func (a *App) Run(ctx context.Context) error {
 	a.log.Info("shutting down")
 	if a.grpc != nil {
 		a.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+		a.uploads.Drain() // open streams end after their chunk and resume elsewhere
 		done := make(chan struct{})
 		go func() { a.grpc.GracefulStop(); close(done) }()
 		select {
@@ -365,6 +422,7 @@ func (a *App) Run(ctx context.Context) error {
 
 // Close releases connections. Run calls it.
 func (a *App) Close() {
+	defer a.closeObservability()
 	if a.grpcLis != nil {
 		_ = a.grpcLis.Close()
 	}

@@ -87,8 +87,26 @@ func TestOutOfOrderOverConcurrentStreams(t *testing.T) {
 	}
 	up := created.Upload
 	total := int(up.TotalChunks)
-	order := rand.Perm(total)
-	order = append(order, order[0], order[3]) // repeats
+	// Every chunk but the last, shuffled, two of them twice, over three streams at once;
+	// the last chunk goes after them, so that no repeat can arrive after completion.
+	order := rand.Perm(total - 1)
+	order = append(order, order[0], order[3])
+	send := func(stream chunkupv1.UploadService_UploadChunkClient, n int) bool {
+		part := data[(n-1)*chunk : min(n*chunk, len(data))]
+		if err := stream.Send(&chunkupv1.UploadChunkRequest{UploadId: up.UploadId, ChunkNumber: uint32(n), Data: part}); err != nil {
+			t.Error(err)
+			return false
+		}
+		ack, err := stream.Recv()
+		if err != nil {
+			t.Errorf("chunk %d: %v", n, err)
+			return false
+		}
+		if ack.ChunkNumber != uint32(n) || ack.Crc32C != crc.Checksum(part) {
+			t.Errorf("ack %+v for chunk %d", ack, n)
+		}
+		return !ack.Duplicate
+	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	dups := 0
@@ -100,21 +118,7 @@ func TestOutOfOrderOverConcurrentStreams(t *testing.T) {
 				return
 			}
 			for i := s; i < len(order); i += 3 {
-				n := order[i] + 1
-				part := data[(n-1)*chunk : min(n*chunk, len(data))]
-				if err := stream.Send(&chunkupv1.UploadChunkRequest{UploadId: up.UploadId, ChunkNumber: uint32(n), Data: part}); err != nil {
-					t.Error(err)
-					return
-				}
-				ack, err := stream.Recv()
-				if err != nil {
-					t.Errorf("chunk %d: %v", n, err)
-					return
-				}
-				if ack.ChunkNumber != uint32(n) || ack.Crc32C != crc.Checksum(part) {
-					t.Errorf("ack %+v for chunk %d", ack, n)
-				}
-				if ack.Duplicate {
+				if !send(stream, order[i]+1) {
 					mu.Lock()
 					dups++
 					mu.Unlock()
@@ -124,6 +128,12 @@ func TestOutOfOrderOverConcurrentStreams(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	last, err := c.API().UploadChunk(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(last, total)
+	_ = last.CloseSend()
 	if dups != 2 {
 		t.Errorf("%d acks marked duplicate, want 2", dups)
 	}

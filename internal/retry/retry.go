@@ -50,3 +50,41 @@ func Backoff(base, max time.Duration, n int) time.Duration {
 	}
 	return rand.N(d) + 1
 }
+
+// Pacer paces a background loop: its interval while things work, a growing jittered
+// backoff while they fail (Redis down, say), so a broken dependency costs neither CPU
+// nor a log line per interval. It logs once when failures start and once when they end.
+type Pacer struct {
+	What     string // e.g. "sweep pending chunks"
+	Interval time.Duration
+	Max      time.Duration // zero means 30 s
+	Logger   interface {
+		Warn(string, ...any)
+		Info(string, ...any)
+	}
+	failures  int
+	firstFail time.Time
+}
+
+// Next returns how long to wait after a round that ended with err.
+func (p *Pacer) Next(err error) time.Duration {
+	if err == nil {
+		if p.failures > 0 && p.Logger != nil {
+			p.Logger.Info(p.What+" works again", "failed_rounds", p.failures, "for", time.Since(p.firstFail).Round(time.Millisecond))
+		}
+		p.failures = 0
+		return p.Interval
+	}
+	if p.failures == 0 {
+		p.firstFail = time.Now()
+		if p.Logger != nil {
+			p.Logger.Warn(p.What+" failing; backing off until it works again", "err", err)
+		}
+	}
+	p.failures++
+	max := p.Max
+	if max == 0 {
+		max = 30 * time.Second
+	}
+	return Backoff(p.Interval, max, p.failures)
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/chunkup/chunkup/client"
+	"github.com/chunkup/chunkup/server"
+)
+
+// credFlags are a client command's credentials and transport security.
+type credFlags struct {
+	apiKey, token, tlsCA, cert, key *string
+}
+
+func (c *credFlags) tlsConfig() (*tls.Config, error) {
+	if *c.tlsCA == "" && *c.cert == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if *c.tlsCA != "" {
+		pem, err := os.ReadFile(*c.tlsCA)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--tls-ca: %w", err)}
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, usageError{fmt.Errorf("--tls-ca: no certificate in %s", *c.tlsCA)}
+		}
+	}
+	if *c.cert != "" || *c.key != "" {
+		cert, err := tls.LoadX509KeyPair(*c.cert, *c.key)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--tls-cert/--tls-key: %w", err)}
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// options turns the flags into SDK options.
+func (c *credFlags) options() ([]client.Option, error) {
+	var opts []client.Option
+	if *c.apiKey != "" && *c.token != "" {
+		return nil, usageError{errors.New("use --api-key or --token, not both")}
+	}
+	if *c.apiKey != "" {
+		opts = append(opts, client.WithAPIKey(*c.apiKey))
+	}
+	if *c.token != "" {
+		opts = append(opts, client.WithBearerToken(*c.token))
+	}
+	cfg, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if cfg != nil {
+		opts = append(opts, client.WithTLS(cfg))
+	}
+	return opts, nil
+}
+
+// dial connects the SDK to server with the command's credentials.
+func (fs *flagSet) dial(server string, opts ...client.Option) (*client.Client, error) {
+	creds, err := fs.creds.options()
+	if err != nil {
+		return nil, err
+	}
+	return client.Dial(server, append(creds, opts...)...)
+}
+
+// conn opens a plain gRPC connection with the command's credentials, for services the
+// SDK does not wrap.
+func (fs *flagSet) conn(target string) (*grpc.ClientConn, error) {
+	c := fs.creds
+	transport := insecure.NewCredentials()
+	cfg, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if cfg != nil {
+		transport = credentials.NewTLS(cfg)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(transport)}
+	if *c.apiKey != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(client.APIKey(*c.apiKey)))
+	}
+	if *c.token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(client.BearerToken(*c.token)))
+	}
+	return grpc.NewClient(target, opts...)
+}
+
+// apikey prints a new random API key for tenant and the configuration entry that
+// accepts it (only the key's SHA-256 goes into the configuration).
+func apikey(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("apikey", "apikey TENANT")
+	fs.SetOutput(stderr)
+	if err := fs.parse(args); err != nil {
+		return usageErr(err)
+	}
+	if fs.NArg() != 1 || !server.ValidTenant(fs.Arg(0)) {
+		return usageError{errors.New("apikey needs one TENANT (letters, digits, '.', '_', '-'; up to 63)")}
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	key := "ck_" + base64.RawURLEncoding.EncodeToString(b)
+	fmt.Fprintf(stdout, "API key (give it to the tenant; it is not stored): %s\n", key)
+	fmt.Fprintf(stdout, "Server configuration entry:   --api-keys %s:%s  (or CHUNKUP_API_KEYS, comma-separated)\n",
+		fs.Arg(0), server.HashAPIKey(key))
+	return nil
+}
+
+// authConfig builds the server's authentication from its flags.
+func authConfig(apiKeys, jwtSecret, jwtKeyFile, issuer, audience, claim string) (server.AuthConfig, error) {
+	cfg := server.AuthConfig{JWTIssuer: issuer, JWTAudience: audience, TenantClaim: claim}
+	for entry := range strings.SplitSeq(apiKeys, ",") {
+		if entry = strings.TrimSpace(entry); entry == "" {
+			continue
+		}
+		tenant, hash, ok := strings.Cut(entry, ":")
+		if !ok {
+			return cfg, fmt.Errorf("--api-keys entry %q: want TENANT:SHA256HEX", entry)
+		}
+		if cfg.APIKeys == nil {
+			cfg.APIKeys = map[string]string{}
+		}
+		cfg.APIKeys[strings.ToLower(hash)] = tenant
+	}
+	if jwtSecret != "" {
+		cfg.JWTSecret = []byte(jwtSecret)
+	}
+	if jwtKeyFile != "" {
+		pem, err := os.ReadFile(jwtKeyFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--jwt-public-key: %w", err)
+		}
+		if cfg.JWTPublicKey, err = jwt.ParseRSAPublicKeyFromPEM(pem); err != nil {
+			return cfg, fmt.Errorf("--jwt-public-key: %w", err)
+		}
+	}
+	return cfg, cfg.Validate()
+}

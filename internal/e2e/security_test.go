@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chunkup/chunkup/client"
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/server"
+)
+
+var jwtSecret = []byte("test-secret-test-secret-test-secret!")
+
+func token(t *testing.T, tenant string) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"tenant": tenant, "exp": time.Now().Add(time.Hour).Unix(),
+	}).SignedString(jwtSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestTenantIsolation runs a server with API keys and JWT verification: without
+// credentials every chunkup call is UNAUTHENTICATED (health stays open); each tenant's
+// objects live under its prefix, whatever the names; another tenant's upload is
+// NOT_FOUND for every call, watch and chunks included.
+func TestTenantIsolation(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.Auth = server.AuthConfig{APIKeys: map[string]string{server.HashAPIKey("acme-key"): "acme"}, JWTSecret: jwtSecret}
+	a := e.start(t, cfg)
+
+	anon := e.client(t, a)
+	if _, err := anon.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("create without credentials: %v, want UNAUTHENTICATED", err)
+	}
+	bad := e.client(t, a, client.WithAPIKey("guess"))
+	if _, err := bad.API().GetUpload(ctx(t), &chunkupv1.GetUploadRequest{UploadId: "abcdefghijklmnopqrstuvwxyz"}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("bad API key: %v, want UNAUTHENTICATED", err)
+	}
+	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if r, err := healthpb.NewHealthClient(conn).Check(ctx(t), &healthpb.HealthCheckRequest{}); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health check without credentials: %v %v", r, err)
+	}
+
+	acme := e.client(t, a, client.WithAPIKey("acme-key"))
+	globex := e.client(t, a, client.WithBearerToken(token(t, "globex")))
+	data := randomBytes(3000, 70)
+	up, err := acme.Upload(ctx(t), bytes.NewReader(data), client.WithName("../../etc/passwd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "acme/uploads/" + up.UploadId + "/passwd"; up.Key != want || up.Tenant != "acme" {
+		t.Fatalf("key %q tenant %q, want %q in acme", up.Key, up.Tenant, want)
+	}
+	e.requireExact(t, up, data)
+	if _, err := acme.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Key: "../globex/x"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("escaping key: %v, want INVALID_ARGUMENT", err)
+	}
+	mine, err := globex.Upload(ctx(t), strings.NewReader("globex data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(mine.Key, "globex/") {
+		t.Fatalf("globex key %q", mine.Key)
+	}
+
+	open, err := acme.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{up.UploadId, open.Upload.UploadId} {
+		for name, call := range map[string]func() error{
+			"get": func() error {
+				_, err := globex.API().GetUpload(ctx(t), &chunkupv1.GetUploadRequest{UploadId: id})
+				return err
+			},
+			"abort": func() error {
+				_, err := globex.API().AbortUpload(ctx(t), &chunkupv1.AbortUploadRequest{UploadId: id})
+				return err
+			},
+			"watch": func() error {
+				s, err := globex.API().WatchUpload(ctx(t), &chunkupv1.WatchUploadRequest{UploadId: id})
+				if err != nil {
+					return err
+				}
+				_, err = s.Recv()
+				return err
+			},
+			"chunk": func() error {
+				s, err := globex.API().UploadChunk(ctx(t))
+				if err != nil {
+					return err
+				}
+				if err := s.Send(&chunkupv1.UploadChunkRequest{UploadId: id, ChunkNumber: 1, Data: make([]byte, 10)}); err != nil && !errors.Is(err, io.EOF) {
+					return err
+				}
+				_, err = s.Recv()
+				return err
+			},
+		} {
+			if err := call(); status.Code(err) != codes.NotFound {
+				t.Errorf("globex %s of acme's upload %s: %v, want NOT_FOUND", name, id, err)
+			}
+		}
+	}
+	if got := getUpload(t, acme, open.Upload.UploadId); got.State != chunkupv1.UploadState_UPLOAD_STATE_ACTIVE || len(got.ReceivedChunks) != 0 {
+		t.Fatalf("acme's open upload after globex's attempts: %v", got)
+	}
+}
+
+// TestLimits: each limit answers with its code and a message naming it.
+func TestLimits(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config("api")
+	cfg.Server.MaxUploadSize = 12 << 20
+	cfg.Server.MaxStreamsPerTenant = 2
+	cfg.RatePerTenant, cfg.RateBurst = 1, 40
+	a := e.start(t, cfg)
+	c := e.client(t, a)
+
+	_, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(13 << 20)})
+	expectStatus(t, "declared size over the limit", err, codes.InvalidArgument, "--max-upload-size")
+
+	open, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.API().UploadChunk(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, open.Upload.ChunkSize)
+	_ = s.Send(&chunkupv1.UploadChunkRequest{UploadId: open.Upload.UploadId, ChunkNumber: 1, Data: chunk})
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Send(&chunkupv1.UploadChunkRequest{UploadId: open.Upload.UploadId, ChunkNumber: 2, Data: chunk})
+	_, err = s.Recv()
+	expectStatus(t, "streaming past the limit", err, codes.ResourceExhausted, "--max-upload-size")
+
+	_, err = c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Metadata: map[string]string{"big": strings.Repeat("x", 9000)}})
+	expectStatus(t, "metadata too large", err, codes.InvalidArgument, "metadata has")
+
+	var streams []chunkupv1.UploadService_UploadChunkClient
+	for range 2 {
+		st, err := c.API().UploadChunk(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = st.Send(&chunkupv1.UploadChunkRequest{Create: &chunkupv1.CreateUploadRequest{}})
+		if _, err := st.Recv(); err != nil { // the stream is open on the server
+			t.Fatal(err)
+		}
+		streams = append(streams, st)
+	}
+	third, err := c.API().UploadChunk(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = third.Send(&chunkupv1.UploadChunkRequest{Create: &chunkupv1.CreateUploadRequest{}})
+	_, err = third.Recv()
+	expectStatus(t, "a third stream", err, codes.ResourceExhausted, "--max-streams-per-tenant")
+	for _, st := range streams {
+		_ = st.CloseSend()
+	}
+
+	var limited error
+	for range 100 {
+		if _, err := c.API().GetUpload(ctx(t), &chunkupv1.GetUploadRequest{UploadId: open.Upload.UploadId}); err != nil {
+			limited = err
+			break
+		}
+	}
+	expectStatus(t, "calls over the rate", limited, codes.ResourceExhausted, "--rate-limit")
+}
+
+func expectStatus(t *testing.T, what string, err error, code codes.Code, says string) {
+	t.Helper()
+	if status.Code(err) != code || !strings.Contains(status.Convert(err).Message(), says) {
+		t.Errorf("%s: %v; want %v naming %s", what, err, code, says)
+	}
+}

@@ -1,0 +1,188 @@
+package ocr
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/chunkup/chunkup/staging"
+)
+
+// WebhookPath is where the verification webhook is mounted.
+const WebhookPath = "/internal/verification/result"
+
+// ServiceKeyHeader carries the shared secret that authenticates webhook callers.
+const ServiceKeyHeader = "x-service-key"
+
+// WebhookStore is the part of the staging store the webhook uses.
+type WebhookStore interface {
+	Now() time.Time
+	TransitionDocument(ctx context.Context, id string, ttl time.Duration, c staging.DocChange) (*staging.Document, error)
+}
+
+var _ WebhookStore = (*staging.Store)(nil)
+
+// WebhookConfig configures the verification webhook.
+type WebhookConfig struct {
+	// ServiceKey is the secret callers send in x-service-key. Zero disables the webhook:
+	// it answers 503 saying so.
+	ServiceKey string
+	// DocumentTTL is the documents' TTL, refreshed on every change. Zero means 30 days.
+	DocumentTTL time.Duration
+	NodeID      string
+	OnEvent     func()
+	Logger      *slog.Logger
+}
+
+// maxWebhookBody bounds a webhook request's body.
+const maxWebhookBody = 1 << 20
+
+// VerificationRequest is the webhook's body.
+type VerificationRequest struct {
+	DocumentID string `json:"documentId"`
+	UserID     string `json:"userId"`
+	// VerificationResult is approved or rejected.
+	VerificationResult string `json:"verificationResult"`
+	// Score is the reviewer's score, 0–100, when given.
+	Score *float64 `json:"score"`
+	// Decision is the reviewer's free-form decision label.
+	Decision string `json:"decision"`
+	// Metadata is any JSON object.
+	Metadata json.RawMessage `json:"metadata"`
+}
+
+// VerificationResponse is the webhook's answer.
+type VerificationResponse struct {
+	Success   bool   `json:"success"`
+	Message   string `json:"message"`
+	Timestamp string `json:"timestamp"`
+}
+
+// decidable are the statuses an external decision is accepted from.
+var decidable = []staging.DocStatus{staging.DocNeedsReview, staging.DocAutoApproved, staging.DocAutoRejected}
+
+// NewWebhookHandler returns the handler of POST /internal/verification/result, which
+// records an external reviewer's decision on a document.
+func NewWebhookHandler(store WebhookStore, cfg WebhookConfig) http.Handler {
+	if cfg.DocumentTTL == 0 {
+		cfg.DocumentTTL = 30 * 24 * time.Hour
+	}
+	if cfg.OnEvent == nil {
+		cfg.OnEvent = func() {}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &webhook{store: store, cfg: cfg}
+}
+
+type webhook struct {
+	store WebhookStore
+	cfg   WebhookConfig
+}
+
+func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		h.answer(w, http.StatusMethodNotAllowed, "use POST")
+		return
+	}
+	if h.cfg.ServiceKey == "" {
+		h.answer(w, http.StatusServiceUnavailable, "verification webhook disabled: CHUNKUP_SERVICE_INTERNAL_KEY is not set on the server")
+		return
+	}
+	got := r.Header.Get(ServiceKeyHeader)
+	if got == "" {
+		h.answer(w, http.StatusUnauthorized, "missing "+ServiceKeyHeader+" header")
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(got), []byte(h.cfg.ServiceKey)) != 1 {
+		h.answer(w, http.StatusUnauthorized, "wrong "+ServiceKeyHeader)
+		return
+	}
+	req, err := parseVerification(http.MaxBytesReader(w, r.Body, maxWebhookBody))
+	if err != nil {
+		h.answer(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	to := staging.DocApproved
+	if req.VerificationResult == "rejected" {
+		to = staging.DocRejected
+	}
+	v := &staging.Verification{UserID: req.UserID, Result: req.VerificationResult, Decision: req.Decision,
+		Metadata: string(req.Metadata), Time: h.store.Now()}
+	if req.Score != nil {
+		v.Score = *req.Score
+	}
+	c := withEvent(h.cfg.NodeID, h.store.Now(), staging.DocChange{From: decidable, To: to, Verification: v})
+	_, err = h.store.TransitionDocument(r.Context(), req.DocumentID, h.cfg.DocumentTTL, c)
+	var se *staging.DocStateError
+	switch {
+	case errors.Is(err, staging.ErrDocumentNotFound):
+		h.answer(w, http.StatusNotFound, fmt.Sprintf("document %s not found", req.DocumentID))
+		return
+	case errors.As(err, &se):
+		h.answer(w, http.StatusConflict, fmt.Sprintf("document %s is %s; a decision is accepted only from needs_review, auto_approved or auto_rejected", req.DocumentID, se.Status))
+		return
+	case err != nil:
+		h.cfg.Logger.Error("record verification", "document_id", req.DocumentID, "err", err)
+		h.answer(w, http.StatusServiceUnavailable, "could not record the decision; retry later")
+		return
+	}
+	h.cfg.OnEvent()
+	h.cfg.Logger.Info("verification recorded", "document_id", req.DocumentID, "result", req.VerificationResult, "user_id", req.UserID)
+	h.answer(w, http.StatusOK, fmt.Sprintf("document %s %s", req.DocumentID, to))
+}
+
+func parseVerification(body io.Reader) (*VerificationRequest, error) {
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return nil, fmt.Errorf("read body: %w", err)
+	}
+	var req VerificationRequest
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&req); err != nil {
+		return nil, fmt.Errorf("body is not a JSON object of the expected shape: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("body has data after the JSON object")
+	}
+	switch {
+	case req.DocumentID == "":
+		return nil, errors.New("documentId is required")
+	case !staging.ValidID(req.DocumentID):
+		return nil, fmt.Errorf("documentId %q is not a document id (26 lowercase base32 characters)", req.DocumentID)
+	case req.UserID == "":
+		return nil, errors.New("userId is required")
+	case len(req.UserID) > 256 || len(req.Decision) > 256:
+		return nil, errors.New("userId and decision must be at most 256 bytes")
+	case req.VerificationResult != "approved" && req.VerificationResult != "rejected":
+		return nil, fmt.Errorf("verificationResult must be approved or rejected, not %q", req.VerificationResult)
+	case req.Score != nil && (math.IsNaN(*req.Score) || *req.Score < 0 || *req.Score > 100):
+		return nil, errors.New("score must be between 0 and 100")
+	}
+	if m := bytes.TrimSpace(req.Metadata); len(m) > 0 && !bytes.Equal(m, []byte("null")) {
+		if m[0] != '{' {
+			return nil, errors.New("metadata must be a JSON object")
+		}
+		req.Metadata = m
+	} else {
+		req.Metadata = nil
+	}
+	return &req, nil
+}
+
+func (h *webhook) answer(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(VerificationResponse{Success: code == http.StatusOK, Message: msg,
+		Timestamp: h.store.Now().UTC().Format(time.RFC3339Nano)})
+}

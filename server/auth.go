@@ -1,0 +1,200 @@
+package server
+
+import (
+	"context"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// AuthConfig says who may call the API. The zero value authenticates nobody and lets
+// everyone in as the empty tenant: for development only (the process says so loudly).
+type AuthConfig struct {
+	// APIKeys maps the lowercase hex SHA-256 of each API key to its tenant. Only hashes
+	// are configured, so a leaked configuration leaks no key.
+	APIKeys map[string]string
+	// JWTSecret verifies HS256 bearer tokens.
+	JWTSecret []byte
+	// JWTPublicKey verifies RS256 bearer tokens.
+	JWTPublicKey *rsa.PublicKey
+	// JWTIssuer and JWTAudience, when set, must match the token's iss and aud.
+	JWTIssuer, JWTAudience string
+	// TenantClaim names the token claim holding the tenant. Zero means "tenant".
+	TenantClaim string
+}
+
+// Enabled reports whether any credential is configured.
+func (c AuthConfig) Enabled() bool {
+	return len(c.APIKeys) > 0 || len(c.JWTSecret) > 0 || c.JWTPublicKey != nil
+}
+
+var (
+	tenantRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// ValidTenant reports whether t can name a tenant: 1–63 characters of letters, digits,
+// '.', '_' and '-', not starting with a punctuation mark. Tenants prefix S3 keys, so
+// nothing else is allowed.
+func ValidTenant(t string) bool { return tenantRE.MatchString(t) }
+
+// Validate checks the configuration.
+func (c AuthConfig) Validate() error {
+	for h, t := range c.APIKeys {
+		if !sha256RE.MatchString(h) {
+			return fmt.Errorf("auth: API key hash %q is not 64 lowercase hex digits (a SHA-256)", h)
+		}
+		if !ValidTenant(t) {
+			return fmt.Errorf("auth: tenant %q is not a valid tenant id", t)
+		}
+	}
+	if len(c.JWTSecret) > 0 && len(c.JWTSecret) < 32 {
+		return errors.New("auth: the JWT secret must have at least 32 bytes")
+	}
+	return nil
+}
+
+// HashAPIKey returns the hex SHA-256 of key, the form API keys are configured in.
+func HashAPIKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+type tenantKey struct{}
+
+// WithTenant returns ctx carrying the caller's tenant.
+func WithTenant(ctx context.Context, tenant string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, tenant)
+}
+
+// TenantFrom returns the caller's tenant ("" when authentication is off).
+func TenantFrom(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
+}
+
+// Authenticator checks the credentials of each call.
+type Authenticator struct {
+	cfg    AuthConfig
+	hashes [][]byte
+	tenant []string
+	parser *jwt.Parser
+}
+
+// NewAuthenticator returns an Authenticator for cfg.
+func NewAuthenticator(cfg AuthConfig) (*Authenticator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.TenantClaim == "" {
+		cfg.TenantClaim = "tenant"
+	}
+	a := &Authenticator{cfg: cfg}
+	for h, t := range cfg.APIKeys {
+		b, _ := hex.DecodeString(h)
+		a.hashes, a.tenant = append(a.hashes, b), append(a.tenant, t)
+	}
+	var methods []string
+	if len(cfg.JWTSecret) > 0 {
+		methods = append(methods, jwt.SigningMethodHS256.Alg())
+	}
+	if cfg.JWTPublicKey != nil {
+		methods = append(methods, jwt.SigningMethodRS256.Alg())
+	}
+	opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithExpirationRequired()}
+	if cfg.JWTIssuer != "" {
+		opts = append(opts, jwt.WithIssuer(cfg.JWTIssuer))
+	}
+	if cfg.JWTAudience != "" {
+		opts = append(opts, jwt.WithAudience(cfg.JWTAudience))
+	}
+	a.parser = jwt.NewParser(opts...)
+	return a, nil
+}
+
+func unauthenticated(msg string) error { return status.Error(codes.Unauthenticated, msg) }
+
+// Authenticate is a go-grpc-middleware auth.AuthFunc: it accepts an API key (header
+// x-api-key, or "authorization: Bearer KEY") or a JWT ("authorization: Bearer JWT")
+// and puts the caller's tenant in the context.
+func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if keys := md.Get("x-api-key"); len(keys) > 0 {
+		return a.apiKey(ctx, keys[0])
+	}
+	authz := md.Get("authorization")
+	if len(authz) == 0 {
+		return nil, unauthenticated("missing credentials: send an API key in the x-api-key header or a token as \"authorization: Bearer TOKEN\"")
+	}
+	scheme, token, ok := strings.Cut(authz[0], " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") || token == "" {
+		return nil, unauthenticated("malformed authorization header: use \"authorization: Bearer TOKEN\"")
+	}
+	if strings.Count(token, ".") == 2 {
+		return a.jwt(ctx, token)
+	}
+	return a.apiKey(ctx, token)
+}
+
+func (a *Authenticator) apiKey(ctx context.Context, key string) (context.Context, error) {
+	sum := sha256.Sum256([]byte(key))
+	tenant, found := "", 0
+	for i, h := range a.hashes {
+		// Compare with every hash, in constant time, so timing says nothing.
+		if subtle.ConstantTimeCompare(sum[:], h) == 1 {
+			tenant, found = a.tenant[i], 1
+		}
+	}
+	if found == 0 {
+		return nil, unauthenticated("invalid API key")
+	}
+	return WithTenant(ctx, tenant), nil
+}
+
+func (a *Authenticator) jwt(ctx context.Context, raw string) (context.Context, error) {
+	if len(a.cfg.JWTSecret) == 0 && a.cfg.JWTPublicKey == nil {
+		return nil, unauthenticated("this server does not accept tokens; use an API key")
+	}
+	claims := jwt.MapClaims{}
+	_, err := a.parser.ParseWithClaims(raw, claims, func(t *jwt.Token) (any, error) {
+		switch t.Method.Alg() {
+		case jwt.SigningMethodHS256.Alg():
+			return a.cfg.JWTSecret, nil
+		case jwt.SigningMethodRS256.Alg():
+			return a.cfg.JWTPublicKey, nil
+		}
+		return nil, fmt.Errorf("unexpected signing method %s", t.Method.Alg())
+	})
+	if err != nil {
+		return nil, unauthenticated("invalid token: " + err.Error())
+	}
+	tenant, _ := claims[a.cfg.TenantClaim].(string)
+	if !ValidTenant(tenant) {
+		return nil, unauthenticated(fmt.Sprintf("the token's %q claim does not name a valid tenant", a.cfg.TenantClaim))
+	}
+	return WithTenant(ctx, tenant), nil
+}
+
+// KeyFor builds an upload's object key inside its tenant's namespace: tenant/key, where
+// key is the client's (already validated by ValidateKey) or the default
+// prefix/ID/name. No input can lead out of the tenant's prefix.
+func KeyFor(tenant, prefix, id, clientKey, name string) string {
+	key := clientKey
+	if key == "" {
+		key = DefaultKey(prefix, id, name)
+	}
+	if tenant == "" {
+		return key
+	}
+	return tenant + "/" + key
+}

@@ -1,0 +1,127 @@
+package server
+
+import (
+	"context"
+
+	middleware "github.com/grpc-ecosystem/go-grpc-middleware/v2"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/otel/attribute"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// Metrics is what the API records (implemented by *metrics.Set, see internal/metrics).
+type Metrics interface {
+	// ChunkStaged records a chunk acknowledged to a client.
+	ChunkStaged(duplicate bool)
+	// GRPCServerInterceptors record the grpc_server_* series.
+	GRPCServerInterceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor)
+}
+
+// Observability is how the API is observed. The zero value records no metrics and
+// makes no spans; the correlation id reaches logs either way.
+type Observability struct {
+	// Metrics, when set, records gRPC and chunk metrics.
+	Metrics Metrics
+	// TracerProvider, when set, traces every RPC (but health checks) with otelgrpc,
+	// continuing the caller's trace context read with Propagator (zero: W3C trace
+	// context and baggage).
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
+}
+
+// CorrelationIDAttribute is the span attribute holding a request's correlation id.
+const CorrelationIDAttribute = "chunkup.correlation_id"
+
+// serverOptions are the stats handler and interceptors that observe RPCs. They come
+// before the server's other interceptors, so the metrics see every call's final status
+// (recovered panics and refused credentials included), and the logging interceptor
+// sees the correlation id.
+func (o Observability) serverOptions() []grpc.ServerOption {
+	var opts []grpc.ServerOption
+	if o.TracerProvider != nil {
+		prop := o.Propagator
+		if prop == nil {
+			prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+		}
+		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(o.TracerProvider), otelgrpc.WithPropagators(prop),
+			otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
+			otelgrpc.WithFilter(filters.Not(filters.HealthCheck())),
+		)))
+	}
+	var unary []grpc.UnaryServerInterceptor
+	var stream []grpc.StreamServerInterceptor
+	if o.Metrics != nil {
+		u, s := o.Metrics.GRPCServerInterceptors()
+		unary, stream = append(unary, u), append(stream, s)
+	}
+	unary = append(unary, correlationUnary)
+	stream = append(stream, correlationStream)
+	return append(opts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
+}
+
+func (o Observability) chunkStaged(duplicate bool) {
+	if o.Metrics != nil {
+		o.Metrics.ChunkStaged(duplicate)
+	}
+}
+
+type correlationKey struct{}
+
+// withCorrelation settles the request's correlation id: the caller's x-correlation-id
+// when it is usable, else a new one, which is then put into the incoming metadata so
+// that everything downstream (CreateUpload stores CorrelationID(ctx)) sees the same id
+// as the logs and the span. The id is also sent back as a response header.
+func withCorrelation(ctx context.Context) (context.Context, string) {
+	id := CorrelationID(ctx)
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(CorrelationIDHeader); len(v) == 0 || v[0] != id {
+		md = md.Copy()
+		md.Set(CorrelationIDHeader, id)
+		ctx = metadata.NewIncomingContext(ctx, md)
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String(CorrelationIDAttribute, id))
+	}
+	return context.WithValue(ctx, correlationKey{}, id), id
+}
+
+func correlationUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ctx, id := withCorrelation(ctx)
+	_ = grpc.SetHeader(ctx, metadata.Pairs(CorrelationIDHeader, id))
+	return handler(ctx, req)
+}
+
+func correlationStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx, id := withCorrelation(ss.Context())
+	_ = ss.SetHeader(metadata.Pairs(CorrelationIDHeader, id))
+	w := middleware.WrapServerStream(ss)
+	w.WrappedContext = ctx
+	return handler(srv, w)
+}
+
+// CorrelationIDFromContext is the correlation id of the request ctx belongs to, as the
+// API's interceptors settled it, or "" outside a request.
+func CorrelationIDFromContext(ctx context.Context) string {
+	id, _ := ctx.Value(correlationKey{}).(string)
+	return id
+}
+
+// logFields are the fields the logging interceptor adds to a request's log lines: its
+// correlation id and, when traced, its trace and span ids.
+func logFields(ctx context.Context) logging.Fields {
+	var f logging.Fields
+	if id := CorrelationIDFromContext(ctx); id != "" {
+		f = append(f, "correlation_id", id)
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		f = append(f, "trace_id", sc.TraceID().String(), "span_id", sc.SpanID().String())
+	}
+	return f
+}

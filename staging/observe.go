@@ -1,0 +1,19 @@
+package staging
+
+import (
+	"context"
+	"time"
+)
+
+// OutboxOldest returns the lowest score of the outbox index: when the upload (or
+// document) that has waited longest got events to publish. ok is false when no outbox
+// waits. The score is set when the first event is recorded and reset when a partial
+// publish leaves events behind, so it is a lower bound on the oldest event's wait.
+// One O(log n) read, for scrape-time gauges.
+func (s *Store) OutboxOldest(ctx context.Context) (t time.Time, ok bool, err error) {
+	zs, err := s.rdb.ZRangeWithScores(ctx, outboxIndexKey, 0, 0).Result()
+	if err != nil || len(zs) == 0 {
+		return time.Time{}, false, err
+	}
+	return time.UnixMilli(int64(zs[0].Score)), true, nil
+}
