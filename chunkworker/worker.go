@@ -75,6 +75,11 @@ type Config struct {
 	// throttling, 5xx) before its upload is failed. Zero means never: the chunk is
 	// retried until its staged bytes expire (ChunkTTL).
 	GiveUpAfter time.Duration
+	// S3Timeout bounds one chunk's S3 calls (CreateMultipartUpload and UploadPart, or
+	// PutObject, with the S3 client's own retries). A call that hangs longer (a stalled
+	// connection) is abandoned and the chunk retried after a backoff, so a hung call
+	// cannot hold a chunk's lease, renewed meanwhile, for ever. Zero means 2 min.
+	S3Timeout time.Duration
 	// DrainTimeout is how long in-flight uploads may run after Run's context ends before
 	// they are cancelled and their leases released. Zero means 10 s.
 	DrainTimeout time.Duration
@@ -96,7 +101,7 @@ type Metrics interface {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	if c.Concurrency < 0 || c.Lease < 0 || c.SweepInterval < 0 || c.RetryBase < 0 || c.RetryMax < 0 || c.DrainTimeout < 0 || c.GiveUpAfter < 0 {
+	if c.Concurrency < 0 || c.Lease < 0 || c.SweepInterval < 0 || c.RetryBase < 0 || c.RetryMax < 0 || c.DrainTimeout < 0 || c.GiveUpAfter < 0 || c.S3Timeout < 0 {
 		return errors.New("chunkworker: settings must not be negative")
 	}
 	if c.Lease > 0 && c.Lease < 300*time.Millisecond {
@@ -121,6 +126,9 @@ func (c *Config) setDefaults() {
 	if c.RetryMax == 0 {
 		c.RetryMax = 30 * time.Second
 	}
+	if c.S3Timeout == 0 {
+		c.S3Timeout = 2 * time.Minute
+	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 10 * time.Second
 	}
@@ -139,6 +147,10 @@ type Worker struct {
 
 	mu       sync.Mutex
 	failures map[staging.ChunkRef]failing // consecutive transient failures, for backoff
+	// notBefore keeps this worker off a chunk it failed until its retry is due, so that
+	// offers it queued meanwhile do not re-claim it at once: the retry goes to whichever
+	// worker's sweep finds it due (a worker whose S3 is broken does not hog it).
+	notBefore map[staging.ChunkRef]time.Time
 }
 
 // New returns a Worker.
@@ -150,7 +162,7 @@ func New(store Store, s3c S3API, ender Ender, cfg Config) (*Worker, error) {
 	return &Worker{
 		cfg: cfg, store: store, s3: s3c, ender: ender,
 		work:     make(chan staging.ChunkRef, cfg.Concurrency*4),
-		failures: map[staging.ChunkRef]failing{},
+		failures: map[staging.ChunkRef]failing{}, notBefore: map[staging.ChunkRef]time.Time{},
 	}, nil
 }
 
@@ -243,11 +255,17 @@ func (w *Worker) Sweep(ctx context.Context) error {
 // Process claims ref and, if the claim is won, uploads it and records the part.
 func (w *Worker) Process(ctx context.Context, ref staging.ChunkRef) {
 	log := w.cfg.Logger.With("upload_id", ref.UploadID, "chunk", ref.N)
+	if w.backingOff(ref) {
+		return
+	}
 	token := staging.NewToken()
 	c, err := w.store.Claim(ctx, ref, token, w.cfg.Lease)
 	if err != nil {
 		log.Warn("claim chunk", "err", err)
 		return
+	}
+	if c.Outcome != staging.Claimed && c.Outcome != staging.Busy {
+		w.clearFailures(ref) // finished or gone elsewhere: nothing to back off from
 	}
 	switch c.Outcome {
 	case staging.AlreadyDone:
@@ -354,8 +372,10 @@ func (w *Worker) upload(ctx context.Context, c staging.Claim) (string, error) {
 	if got := crc.Checksum(data); got != c.CRC32C || int64(len(data)) != c.Size {
 		return "", &retry.PermanentError{Err: fmt.Errorf("staged chunk %d is corrupt: crc32c %08x, want %08x", c.Ref.N, got, c.CRC32C)}
 	}
+	s3ctx, cancelS3 := context.WithTimeout(ctx, w.cfg.S3Timeout)
+	defer cancelS3()
 	if c.Ref.N == 1 && c.Total == 1 && c.MultipartID == "" {
-		out, err := w.s3.PutObject(ctx, &s3.PutObjectInput{
+		out, err := w.s3.PutObject(s3ctx, &s3.PutObjectInput{
 			Bucket: aws.String(c.Bucket), Key: aws.String(c.Key), Body: bytes.NewReader(data),
 			ContentLength: aws.Int64(int64(len(data))), ContentType: contentType(c.ContentType),
 		})
@@ -366,11 +386,11 @@ func (w *Worker) upload(ctx context.Context, c staging.Claim) (string, error) {
 	}
 	mpu := c.MultipartID
 	if mpu == "" {
-		if mpu, err = w.createMultipart(ctx, c); err != nil {
+		if mpu, err = w.createMultipart(s3ctx, c); err != nil {
 			return "", withCause(ctx, err)
 		}
 	}
-	out, err := w.s3.UploadPart(ctx, &s3.UploadPartInput{
+	out, err := w.s3.UploadPart(s3ctx, &s3.UploadPartInput{
 		Bucket: aws.String(c.Bucket), Key: aws.String(c.Key), UploadId: aws.String(mpu),
 		PartNumber: aws.Int32(int32(c.Ref.N)), Body: bytes.NewReader(data),
 		ContentLength: aws.Int64(int64(len(data))),
@@ -456,6 +476,10 @@ func (w *Worker) failed(ctx context.Context, c staging.Claim, err error, log *sl
 	retryAt := w.store.Now().Add(retry.Backoff(w.cfg.RetryBase, w.cfg.RetryMax, n))
 	if ctx.Err() != nil {
 		retryAt = time.Time{} // shutting down: let another replica take it at once
+	} else {
+		w.mu.Lock()
+		w.notBefore[c.Ref] = retryAt
+		w.mu.Unlock()
 	}
 	log.Warn("chunk upload failed; will retry", "err", err, "attempt", n, "retry_at", retryAt)
 	w.release(ctx, c, retryAt)
@@ -496,4 +520,17 @@ func (w *Worker) clearFailures(ref staging.ChunkRef) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.failures, ref)
+	delete(w.notBefore, ref)
+}
+
+// backingOff reports whether this worker failed ref and its retry is not due yet.
+func (w *Worker) backingOff(ref staging.ChunkRef) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	until, ok := w.notBefore[ref]
+	if ok && !w.store.Now().Before(until) {
+		delete(w.notBefore, ref) // due: forget it, whoever finishes the chunk
+		return false
+	}
+	return ok
 }

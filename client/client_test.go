@@ -15,7 +15,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"google.golang.org/grpc"
 
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
@@ -148,60 +147,6 @@ func TestUpload(t *testing.T) {
 	}
 }
 
-// chunkCounter counts, per chunk number, the chunks a client sent and those the server
-// acknowledged, by intercepting the client's streams.
-type chunkCounter struct {
-	mu    sync.Mutex
-	sent  map[uint32]int
-	acked map[uint32]bool
-}
-
-func (cc *chunkCounter) interceptor(ctx context.Context, desc *grpc.StreamDesc, conn *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	s, err := streamer(ctx, desc, conn, method, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &countingStream{ClientStream: s, cc: cc}, nil
-}
-
-type countingStream struct {
-	grpc.ClientStream
-	cc *chunkCounter
-}
-
-func (s *countingStream) SendMsg(m any) error {
-	err := s.ClientStream.SendMsg(m)
-	if r, ok := m.(*chunkupv1.UploadChunkRequest); ok && err == nil {
-		s.cc.mu.Lock()
-		s.cc.sent[r.ChunkNumber]++
-		s.cc.mu.Unlock()
-	}
-	return err
-}
-
-func (s *countingStream) RecvMsg(m any) error {
-	err := s.ClientStream.RecvMsg(m)
-	if r, ok := m.(*chunkupv1.UploadChunkResponse); ok && err == nil {
-		s.cc.mu.Lock()
-		s.cc.acked[r.ChunkNumber] = true
-		s.cc.mu.Unlock()
-	}
-	return err
-}
-
-func (cc *chunkCounter) snapshot() (sent map[uint32]int, acked map[uint32]bool) {
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	sent, acked = map[uint32]int{}, map[uint32]bool{}
-	for k, v := range cc.sent {
-		sent[k] = v
-	}
-	for k, v := range cc.acked {
-		acked[k] = v
-	}
-	return sent, acked
-}
-
 // TestResumeAfterServerKilled kills (-9) the server process in the middle of an upload
 // and starts it again on the same address: the same Upload call finishes, no chunk the
 // server acknowledged before the kill is sent again, and the object is exact.
@@ -215,8 +160,8 @@ func TestResumeAfterServerKilled(t *testing.T) {
 	envv := []string{"AWS_ACCESS_KEY_ID=" + e.minio.AccessKey, "AWS_SECRET_ACCESS_KEY=" + e.minio.SecretKey}
 	server := testenv.StartProcess(t, bin, args, envv)
 
-	cc := &chunkCounter{sent: map[uint32]int{}, acked: map[uint32]bool{}}
-	c := dial(t, addr, client.WithDialOptions(grpc.WithStreamInterceptor(cc.interceptor)),
+	cc := testenv.NewChunkCounter()
+	c := dial(t, addr, client.WithDialOptions(cc.DialOption()),
 		client.WithRetry(100, 50*time.Millisecond, 300*time.Millisecond), client.WithWindow(2))
 	data := randomBytes(16*5*MiB+12345, 77)
 	kill := make(chan struct{})
@@ -230,7 +175,7 @@ func TestResumeAfterServerKilled(t *testing.T) {
 	go func() {
 		<-kill
 		server.Kill()
-		_, ackedBeforeKill = cc.snapshot()
+		_, ackedBeforeKill = cc.Snapshot()
 		testenv.StartProcess(t, bin, args, envv)
 	}()
 	up, err := c.Upload(ctxT(t), onlyReader{bytes.NewReader(data)}, progress)
@@ -238,7 +183,7 @@ func TestResumeAfterServerKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.requireExact(t, up, data)
-	sent, _ := cc.snapshot()
+	sent, _ := cc.Snapshot()
 	if len(ackedBeforeKill) == 0 {
 		t.Fatal("no chunk was acknowledged before the kill")
 	}

@@ -73,6 +73,9 @@ type Config struct {
 	// RetryBase and RetryMax bound the backoff after a transient S3 error. Zero means
 	// 1 s and 30 s.
 	RetryBase, RetryMax time.Duration
+	// S3Timeout bounds one CompleteMultipartUpload (and the HeadObject after it); a
+	// call that hangs longer is abandoned and retried. Zero means 5 min.
+	S3Timeout time.Duration
 	// NodeID names this process in events.
 	NodeID string
 	// Handoff, when set, receives completed uploads it wants.
@@ -88,7 +91,7 @@ type Config struct {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	if c.Lease < 0 || c.SweepInterval < 0 || c.Concurrency < 0 || c.RetryBase < 0 || c.RetryMax < 0 {
+	if c.Lease < 0 || c.SweepInterval < 0 || c.Concurrency < 0 || c.RetryBase < 0 || c.RetryMax < 0 || c.S3Timeout < 0 {
 		return errors.New("completion: settings must not be negative")
 	}
 	if c.Lease > 0 && c.Lease < time.Second {
@@ -132,6 +135,9 @@ func New(store Store, s3c S3API, ender Ender, cfg Config) (*Completer, error) {
 	}
 	if cfg.RetryMax == 0 {
 		cfg.RetryMax = 30 * time.Second
+	}
+	if cfg.S3Timeout == 0 {
+		cfg.S3Timeout = 5 * time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -262,7 +268,10 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 		return err
 	}
 	wants := c.cfg.Handoff != nil && c.cfg.Handoff.Wants(u.ContentType)
-	if err := c.store.FinishComplete(ctx, id, c.token, etag, size, sum, ev, wants); err != nil {
+	if err := c.store.FinishComplete(ctx, id, c.token, etag, size, sum, ev, wants); errors.Is(err, staging.ErrAlreadyCompleted) {
+		c.cfg.Logger.Info("upload completed by another completer first; nothing more to record", "upload_id", id)
+		return c.store.DoneCompletion(ctx, id)
+	} else if err != nil {
 		return err
 	}
 	if c.cfg.OnEvent != nil {
@@ -320,6 +329,11 @@ func (c *Completer) retryLater(ctx context.Context, id string, err error) error 
 }
 
 func (c *Completer) completeMultipart(ctx context.Context, b staging.Begin, parts []staging.Part, size int64) (string, error) {
+	// The guard is not renewed while S3 works: it is what lets another completer take
+	// over from one that hangs. Two completions at once are harmless (S3 completes once;
+	// the fenced finish records one), so the call is only bounded.
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.S3Timeout)
+	defer cancel()
 	done := make([]types.CompletedPart, len(parts))
 	for i, p := range parts {
 		done[i] = types.CompletedPart{ETag: aws.String(p.ETag), PartNumber: aws.Int32(int32(p.N))}

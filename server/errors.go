@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"strings"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
@@ -80,7 +83,17 @@ func toStatus(id string, err error) error {
 	return status.Error(codes.Internal, fmt.Sprintf("upload %s: %v", id, err))
 }
 
+// isRedisDown reports whether err means the staging store cannot be reached right now:
+// a refused or dropped connection (a Redis that died mid-command answers io.EOF), a
+// timeout, a closed client, or a Redis still loading its data after a restart.
 func isRedisDown(err error) bool {
 	var ne net.Error
-	return errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.As(err, &ne)
+	switch {
+	case errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.As(err, &ne),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return true
+	}
+	var re redis.Error
+	return errors.As(err, &re) && (strings.HasPrefix(re.Error(), "LOADING") || strings.HasPrefix(re.Error(), "MASTERDOWN"))
 }

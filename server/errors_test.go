@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -42,6 +44,8 @@ func TestToStatus(t *testing.T) {
 		{"redis closed", redis.ErrClosed, codes.Unavailable, []string{"staging store unavailable", "retry later"}, false},
 		{"redis pool timeout", redis.ErrPoolTimeout, codes.Unavailable, []string{"retry later"}, false},
 		{"redis unreachable", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, codes.Unavailable, []string{"connection refused"}, false},
+		{"redis died mid-command", io.EOF, codes.Unavailable, []string{"retry later"}, false},
+		{"connection reset", syscall.ECONNRESET, codes.Unavailable, []string{"retry later"}, false},
 		{"anything else", errors.New("boom"), codes.Internal, []string{"boom"}, true},
 	} {
 		for _, wrapped := range []bool{false, true} {

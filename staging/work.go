@@ -345,12 +345,18 @@ func (s *Store) FinishComplete(ctx context.Context, id, token, etag string, size
 		return err
 	}
 	switch res[0].(string) {
-	case "ok", "done":
+	case "ok":
 		s.rdb.ZRem(ctx, activeKey, id)
 		return nil
+	case "done":
+		return ErrAlreadyCompleted
 	}
 	return ErrGuardLost
 }
+
+// ErrAlreadyCompleted means another completer recorded the completion first (its event
+// is the one in the outbox); the caller has nothing left to do.
+var ErrAlreadyCompleted = errors.New("upload already completed")
 
 // MarkHandedOff records that a completed upload was handed off; it reports false if it
 // was not pending (already handed off, or never to be).

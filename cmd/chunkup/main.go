@@ -167,6 +167,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	sweep := fs.Duration("sweep-interval", "CHUNKUP_SWEEP_INTERVAL", 0, "how often lost wake-ups and expired leases are swept (default 1s)")
 	complLease := fs.Duration("completer-lease", "CHUNKUP_COMPLETER_LEASE", 0, "completion guard lease (default 60s)")
 	s3Attempts := fs.Int("s3-max-attempts", "CHUNKUP_S3_MAX_ATTEMPTS", 3, "attempts per S3 call on transient errors")
+	s3Timeout := fs.Duration("s3-timeout", "CHUNKUP_S3_TIMEOUT", 0, "bound on one chunk's S3 calls, retries included; a hung call is abandoned and retried (default 2m)")
 	s3GiveUp := fs.Duration("s3-give-up-after", "CHUNKUP_S3_GIVE_UP_AFTER", 0, "fail an upload whose chunk S3 keeps refusing this long (0: retry until the chunk's bytes expire)")
 	shutdown := fs.Duration("shutdown-timeout", "CHUNKUP_SHUTDOWN_TIMEOUT", 0, "graceful shutdown limit (default 20s)")
 	logFormat := fs.String("log-format", "CHUNKUP_LOG_FORMAT", "text", "log format: text or json")
@@ -226,6 +227,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.Server.ChunkSize, cfg.Server.MaxChunkSize = *chunkSize, *maxChunk
 	cfg.Server.MaxUploadSize, cfg.Server.MaxStreamsPerTenant, cfg.Server.StagedBytesBudget = *maxUpload, *maxStreams, *budget
 	cfg.Worker.Concurrency, cfg.Worker.Lease, cfg.Worker.SweepInterval = *workers, *lease, *sweep
+	cfg.Worker.S3Timeout = *s3Timeout
 	cfg.Worker.GiveUpAfter = *s3GiveUp
 	cfg.Completer.Lease, cfg.Completer.SweepInterval = *complLease, *sweep
 	if err := applyOCR(&cfg); err != nil {
