@@ -227,9 +227,6 @@ func requireCompleted(t *testing.T, up *chunkupv1.Upload, name string, size int)
 // TestCommandsAgainstServer runs upload, status and abort against a real process on a
 // real Redis and MinIO, and checks the objects in MinIO.
 func TestCommandsAgainstServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server and MinIO")
-	}
 	clearEnv(t)
 	addr, s3c := startServer(t)
 	file, data := writeRandomFile(t, "three.bin", 3<<20)
