@@ -54,7 +54,7 @@ var _ Store = (*staging.Store)(nil)
 
 // Ender ends an upload that cannot succeed (see cleanup.Ender).
 type Ender interface {
-	End(ctx context.Context, id string, status staging.Status, reason string, fromCompleting bool) error
+	End(ctx context.Context, id string, status staging.Status, reason string, completer string) error
 }
 
 // Config tunes a Worker. Zero values mean the documented defaults.
@@ -281,7 +281,7 @@ func (w *Worker) Process(ctx context.Context, ref staging.ChunkRef) {
 		// An acknowledged chunk is gone: the upload can never be exact, so say so.
 		reason := fmt.Sprintf("staged chunk %d expired from Redis before it could be uploaded to S3", ref.N)
 		log.Error("failing upload", "reason", reason)
-		if err := w.ender.End(ctx, ref.UploadID, staging.StatusFailed, reason, false); err != nil {
+		if err := w.ender.End(ctx, ref.UploadID, staging.StatusFailed, reason, ""); err != nil {
 			log.Warn("fail upload", "err", err)
 		}
 		_ = w.store.DonePending(ctx, ref)
@@ -429,6 +429,17 @@ func (w *Worker) createMultipart(ctx context.Context, c staging.Claim) (string, 
 	}
 	mine := aws.ToString(out.UploadId)
 	won, err := w.store.SetMultipart(ctx, c.Ref.UploadID, mine)
+	if err != nil {
+		// The script may have run although the call failed (a timeout after Redis
+		// answered): ask again, with a context of our own, before deciding whose it is.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		won, err = w.store.SetMultipart(rctx, c.Ref.UploadID, mine)
+		cancel()
+	}
+	var ended *staging.StateError
+	if err != nil && !errors.As(err, &ended) {
+		return "", err // unknown whose it is: leave it (an ended upload's recorded one is aborted)
+	}
 	if err == nil && won == mine {
 		return mine, nil
 	}
@@ -455,7 +466,7 @@ func (w *Worker) failed(ctx context.Context, c staging.Claim, err error, log *sl
 	}
 	if retry.Permanent(err) {
 		log.Error("chunk upload failed permanently; failing the upload", "err", err)
-		if endErr := w.ender.End(ctx, c.Ref.UploadID, staging.StatusFailed, err.Error(), false); endErr != nil {
+		if endErr := w.ender.End(ctx, c.Ref.UploadID, staging.StatusFailed, err.Error(), ""); endErr != nil {
 			log.Warn("fail upload", "err", endErr)
 		}
 		_ = w.store.DonePending(ctx, c.Ref)
@@ -465,7 +476,7 @@ func (w *Worker) failed(ctx context.Context, c staging.Claim, err error, log *sl
 	if w.cfg.GiveUpAfter > 0 && w.store.Now().Sub(f.since) >= w.cfg.GiveUpAfter {
 		reason := fmt.Sprintf("chunk %d could not be stored in S3 for %s: %v", c.Ref.N, w.cfg.GiveUpAfter, err)
 		log.Error("giving up on the chunk; failing the upload", "reason", reason)
-		if endErr := w.ender.End(ctx, c.Ref.UploadID, staging.StatusFailed, reason, false); endErr != nil {
+		if endErr := w.ender.End(ctx, c.Ref.UploadID, staging.StatusFailed, reason, ""); endErr != nil {
 			log.Warn("fail upload", "err", endErr)
 		}
 		w.clearFailures(c.Ref)

@@ -54,8 +54,8 @@ type Ender struct {
 // the event that says so, atomically; then it aborts the upload's S3 multipart upload
 // and drops its staged chunks. The state change comes first so no worker starts a new
 // part afterwards. Releasing resources is best effort: staged bytes also carry a TTL.
-func (e *Ender) End(ctx context.Context, id string, status staging.Status, reason string, fromCompleting bool) error {
-	return e.end(ctx, staging.EndRequest{ID: id, Status: status, Reason: reason, FromCompleting: fromCompleting})
+func (e *Ender) End(ctx context.Context, id string, status staging.Status, reason string, completer string) error {
+	return e.end(ctx, staging.EndRequest{ID: id, Status: status, Reason: reason, Completer: completer})
 }
 
 // Expire ends upload id as EXPIRED if it has been idle since idleSince or longer; if it

@@ -245,7 +245,12 @@ func (u *uploader) send(ctx context.Context, r io.Reader) error {
 		received[n] = true
 	}
 	s := newScheduler(u.c.opts.parallel * u.c.opts.window)
+	fed := make(chan struct{})
+	// The caller gets its reader back when send returns: wait for the reading goroutine
+	// (cancelled first, so a failed upload does not wait for the input to end).
+	defer func() { cancel(nil); <-fed }()
 	go func() {
+		defer close(fed)
 		err := feed(ctx, s, newChunker(r, u.up.ChunkSize, u.up.ExpectedSize), received, func(n int64) {
 			u.update(func(p *Progress) { p.BytesAcked += n })
 		})

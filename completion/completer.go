@@ -46,9 +46,10 @@ type Store interface {
 
 var _ Store = (*staging.Store)(nil)
 
-// Ender fails an upload that cannot be completed (see cleanup.Ender).
+// Ender fails an upload that cannot be completed (see cleanup.Ender); the completer
+// passes its guard token, so it can end only an upload it is still completing.
 type Ender interface {
-	End(ctx context.Context, id string, status staging.Status, reason string, fromCompleting bool) error
+	End(ctx context.Context, id string, status staging.Status, reason string, completer string) error
 }
 
 // Handoff takes completed uploads whose content may be processed further (OCR).
@@ -364,7 +365,7 @@ func (c *Completer) completeMultipart(ctx context.Context, b staging.Begin, part
 func (c *Completer) failed(ctx context.Context, id string, err error) error {
 	if retry.Permanent(err) {
 		c.cfg.Logger.Error("completion failed permanently; failing the upload", "upload_id", id, "err", err)
-		if endErr := c.ender.End(ctx, id, staging.StatusFailed, err.Error(), true); endErr != nil {
+		if endErr := c.ender.End(ctx, id, staging.StatusFailed, err.Error(), c.token); endErr != nil {
 			return endErr
 		}
 		return c.store.DoneCompletion(ctx, id)

@@ -39,7 +39,7 @@ var _ Store = (*staging.Store)(nil)
 
 // Ender ends an upload and releases its resources (see cleanup.Ender).
 type Ender interface {
-	End(ctx context.Context, id string, status staging.Status, reason string, fromCompleting bool) error
+	End(ctx context.Context, id string, status staging.Status, reason string, completer string) error
 }
 
 // Config configures the upload service. Zero values mean the documented defaults.
@@ -426,7 +426,7 @@ func (s *UploadService) AbortUpload(ctx context.Context, req *chunkupv1.AbortUpl
 	if _, err := s.get(ctx, id); err != nil {
 		return nil, toStatus(id, err)
 	}
-	err := s.ender.End(ctx, id, staging.StatusAborted, reason, false)
+	err := s.ender.End(ctx, id, staging.StatusAborted, reason, "")
 	var se *staging.StateError
 	if errors.As(err, &se) {
 		if se.Status != staging.StatusAborted {

@@ -128,7 +128,7 @@ redis.call('HSET', KEYS[1], unpack(f))
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 local p = redis.call('PTTL', KEYS[2])
-if p < tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
+if p >= 0 and p < tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
 return {'ok'}
 `)
 
@@ -174,7 +174,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[6])
 if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[2], ARGV[7], ARGV[8])
   local p = redis.call('PTTL', KEYS[2])
-  if p < tonumber(ARGV[6]) then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
+  if p >= 0 and p < tonumber(ARGV[6]) then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
 end
 return {'ok'}
 `)
@@ -193,7 +193,10 @@ func (s *Store) CreateDocument(ctx context.Context, d NewDocument, ttl time.Dura
 	if err != nil {
 		return false, err
 	}
-	return res[0] == "ok", nil
+	if res[0] == "ok" {
+		return true, s.indexOutbox(ctx, d.ID)
+	}
+	return false, nil
 }
 
 // Fence says how a transition is guarded by an OCR job's fencing token.
@@ -268,6 +271,9 @@ func (s *Store) TransitionDocument(ctx context.Context, id string, ttl time.Dura
 		}
 		switch toStr(res[0]) {
 		case "ok":
+			if evID != "" {
+				return d, s.indexOutbox(ctx, id)
+			}
 			return d, nil
 		case "notfound":
 			return nil, ErrDocumentNotFound

@@ -38,6 +38,14 @@ func parseRecord(id, uploadID, rec string) (OutboxEvent, bool) {
 		Created: time.Unix(0, toI64(f[2])), Payload: []byte(f[3])}, true
 }
 
+// indexOutbox makes sure upload id's outbox is in the outbox index. Writers call it
+// before recording an event (so a crash in between leaves an entry that leads nowhere)
+// and again after (so a publisher that found the outbox empty in between, and dropped
+// the entry, cannot leave the new event unindexed).
+func (s *Store) indexOutbox(ctx context.Context, id string) error {
+	return s.rdb.ZAddNX(ctx, outboxIndexKey, redis.Z{Score: float64(s.nowMs()), Member: id}).Err()
+}
+
 // DueOutbox returns up to limit uploads whose outbox a publisher should drain now.
 func (s *Store) DueOutbox(ctx context.Context, limit int64) ([]string, error) {
 	return s.rdb.ZRangeByScore(ctx, outboxIndexKey, &redis.ZRangeBy{

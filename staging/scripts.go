@@ -83,9 +83,12 @@ if part then
   if pcrc ~= ARGV[2] then redis.call('DEL', KEYS[5]) return {'recorded'} end
   redis.call('DEL', KEYS[5])
   code = 'dup'
-elseif prev == want then
+elseif prev == want and redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('DEL', KEYS[5])
   code = 'dup'
+elseif prev == want then
+  -- The same bytes again after the staged copy expired unuploaded: stage them anew.
+  redis.call('RENAME', KEYS[5], KEYS[4])
 else
   if prev then
     local lease = redis.call('HGET', KEYS[6], ARGV[1])
@@ -350,7 +353,8 @@ return 1
 //	ARGV[1] new status (FAILED, ABORTED or EXPIRED)
 //	ARGV[2] reason
 //	ARGV[3] now (unix ms)
-//	ARGV[4] "1" to allow it from COMPLETING (a completer giving up), else "0"
+//	ARGV[4] a completer's guard token, to allow it from COMPLETING while that completer
+//	        holds the guard or the guard has expired; "" otherwise
 //	ARGV[5] event id
 //	ARGV[6] event record (see outboxRecord)
 //	ARGV[7] retention (ms)
@@ -364,7 +368,14 @@ return 1
 var endScript = redis.NewScript(`
 local st = redis.call('HMGET', KEYS[1], 'status', 's3_upload_id', 'bucket', 'key', 'updated_ms')
 if not st[1] then return {'notfound'} end
-if st[1] == 'COMPLETING' and ARGV[4] ~= '1' then return {'completing'} end
+if st[1] == 'COMPLETING' then
+  if ARGV[4] == '' then return {'completing'} end
+  local g = redis.call('GET', KEYS[2])
+  if g and string.sub(g, 1, #ARGV[4]+1) ~= ARGV[4] .. '|' then
+    local exp = tonumber(string.match(g, '|(%d+)$'))
+    if exp and exp > tonumber(ARGV[3]) then return {'completing'} end
+  end
+end
 if st[1] ~= 'ACTIVE' and st[1] ~= 'COMPLETING' then return {'already', st[1]} end
 if ARGV[9] ~= '0' and tonumber(st[5]) > tonumber(ARGV[9]) then return {'active', st[5]} end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'error', ARGV[2], 'updated_ms', ARGV[3])

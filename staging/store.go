@@ -409,9 +409,10 @@ type EndRequest struct {
 	ID     string
 	Status Status // FAILED, ABORTED or EXPIRED
 	Reason string
-	// FromCompleting allows it while a completer holds the upload (only a completer
-	// giving up should set it).
-	FromCompleting bool
+	// Completer, a completer's guard token, allows it while the upload is COMPLETING,
+	// but only if that completer still holds the guard (or the guard has expired): a
+	// completer giving up must not end an upload another one is completing.
+	Completer string
 	// Event is recorded in the outbox in the same atomic step.
 	Event OutboxEvent
 	// IdleSince, when set, ends the upload only if its last activity is not after it
@@ -427,10 +428,7 @@ func (e *ActiveError) Error() string { return "upload active since " + e.LastAct
 // End moves an upload to FAILED, ABORTED or EXPIRED and records its event, atomically.
 // It returns the upload's S3 coordinates so the caller can abort the multipart upload.
 func (s *Store) End(ctx context.Context, r EndRequest) (EndResult, error) {
-	from := "0"
-	if r.FromCompleting {
-		from = "1"
-	}
+	from := r.Completer
 	idle := int64(0)
 	if !r.IdleSince.IsZero() {
 		idle = r.IdleSince.UnixMilli()
@@ -447,7 +445,7 @@ func (s *Store) End(ctx context.Context, r EndRequest) (EndResult, error) {
 	switch res[0].(string) {
 	case "ok":
 		s.rdb.ZRem(ctx, activeKey, r.ID) // a hint; a stale entry is dropped when visited
-		return EndResult{MultipartID: toStr(res[1]), Bucket: toStr(res[2]), Key: toStr(res[3])}, nil
+		return EndResult{MultipartID: toStr(res[1]), Bucket: toStr(res[2]), Key: toStr(res[3])}, s.indexOutbox(ctx, r.ID)
 	case "already":
 		return EndResult{}, &StateError{Status: Status(toStr(res[1]))}
 	case "completing":

@@ -293,3 +293,44 @@ func TestParseChunkRef(t *testing.T) {
 		t.Errorf("round trip of %v = %v", ref, got)
 	}
 }
+
+// TestRepeatRestagesExpiredBytes: when a chunk's staged bytes expired before any worker
+// uploaded them, the client's repeat of the same bytes stages them again (instead of
+// being acknowledged as a duplicate of bytes that no longer exist).
+func TestRepeatRestagesExpiredBytes(t *testing.T) {
+	r := testenv.StartRedis(t)
+	s, err := staging.New(r.Client(t), staging.Config{ChunkTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	id := newUpload(t, s, 4, 0)
+	if _, err := stage(t, s, id, 1, []byte("abcd"), false); err != nil {
+		t.Fatal(err)
+	}
+	ref := staging.ChunkRef{UploadID: id, N: 1}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := s.Claim(ctx, ref, "probe", time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Outcome == staging.Expired {
+			break
+		}
+		if c.Outcome == staging.Claimed {
+			_ = s.Release(ctx, ref, "probe", time.Now())
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("staged bytes never expired")
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for Redis' own TTL to pass
+	}
+	res, err := stage(t, s, id, 1, []byte("abcd"), false)
+	if err != nil || res.Duplicate {
+		t.Fatalf("repeat after expiry: %+v %v; want it staged again", res, err)
+	}
+	if data, err := s.ChunkData(ctx, ref, time.Minute); err != nil || string(data) != "abcd" {
+		t.Fatalf("bytes after the repeat: %q %v", data, err)
+	}
+}

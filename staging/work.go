@@ -347,7 +347,7 @@ func (s *Store) FinishComplete(ctx context.Context, id, token, etag string, size
 	switch res[0].(string) {
 	case "ok":
 		s.rdb.ZRem(ctx, activeKey, id)
-		return nil
+		return s.indexOutbox(ctx, id)
 	case "done":
 		return ErrAlreadyCompleted
 	}
