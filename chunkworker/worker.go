@@ -274,8 +274,15 @@ func (w *Worker) Process(ctx context.Context, ref staging.ChunkRef) {
 	case staging.Busy:
 		_ = w.store.Defer(ctx, ref, c.Until)
 		return
-	case staging.Missing, staging.Gone:
+	case staging.Gone:
 		_ = w.store.DonePending(ctx, ref)
+		return
+	case staging.Missing:
+		// Not staged (yet): the entry is written before the bytes, and a stage may be in
+		// flight (or retried after a broken one). Dropping the entry now could strand a
+		// chunk that commits a moment later, so look again later; an entry that leads to
+		// nothing (a rejected chunk) goes when its upload ends.
+		_ = w.store.Defer(ctx, ref, w.store.Now().Add(missingRecheck))
 		return
 	case staging.Expired:
 		// An acknowledged chunk is gone: the upload can never be exact, so say so.
@@ -402,6 +409,10 @@ func (w *Worker) upload(ctx context.Context, c staging.Claim) (string, error) {
 }
 
 var errLeaseLost = errors.New("chunk lease lost")
+
+// missingRecheck is how long a pending chunk whose bytes are not staged waits before it
+// is looked at again.
+const missingRecheck = 30 * time.Second
 
 // withCause replaces a cancellation error by its cause (e.g. a lost lease).
 func withCause(ctx context.Context, err error) error {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/chunkup/chunkup/chunkworker"
 	"github.com/chunkup/chunkup/cleanup"
 	"github.com/chunkup/chunkup/internal/crc"
@@ -72,4 +74,84 @@ func TestS3OutageRetriesThenGivesUp(t *testing.T) {
 		t.Fatalf("after GiveUpAfter: %+v %v; want FAILED", u, err)
 	}
 	t.Logf("failed with: %s", u.Error)
+}
+
+// splitHook runs between the first command of the next pipeline and the rest of it:
+// exactly where another worker's commands can land between Stage's index write and its
+// commit.
+type splitHook struct {
+	mu      sync.Mutex
+	between func()
+}
+
+func (h *splitHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *splitHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *splitHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		f := h.between
+		h.between = nil
+		h.mu.Unlock()
+		if f == nil || len(cmds) < 2 {
+			return next(ctx, cmds)
+		}
+		if err := next(ctx, cmds[:1]); err != nil {
+			return err
+		}
+		f()
+		return next(ctx, cmds[1:])
+	}
+}
+
+// TestMissingChunkStaysPending: a worker that finds a pending chunk not staged yet (its
+// stage is in flight: the index entry is written, the bytes not yet committed) must not
+// drop it from the pending index, or the chunk, once committed, would depend on its
+// pub/sub wake-up alone.
+func TestMissingChunkStaysPending(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clk := &clock{now: time.Now()}
+	rdb := testenv.StartRedis(t).Client(t)
+	hook := &splitHook{}
+	rdb.AddHook(hook)
+	store, err := staging.New(rdb, staging.Config{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := chunkworker.New(store, nil, nil, chunkworker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := staging.NewID()
+	if _, err := store.Create(ctx, staging.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 4, ExpectedSize: -1}); err != nil {
+		t.Fatal(err)
+	}
+	full := []byte("abcd")
+	if _, err := store.Stage(ctx, id, 3, full, crc.Checksum(full), false); err != nil {
+		t.Fatal(err)
+	}
+	// An earlier attempt at chunk 2 that did not commit left its pending entry behind.
+	if _, err := store.Stage(ctx, id, 2, []byte("ab"), crc.Checksum([]byte("ab")), true); err == nil {
+		t.Fatal("chunk 2 as the last after chunk 3 was accepted")
+	}
+	ref := staging.ChunkRef{UploadID: id, N: 2}
+	clk.Add(3 * time.Second) // the old entry is due
+	// The retry: between its (no-op) index write and its commit, a worker visits the chunk.
+	hook.mu.Lock()
+	hook.between = func() { w.Process(ctx, ref) }
+	hook.mu.Unlock()
+	if _, err := store.Stage(ctx, id, 2, full, crc.Checksum(full), false); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Minute)
+	due, err := store.DuePending(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range due {
+		if r == ref {
+			return
+		}
+	}
+	t.Fatalf("chunk 2 is staged but not pending (due: %v): only its wake-up would find it", due)
 }
