@@ -30,6 +30,7 @@ type S3API interface {
 	CreateMultipartUpload(ctx context.Context, in *s3.CreateMultipartUploadInput, opts ...func(*s3.Options)) (*s3.CreateMultipartUploadOutput, error)
 	UploadPart(ctx context.Context, in *s3.UploadPartInput, opts ...func(*s3.Options)) (*s3.UploadPartOutput, error)
 	AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, opts ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error)
+	DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, opts ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
 }
 
 var _ S3API = (*s3.Client)(nil)
@@ -321,6 +322,14 @@ func (w *Worker) Process(ctx context.Context, ref staging.ChunkRef) {
 	case staging.Stale:
 		_ = w.store.Defer(ctx, ref, w.store.Now()) // new bytes arrived: upload them
 	case staging.Ended:
+		if singleObject(c) {
+			// The upload ended while this one-chunk upload's object was being written:
+			// an upload that did not complete leaves no object behind.
+			if _, err := w.s3.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{
+				Bucket: aws.String(c.Bucket), Key: aws.String(c.Key)}); err != nil {
+				log.Warn("delete the object of an upload that ended meanwhile", "err", err)
+			}
+		}
 		_ = w.store.DonePending(ctx, ref)
 	case staging.LeaseLost:
 		log.Info("lease lost before the part was recorded; another worker has the chunk")
@@ -381,7 +390,7 @@ func (w *Worker) upload(ctx context.Context, c staging.Claim) (string, error) {
 	}
 	s3ctx, cancelS3 := context.WithTimeout(ctx, w.cfg.S3Timeout)
 	defer cancelS3()
-	if c.Ref.N == 1 && c.Total == 1 && c.MultipartID == "" {
+	if singleObject(c) {
 		out, err := w.s3.PutObject(s3ctx, &s3.PutObjectInput{
 			Bucket: aws.String(c.Bucket), Key: aws.String(c.Key), Body: bytes.NewReader(data),
 			ContentLength: aws.Int64(int64(len(data))), ContentType: contentType(c.ContentType),
@@ -409,6 +418,10 @@ func (w *Worker) upload(ctx context.Context, c staging.Claim) (string, error) {
 }
 
 var errLeaseLost = errors.New("chunk lease lost")
+
+// singleObject reports whether a claimed chunk is a whole one-chunk upload, stored with
+// a single PutObject rather than as a part.
+func singleObject(c staging.Claim) bool { return c.Ref.N == 1 && c.Total == 1 && c.MultipartID == "" }
 
 // missingRecheck is how long a pending chunk whose bytes are not staged waits before it
 // is looked at again.

@@ -7,11 +7,13 @@ package cleanup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/chunkup/chunkup/completion"
 	"github.com/chunkup/chunkup/internal/retry"
@@ -21,6 +23,7 @@ import (
 // S3API is the part of the S3 client that ending an upload needs.
 type S3API interface {
 	AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, opts ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error)
+	DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, opts ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
 }
 
 var _ S3API = (*s3.Client)(nil)
@@ -31,6 +34,8 @@ type Store interface {
 	Get(ctx context.Context, id string) (*staging.Upload, error)
 	End(ctx context.Context, r staging.EndRequest) (staging.EndResult, error)
 	DropChunks(ctx context.Context, id string) error
+	IndexRelease(ctx context.Context, id string) error
+	DoneRelease(ctx context.Context, id string) error
 }
 
 var _ Store = (*staging.Store)(nil)
@@ -75,6 +80,11 @@ func (e *Ender) end(ctx context.Context, r staging.EndRequest) error {
 	if r.Event, err = completion.EndedEvent(u, r.Status, r.Reason, e.NodeID, e.Store.Now()); err != nil {
 		return err
 	}
+	// Marked first, cleared only once S3 is released: a crash or an S3 outage in between
+	// is retried by the cleanup sweep (Release), so no multipart upload leaks.
+	if err := e.Store.IndexRelease(ctx, r.ID); err != nil {
+		return err
+	}
 	res, err := e.Store.End(ctx, r)
 	if err != nil {
 		return err
@@ -86,19 +96,57 @@ func (e *Ender) end(ctx context.Context, r staging.EndRequest) error {
 		e.Metrics.UploadEnded(string(r.Status))
 	}
 	log := e.logger().With("upload_id", r.ID, "status", r.Status, "correlation_id", u.CorrelationID)
-	if res.MultipartID != "" {
-		_, err := e.S3.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
-			Bucket: aws.String(res.Bucket), Key: aws.String(res.Key), UploadId: aws.String(res.MultipartID),
-		})
-		if err != nil {
-			log.Warn("abort multipart upload", "err", err)
-		}
+	if err := e.release(ctx, res); err != nil {
+		log.Warn("release S3 resources; cleanup will retry", "err", err)
+	} else if err := e.Store.DoneRelease(ctx, r.ID); err != nil {
+		log.Warn("clear release mark", "err", err)
 	}
 	if err := e.Store.DropChunks(ctx, r.ID); err != nil {
 		log.Warn("drop staged chunks", "err", err)
 	}
 	log.Info("upload ended", "reason", r.Reason)
 	return nil
+}
+
+// release aborts an ended upload's multipart upload, or deletes the object a one-chunk
+// upload already wrote: an upload that did not complete leaves nothing in S3.
+func (e *Ender) release(ctx context.Context, res staging.EndResult) error {
+	if res.MultipartID != "" {
+		_, err := e.S3.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
+			Bucket: aws.String(res.Bucket), Key: aws.String(res.Key), UploadId: aws.String(res.MultipartID),
+		})
+		var gone *types.NoSuchUpload
+		if err != nil && !errors.As(err, &gone) {
+			return fmt.Errorf("abort multipart upload: %w", err)
+		}
+	}
+	if res.ObjectWritten {
+		if _, err := e.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(res.Bucket), Key: aws.String(res.Key)}); err != nil {
+			return fmt.Errorf("delete the ended upload's object: %w", err)
+		}
+	}
+	return nil
+}
+
+// Release retries releasing the S3 resources of ended upload id (see IndexRelease).
+// It reports whether the upload needs nothing more.
+func (e *Ender) Release(ctx context.Context, id string) (bool, error) {
+	u, err := e.Store.Get(ctx, id)
+	if errors.Is(err, staging.ErrNotFound) {
+		return true, nil // forgotten after retention: nothing left that says what to release
+	}
+	if err != nil {
+		return false, err
+	}
+	if !u.Status.Terminal() || u.Status == staging.StatusCompleted {
+		return true, nil // it did not end (the End was refused) or it completed
+	}
+	res := staging.EndResult{MultipartID: u.MultipartID, Bucket: u.Bucket, Key: u.Key,
+		ObjectWritten: u.MultipartID == "" && u.Uploaded > 0}
+	if err := e.release(ctx, res); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func (e *Ender) logger() *slog.Logger {
@@ -117,6 +165,9 @@ type ExpireStore interface {
 	DoneActive(ctx context.Context, id string) error
 	ActiveUploads(ctx context.Context, start, count int64) ([]string, error)
 	Recover(ctx context.Context, id string) error
+	DueReleases(ctx context.Context, limit int64) ([]string, error)
+	DeferRelease(ctx context.Context, id string, at time.Time) error
+	DoneRelease(ctx context.Context, id string) error
 }
 
 var _ ExpireStore = (*staging.Store)(nil)
@@ -213,6 +264,9 @@ func (x *Expirer) Recover(ctx context.Context) error {
 // Sweep expires every due upload that has really been idle for StateTTL and reports how
 // many it expired.
 func (x *Expirer) Sweep(ctx context.Context) (int, error) {
+	if err := x.SweepReleases(ctx); err != nil {
+		return 0, err
+	}
 	ids, err := x.store.DueActive(ctx, x.cfg.Batch)
 	if err != nil {
 		return 0, err
@@ -239,4 +293,26 @@ func (x *Expirer) Sweep(ctx context.Context) (int, error) {
 		}
 	}
 	return expired, nil
+}
+
+// SweepReleases retries the S3 releases of ended uploads that did not succeed when they
+// ended (a crash, S3 unavailable): a failing one is tried again a minute later.
+func (x *Expirer) SweepReleases(ctx context.Context) error {
+	ids, err := x.store.DueReleases(ctx, x.cfg.Batch)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		done, err := x.ender.Release(ctx, id)
+		if done {
+			err = x.store.DoneRelease(ctx, id)
+		} else if err != nil {
+			x.cfg.Logger.Warn("release S3 resources of an ended upload; will retry", "upload_id", id, "err", err)
+			err = x.store.DeferRelease(ctx, id, x.store.Now().Add(time.Minute))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -30,6 +30,9 @@ const (
 	// expire (last activity + StateTTL). A lower bound: cleanup checks the real last
 	// activity before expiring.
 	activeKey = prefix + "active"
+	// releaseKey is a sorted set of ended upload ids whose S3 resources (a multipart
+	// upload, a one-chunk object) may still need releasing, scored by the next attempt.
+	releaseKey = prefix + "releases"
 	// ChunksChannel carries "ID/N" wake-ups for workers when a chunk is staged.
 	ChunksChannel = prefix + "chunks"
 )

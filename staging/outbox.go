@@ -186,3 +186,28 @@ func (s *Store) StagedBytes(ctx context.Context) (int64, error) {
 	}
 	return 0, errors.New("staging: INFO memory has no used_memory")
 }
+
+// IndexRelease records that upload id may hold S3 resources to release (a multipart
+// upload to abort, or a one-chunk object to delete) once it has ended. It is written
+// before the upload ends and removed only when the release succeeded, so a crash or an
+// S3 outage in between is retried by cleanup's sweep.
+func (s *Store) IndexRelease(ctx context.Context, id string) error {
+	return s.rdb.ZAddNX(ctx, releaseKey, redis.Z{Score: float64(s.nowMs()), Member: id}).Err()
+}
+
+// DueReleases returns up to limit uploads whose release is due.
+func (s *Store) DueReleases(ctx context.Context, limit int64) ([]string, error) {
+	return s.rdb.ZRangeByScore(ctx, releaseKey, &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(s.nowMs(), 10), Count: limit,
+	}).Result()
+}
+
+// DeferRelease moves upload id's next release attempt to at.
+func (s *Store) DeferRelease(ctx context.Context, id string, at time.Time) error {
+	return s.rdb.ZAddXX(ctx, releaseKey, redis.Z{Score: float64(at.UnixMilli()), Member: id}).Err()
+}
+
+// DoneRelease removes upload id from the release index.
+func (s *Store) DoneRelease(ctx context.Context, id string) error {
+	return s.rdb.ZRem(ctx, releaseKey, id).Err()
+}

@@ -362,7 +362,8 @@ return 1
 //	ARGV[9] for expiry: end only if the last activity is at or before this (unix ms);
 //	        "0" for no such condition
 //
-// Returns {"ok", s3_upload_id, bucket, key}, {"already", status} when it had ended
+// Returns {"ok", s3_upload_id, bucket, key, single}, where single is 1 when the
+// object was already written by a single PutObject, {"already", status} when it had ended
 // already, {"completing"} when a completer holds it, {"active", updated_ms} when it
 // was active after ARGV[9], or {"notfound"}.
 var endScript = redis.NewScript(`
@@ -384,5 +385,7 @@ redis.call('HSET', KEYS[3], ARGV[5], ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
 for i = 4, 7 do redis.call('PEXPIRE', KEYS[i], ARGV[7]) end
 redis.call('PUBLISH', ARGV[8], ARGV[1])
-return {'ok', st[2] or '', st[3], st[4]}
+local single = 0
+if (not st[2] or st[2] == '') and redis.call('HEXISTS', KEYS[6], '1') == 1 then single = 1 end
+return {'ok', st[2] or '', st[3], st[4], single}
 `)

@@ -445,7 +445,8 @@ func (s *Store) End(ctx context.Context, r EndRequest) (EndResult, error) {
 	switch res[0].(string) {
 	case "ok":
 		s.rdb.ZRem(ctx, activeKey, r.ID) // a hint; a stale entry is dropped when visited
-		return EndResult{MultipartID: toStr(res[1]), Bucket: toStr(res[2]), Key: toStr(res[3])}, s.indexOutbox(ctx, r.ID)
+		return EndResult{MultipartID: toStr(res[1]), Bucket: toStr(res[2]), Key: toStr(res[3]),
+			ObjectWritten: toI64(res[4]) == 1}, s.indexOutbox(ctx, r.ID)
 	case "already":
 		return EndResult{}, &StateError{Status: Status(toStr(res[1]))}
 	case "completing":
@@ -464,7 +465,12 @@ func (s *Store) terminalKeys(id string) []string {
 }
 
 // EndResult carries what the caller needs to release an ended upload's S3 resources.
-type EndResult struct{ MultipartID, Bucket, Key string }
+type EndResult struct {
+	MultipartID, Bucket, Key string
+	// ObjectWritten: a one-chunk upload's object was already put at Key (its single
+	// PutObject happened before the upload ended), so it must be deleted.
+	ObjectWritten bool
+}
 
 // DropChunks deletes the staged bytes and leases of an upload that has ended.
 func (s *Store) DropChunks(ctx context.Context, id string) error {
