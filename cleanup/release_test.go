@@ -28,7 +28,8 @@ func TestReleaseRetriedAfterS3Outage(t *testing.T) {
 	minio := testenv.StartMinIO(t)
 	minio.CreateBucket(t, "bkt")
 	s3c := minio.Client(t)
-	store, err := staging.New(testenv.StartRedis(t).Client(t), staging.Config{})
+	clk := &clock{now: time.Now()}
+	store, err := staging.New(testenv.StartRedis(t).Client(t), staging.Config{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +83,18 @@ func TestReleaseRetriedAfterS3Outage(t *testing.T) {
 		t.Fatalf("%d multipart uploads open after the offline abort, want still 1", open)
 	}
 
-	// Cleanup, with S3 back, finishes the job.
+	// Cleanup, with S3 back, finishes the job once the ending process's grace has passed.
 	x, err := cleanup.NewExpirer(store, &cleanup.Ender{Store: store, S3: s3c}, cleanup.ExpirerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := x.SweepReleases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if open := listMPUs(t, ctx, s3c); open != 1 {
+		t.Fatalf("the sweep released an upload within its ender's grace (%d open)", open)
+	}
+	clk.Add(2 * time.Minute)
 	if err := x.SweepReleases(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -192,8 +192,15 @@ func (s *Store) StagedBytes(ctx context.Context) (int64, error) {
 // before the upload ends and removed only when the release succeeded, so a crash or an
 // S3 outage in between is retried by cleanup's sweep.
 func (s *Store) IndexRelease(ctx context.Context, id string) error {
-	return s.rdb.ZAddNX(ctx, releaseKey, redis.Z{Score: float64(s.nowMs()), Member: id}).Err()
+	// Due only after releaseGrace: the process that ends the upload releases it itself,
+	// and the sweep (of any replica) must not do it a second time meanwhile.
+	due := s.nowMs() + releaseGrace.Milliseconds()
+	return s.rdb.ZAddNX(ctx, releaseKey, redis.Z{Score: float64(due), Member: id}).Err()
 }
+
+// releaseGrace is how long an ending process has to release an upload's S3 resources
+// before cleanup's sweep retries.
+const releaseGrace = time.Minute
 
 // DueReleases returns up to limit uploads whose release is due.
 func (s *Store) DueReleases(ctx context.Context, limit int64) ([]string, error) {
