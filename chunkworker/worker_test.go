@@ -17,14 +17,6 @@ import (
 	"github.com/chunkup/chunkup/staging"
 )
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.now = c.now.Add(d) }
-
 // TestS3OutageRetriesThenGivesUp points a worker at an S3 endpoint that refuses
 // connections: the chunk is retried (lease released, upload still ACTIVE, bytes still
 // staged) until GiveUpAfter has passed on the injected clock, then the upload FAILS with
@@ -32,7 +24,7 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.now =
 func TestS3OutageRetriesThenGivesUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	clk := &clock{now: time.Now()}
+	clk := testenv.NewClock(time.Now())
 	store, err := staging.New(testenv.StartRedis(t).Client(t), staging.Config{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +102,7 @@ func (h *splitHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func TestMissingChunkStaysPending(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	clk := &clock{now: time.Now()}
+	clk := testenv.NewClock(time.Now())
 	rdb := testenv.StartRedis(t).Client(t)
 	hook := &splitHook{}
 	rdb.AddHook(hook)

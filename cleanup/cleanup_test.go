@@ -15,14 +15,6 @@ import (
 	"github.com/chunkup/chunkup/staging"
 )
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.now = c.now.Add(d) }
-
 // countingS3 is the real MinIO client, counting AbortMultipartUpload calls.
 type countingS3 struct {
 	*s3.Client
@@ -44,7 +36,7 @@ func TestTwoReplicasExpireEachUploadOnce(t *testing.T) {
 	minio := testenv.StartMinIO(t)
 	minio.CreateBucket(t, "bkt")
 	s3c := minio.Client(t)
-	clk := &clock{now: time.Now()}
+	clk := testenv.NewClock(time.Now())
 	store, err := staging.New(rdb, staging.Config{StateTTL: time.Hour, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)

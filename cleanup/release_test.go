@@ -28,7 +28,7 @@ func TestReleaseRetriedAfterS3Outage(t *testing.T) {
 	minio := testenv.StartMinIO(t)
 	minio.CreateBucket(t, "bkt")
 	s3c := minio.Client(t)
-	clk := &clock{now: time.Now()}
+	clk := testenv.NewClock(time.Now())
 	store, err := staging.New(testenv.StartRedis(t).Client(t), staging.Config{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -106,6 +106,9 @@ func (c *Client) UploadFile(ctx context.Context, path string, opts ...UploadOpti
 	if err != nil {
 		return nil, err
 	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("chunkup: %s is not a regular file", path)
+	}
 	opts = append([]UploadOption{WithName(fi.Name()), WithSize(fi.Size())}, opts...)
 	return c.Upload(ctx, f, opts...)
 }

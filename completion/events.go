@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -20,6 +21,38 @@ const (
 	HeaderCorrelationID = "correlation-id"
 	ContentTypeJSON     = "application/json"
 )
+
+// EventHeaders are the Kafka headers of an event: what a consumer reads to know what a
+// message is without decoding it.
+type EventHeaders struct{ Type, ID, ContentType, CorrelationID string }
+
+// Kafka returns h as Kafka headers.
+func (h EventHeaders) Kafka() []kafka.Header {
+	return []kafka.Header{
+		{Key: HeaderEventType, Value: []byte(h.Type)},
+		{Key: HeaderEventID, Value: []byte(h.ID)},
+		{Key: HeaderContentType, Value: []byte(h.ContentType)},
+		{Key: HeaderCorrelationID, Value: []byte(h.CorrelationID)},
+	}
+}
+
+// HeadersOf reads an event's headers from a Kafka message's.
+func HeadersOf(hs []kafka.Header) EventHeaders {
+	var h EventHeaders
+	for _, kh := range hs {
+		switch kh.Key {
+		case HeaderEventType:
+			h.Type = string(kh.Value)
+		case HeaderEventID:
+			h.ID = string(kh.Value)
+		case HeaderContentType:
+			h.ContentType = string(kh.Value)
+		case HeaderCorrelationID:
+			h.CorrelationID = string(kh.Value)
+		}
+	}
+	return h
+}
 
 // eventJSON is how events are encoded: protojson with the proto field names, so the
 // JSON matches the schema in proto/chunkup/v1/events.proto.

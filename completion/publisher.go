@@ -182,12 +182,8 @@ func (p *Publisher) Drain(ctx context.Context) error {
 			events = append(events, ev)
 			msgs = append(msgs, kafka.Message{
 				Key: []byte(ev.UploadID), Value: ev.Payload, Time: ev.Created,
-				Headers: []kafka.Header{
-					{Key: HeaderEventType, Value: []byte(ev.Type)},
-					{Key: HeaderEventID, Value: []byte(ev.ID)},
-					{Key: HeaderContentType, Value: []byte(ContentTypeJSON)},
-					{Key: HeaderCorrelationID, Value: []byte(ev.CorrelationID)},
-				},
+				Headers: EventHeaders{Type: ev.Type, ID: ev.ID, ContentType: ContentTypeJSON,
+					CorrelationID: ev.CorrelationID}.Kafka(),
 			})
 		}
 	}

@@ -20,21 +20,11 @@ import (
 
 const bucket = "ocr-test"
 
-// clock is a settable clock shared by the store (lease and due times in Redis) and the
-// OCR config (backoff), so tests move time without sleeping.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.now = c.now.Add(d) }
-
 // env is a real Redis and MinIO with a store on a settable clock.
 type env struct {
 	store *staging.Store
 	s3    *s3.Client
-	clk   *clock
+	clk   *testenv.Clock
 }
 
 func newEnv(t testing.TB) *env {
@@ -42,7 +32,7 @@ func newEnv(t testing.TB) *env {
 	r := testenv.StartRedis(t)
 	m := testenv.StartMinIO(t)
 	m.CreateBucket(t, bucket)
-	clk := &clock{now: time.Unix(1_800_000_000, 0)}
+	clk := testenv.NewClock(time.Unix(1_800_000_000, 0))
 	s, err := staging.New(r.Client(t), staging.Config{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)

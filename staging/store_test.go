@@ -13,19 +13,10 @@ import (
 	"github.com/chunkup/chunkup/staging"
 )
 
-// clock is a settable clock for lease and expiry logic.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.now = c.now.Add(d) }
-
-func newStore(t *testing.T) (*staging.Store, *clock) {
+func newStore(t *testing.T) (*staging.Store, *testenv.Clock) {
 	t.Helper()
 	r := testenv.StartRedis(t)
-	clk := &clock{now: time.Unix(1_800_000_000, 0)}
+	clk := testenv.NewClock(time.Unix(1_800_000_000, 0))
 	s, err := staging.New(r.Client(t), staging.Config{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -54,17 +54,9 @@ func events(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 			return fmt.Errorf("read events from %s: %w", *brokers, err)
 		}
-		line := eventLine{Key: string(m.Key), Partition: m.Partition, Offset: m.Offset, Event: m.Value}
-		for _, h := range m.Headers {
-			switch h.Key {
-			case completion.HeaderEventType:
-				line.Type = string(h.Value)
-			case completion.HeaderEventID:
-				line.EventID = string(h.Value)
-			case completion.HeaderCorrelationID:
-				line.CorrelationID = string(h.Value)
-			}
-		}
+		h := completion.HeadersOf(m.Headers)
+		line := eventLine{Type: h.Type, EventID: h.ID, CorrelationID: h.CorrelationID,
+			Key: string(m.Key), Partition: m.Partition, Offset: m.Offset, Event: m.Value}
 		if !json.Valid(m.Value) {
 			line.Event, _ = json.Marshal(string(m.Value))
 		}

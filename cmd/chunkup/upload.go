@@ -94,30 +94,12 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 func uploadOne(ctx context.Context, c *client.Client, path string, display *progressDisplay, contentType, key, resume string) (*chunkupv1.Upload, error) {
-	var r io.Reader
 	name := filepath.Base(path)
-	size := int64(-1)
 	if path == "-" {
-		r, name = os.Stdin, "stdin"
-	} else {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return nil, err
-		}
-		if fi.IsDir() {
-			return nil, fmt.Errorf("%s is a directory", path)
-		}
-		r, size = f, fi.Size()
+		name = "stdin"
 	}
-	opts := []client.UploadOption{client.WithName(name)}
-	if size >= 0 {
-		opts = append(opts, client.WithSize(size))
-	}
+	track := display.track(name)
+	opts := []client.UploadOption{client.WithProgress(track.update)}
 	if contentType != "" {
 		opts = append(opts, client.WithContentType(contentType))
 	}
@@ -127,9 +109,13 @@ func uploadOne(ctx context.Context, c *client.Client, path string, display *prog
 	if resume != "" {
 		opts = append(opts, client.WithResume(resume))
 	}
-	track := display.track(name, size)
-	opts = append(opts, client.WithProgress(track.update))
-	up, err := c.Upload(ctx, r, opts...)
+	var up *chunkupv1.Upload
+	var err error
+	if path == "-" {
+		up, err = c.Upload(ctx, os.Stdin, append(opts, client.WithName(name))...) // size unknown until it ends
+	} else {
+		up, err = c.UploadFile(ctx, path, opts...)
+	}
 	track.done(err == nil)
 	return up, err
 }
@@ -160,15 +146,14 @@ func (d *progressDisplay) wait() {
 type tracker struct {
 	d      *progressDisplay
 	name   string
-	size   int64
 	bar    *mpb.Bar
 	tenths int64
 }
 
-func (d *progressDisplay) track(name string, size int64) *tracker {
-	t := &tracker{d: d, name: name, size: size, tenths: -1}
+func (d *progressDisplay) track(name string) *tracker {
+	t := &tracker{d: d, name: name, tenths: -1}
 	if d.bars != nil {
-		t.bar = d.bars.AddBar(max(size, 0),
+		t.bar = d.bars.AddBar(0,
 			mpb.PrependDecorators(decor.Name(name, decor.WCSyncSpaceR), decor.CountersKibiByte("% .1f / % .1f", decor.WCSyncSpace)),
 			mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace), decor.Name(" "), decor.AverageSpeed(decor.SizeB1024(0), "% .1f", decor.WCSyncSpace)),
 		)
@@ -176,25 +161,27 @@ func (d *progressDisplay) track(name string, size int64) *tracker {
 	return t
 }
 
-// update takes the SDK's progress: the bar follows acknowledged bytes (durably staged),
-// not merely sent ones.
+// update takes the SDK's progress (which knows the size once the upload is created):
+// the bar follows acknowledged bytes (durably staged), not merely sent ones.
 func (t *tracker) update(p client.Progress) {
 	switch {
 	case t.bar != nil:
-		if t.size < 0 && p.Size < 0 {
+		if p.Size >= 0 {
+			t.bar.SetTotal(p.Size, false)
+		} else {
 			t.bar.SetTotal(p.BytesAcked+1, false)
 		}
 		t.bar.SetCurrent(p.BytesAcked)
 	case t.d.mode == "lines":
-		if t.size <= 0 {
+		if p.Size <= 0 {
 			return
 		}
-		tenth := 10 * p.BytesAcked / t.size
+		tenth := 10 * p.BytesAcked / p.Size
 		if tenth > t.tenths {
 			t.tenths = tenth
 			t.d.mu.Lock()
 			fmt.Fprintf(t.d.out, "%s: %3d%% (%d of %d bytes acknowledged; %d chunks in S3)\n",
-				t.name, 100*p.BytesAcked/t.size, p.BytesAcked, t.size, p.ChunksUploaded)
+				t.name, 100*p.BytesAcked/p.Size, p.BytesAcked, p.Size, p.ChunksUploaded)
 			t.d.mu.Unlock()
 		}
 	}

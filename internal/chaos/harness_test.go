@@ -522,16 +522,8 @@ func (c *cluster) events(t *testing.T, ctx context.Context) []event {
 		if err != nil {
 			t.Fatalf("read the topic: %v", err)
 		}
-		ev := event{key: string(m.Key), value: m.Value}
-		for _, h := range m.Headers {
-			switch h.Key {
-			case completion.HeaderEventType:
-				ev.typ = string(h.Value)
-			case completion.HeaderEventID:
-				ev.id = string(h.Value)
-			}
-		}
-		out = append(out, ev)
+		h := completion.HeadersOf(m.Headers)
+		out = append(out, event{key: string(m.Key), value: m.Value, typ: h.Type, id: h.ID})
 	}
 	return out
 }

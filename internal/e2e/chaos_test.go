@@ -114,14 +114,6 @@ func uploadedNotCompleted(t *testing.T, e *env, data []byte) string {
 	return id
 }
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.now = c.now.Add(d) }
-
 func (e *env) completer(t *testing.T, s3c completion.S3API, now func() time.Time) (*completion.Completer, *staging.Store) {
 	t.Helper()
 	store, err := staging.New(e.redis.Client(t), staging.Config{Now: now})
@@ -175,7 +167,7 @@ func TestCompleterDiesMidway(t *testing.T) {
 	data := randomBytes(2*chunk+55, 10)
 	id := uploadedNotCompleted(t, e, data)
 
-	clk := &clock{now: time.Now()}
+	clk := testenv.NewClock(time.Now())
 	s3c := &countingS3{Client: e.s3}
 	heir, store := e.completer(t, s3c, clk.Now)
 

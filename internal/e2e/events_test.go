@@ -34,20 +34,9 @@ type event struct {
 }
 
 func toEvent(m kafka.Message) event {
-	ev := event{Key: string(m.Key), Value: m.Value}
-	for _, h := range m.Headers {
-		switch h.Key {
-		case completion.HeaderEventType:
-			ev.Type = string(h.Value)
-		case completion.HeaderEventID:
-			ev.ID = string(h.Value)
-		case completion.HeaderCorrelationID:
-			ev.CorrelationID = string(h.Value)
-		case completion.HeaderContentType:
-			ev.ContentType = string(h.Value)
-		}
-	}
-	return ev
+	h := completion.HeadersOf(m.Headers)
+	return event{Type: h.Type, ID: h.ID, CorrelationID: h.CorrelationID, ContentType: h.ContentType,
+		Key: string(m.Key), Value: m.Value}
 }
 
 // allEvents reads every message on the topic, from the first offset to the last.
