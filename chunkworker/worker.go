@@ -423,6 +423,10 @@ var errLeaseLost = errors.New("chunk lease lost")
 // a single PutObject rather than as a part.
 func singleObject(c staging.Claim) bool { return c.Ref.N == 1 && c.Total == 1 && c.MultipartID == "" }
 
+// multipartDecisionWait is how long a worker keeps asking Redis whose multipart upload
+// was recorded before it gives up and aborts its own.
+const multipartDecisionWait = 2 * time.Minute
+
 // missingRecheck is how long a pending chunk whose bytes are not staged waits before it
 // is looked at again.
 const missingRecheck = 30 * time.Second
@@ -452,20 +456,32 @@ func (w *Worker) createMultipart(ctx context.Context, c staging.Claim) (string, 
 		return "", fmt.Errorf("create multipart upload: %w", err)
 	}
 	mine := aws.ToString(out.UploadId)
-	won, err := w.store.SetMultipart(ctx, c.Ref.UploadID, mine)
-	if err != nil {
-		// The script may have run although the call failed (a timeout after Redis
-		// answered): ask again, with a context of our own, before deciding whose it is.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		won, err = w.store.SetMultipart(rctx, c.Ref.UploadID, mine)
-		cancel()
-	}
+	// A failed call may still have recorded ours (a timeout after Redis ran the script),
+	// so ask until Redis answers (it does after an outage) before deciding whose id it
+	// is: aborting ours on a guess could abort the recorded one, and leaving it on a
+	// guess leaks it.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), multipartDecisionWait)
+	defer cancel()
+	var won string
 	var ended *staging.StateError
-	if err != nil && !errors.As(err, &ended) {
-		return "", err // unknown whose it is: leave it (an ended upload's recorded one is aborted)
+	for n := 1; ; n++ {
+		won, err = w.store.SetMultipart(rctx, c.Ref.UploadID, mine)
+		if err == nil || errors.As(err, &ended) || rctx.Err() != nil {
+			break
+		}
+		t := time.NewTimer(retry.Backoff(100*time.Millisecond, 2*time.Second, n))
+		select {
+		case <-rctx.Done():
+		case <-t.C:
+		}
 	}
 	if err == nil && won == mine {
 		return mine, nil
+	}
+	if err != nil && !errors.As(err, &ended) {
+		// Redis stayed unreachable: ours is most likely not recorded; abort it rather
+		// than leak it (if it was recorded, its upload fails and says why).
+		w.cfg.Logger.Warn("could not record the multipart upload; aborting it", "upload_id", c.Ref.UploadID, "err", err)
 	}
 	_, abortErr := w.s3.AbortMultipartUpload(context.WithoutCancel(ctx), &s3.AbortMultipartUploadInput{
 		Bucket: aws.String(c.Bucket), Key: aws.String(c.Key), UploadId: aws.String(mine),
