@@ -29,7 +29,7 @@ APT_DEPS += $(APT_DEPS_EXTRA)
 
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps deps-apt deps-minio test chaos bench tools generate lint check-generate ci clean-cache
+.PHONY: all deps deps-apt deps-minio test chaos bench bench-go tools generate lint check-generate ci clean-cache
 
 all: test
 
@@ -91,8 +91,13 @@ test: deps
 chaos: deps
 	$(GO) test -race -tags chaos -timeout 20m -v $(GO_TEST_FLAGS) ./internal/chaos/
 
-## bench: run every benchmark (no tests)
+## bench: chunkup against direct S3 uploads (bench/, about 4 minutes): a table of
+## ratios, also written to bench-results.json. BENCH_FLAGS passes flags (go run ./bench -h).
 bench: deps
+	$(GO) run ./bench $(BENCH_FLAGS)
+
+## bench-go: run the Go benchmarks (no tests)
+bench-go: deps
 	$(GO) test -run '^$$' -bench . -benchmem $(GO_TEST_FLAGS) ./...
 
 ## tools: install buf and the protoc plugins `make generate` uses

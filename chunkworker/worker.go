@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -60,7 +61,9 @@ type Ender interface {
 
 // Config tunes a Worker. Zero values mean the documented defaults.
 type Config struct {
-	// Concurrency is how many chunks are uploaded at once. Zero means 4.
+	// Concurrency is how many chunks are uploaded at once. Zero means 8: part uploads
+	// wait on S3 more than they use CPU, and 8 keeps S3 busy while each part's claim
+	// and record go to Redis (docs/performance.md).
 	Concurrency int
 	// Lease is how long a claim lasts without renewal; a worker that dies holds its
 	// chunks this long. It is renewed every third of it. Zero means 30 s.
@@ -113,7 +116,7 @@ func (c Config) Validate() error {
 
 func (c *Config) setDefaults() {
 	if c.Concurrency == 0 {
-		c.Concurrency = 4
+		c.Concurrency = 8
 	}
 	if c.Lease == 0 {
 		c.Lease = 30 * time.Second
@@ -145,6 +148,14 @@ type Worker struct {
 	s3    S3API
 	ender Ender
 	work  chan staging.ChunkRef
+	// local carries chunks this process's API has just staged, with their bytes (see
+	// Expect); expected holds their refs until they are done, so that the pub/sub
+	// wake-up for the same chunk does not send a second goroutine to claim it.
+	local    chan localChunk
+	expected sync.Map // staging.ChunkRef → struct{}
+	// dropped is set when an offer found the queue full: the next goroutine to go idle
+	// sweeps at once instead of waiting up to SweepInterval with work in Redis.
+	dropped atomic.Bool
 
 	mu       sync.Mutex
 	failures map[staging.ChunkRef]failing // consecutive transient failures, for backoff
@@ -163,6 +174,7 @@ func New(store Store, s3c S3API, ender Ender, cfg Config) (*Worker, error) {
 	return &Worker{
 		cfg: cfg, store: store, s3: s3c, ender: ender,
 		work:     make(chan staging.ChunkRef, cfg.Concurrency*4),
+		local:    make(chan localChunk, cfg.Concurrency),
 		failures: map[staging.ChunkRef]failing{}, notBefore: map[staging.ChunkRef]time.Time{},
 	}, nil
 }
@@ -185,9 +197,22 @@ func (w *Worker) Run(ctx context.Context) error {
 	for range w.cfg.Concurrency {
 		wg.Go(func() {
 			for {
+				// A chunk in memory goes first: it is the cheapest to upload, and it holds
+				// memory until it is.
+				select {
+				case lc := <-w.local:
+					w.processLocal(workCtx, lc)
+					continue
+				default:
+				}
+				if len(w.work) == 0 && w.dropped.Swap(false) {
+					_ = w.Sweep(ctx)
+				}
 				select {
 				case <-ctx.Done():
 					return
+				case lc := <-w.local:
+					w.processLocal(workCtx, lc)
 				case ref := <-w.work:
 					w.Process(workCtx, ref)
 				}
@@ -209,18 +234,61 @@ func (w *Worker) listen(ctx context.Context, ps *redis.PubSub) {
 				return
 			}
 			if ref, ok := staging.ParseChunkRef(msg.Payload); ok {
-				w.offer(ref)
+				if _, mine := w.expected.Load(ref); !mine {
+					w.offer(ref)
+				}
 			}
 		}
 	}
 }
 
-// offer queues ref unless the queue is full: a dropped offer is picked up by a sweep.
+// offer queues ref unless the queue is full: a dropped offer is picked up by a sweep,
+// as soon as a goroutine is idle.
 func (w *Worker) offer(ref staging.ChunkRef) {
 	select {
 	case w.work <- ref:
 	default:
+		w.dropped.Store(true)
 	}
+}
+
+// localChunk is a chunk staged by this process, with the bytes it received.
+type localChunk struct {
+	ref  staging.ChunkRef
+	data []byte
+	crc  uint32
+}
+
+// Expect is the local fast path: the API calls it before it stages chunk ref, and the
+// function it returns once staging is over, with the chunk's bytes if they were staged
+// (nil otherwise). A staged chunk is queued for this worker with its bytes, so it is
+// uploaded from memory rather than read back from Redis, and the pub/sub wake-up for it
+// is ignored here meanwhile. Nothing else changes: the chunk is claimed, leased and
+// recorded like any other, and Redis keeps the durable copy until its part is
+// recorded, so a crash loses nothing and other replicas still take the chunk over
+// after the lease (or from the sweep, if this worker is too busy to take it now: the
+// queue holds at most Concurrency chunks, which bounds the memory it pins).
+//
+// The returned function does not block, and must not be called more than once.
+func (w *Worker) Expect(ref staging.ChunkRef) func(data []byte, crc uint32) {
+	w.expected.Store(ref, struct{}{})
+	return func(data []byte, crc uint32) {
+		if data == nil {
+			w.expected.Delete(ref)
+			return
+		}
+		select {
+		case w.local <- localChunk{ref: ref, data: data, crc: crc}:
+		default:
+			w.expected.Delete(ref)
+			w.offer(ref) // busy: the chunk takes the ordinary way, through Redis
+		}
+	}
+}
+
+func (w *Worker) processLocal(ctx context.Context, lc localChunk) {
+	defer w.expected.Delete(lc.ref)
+	w.process(ctx, lc.ref, &lc)
 }
 
 func (w *Worker) sweepLoop(ctx context.Context) {
@@ -248,13 +316,18 @@ func (w *Worker) Sweep(ctx context.Context) error {
 		return err
 	}
 	for _, ref := range refs {
-		w.offer(ref)
+		if _, mine := w.expected.Load(ref); !mine { // queued here with its bytes
+			w.offer(ref)
+		}
 	}
 	return nil
 }
 
 // Process claims ref and, if the claim is won, uploads it and records the part.
-func (w *Worker) Process(ctx context.Context, ref staging.ChunkRef) {
+func (w *Worker) Process(ctx context.Context, ref staging.ChunkRef) { w.process(ctx, ref, nil) }
+
+// process is Process with, for a chunk staged by this process, its bytes.
+func (w *Worker) process(ctx context.Context, ref staging.ChunkRef, local *localChunk) {
 	log := w.cfg.Logger.With("upload_id", ref.UploadID, "chunk", ref.N)
 	if w.backingOff(ref) {
 		return
@@ -300,7 +373,7 @@ func (w *Worker) Process(ctx context.Context, ref staging.ChunkRef) {
 		w.cfg.Metrics.ChunkClaimed(c.Reclaimed)
 	}
 	began := time.Now()
-	etag, err := w.upload(ctx, c)
+	etag, err := w.upload(ctx, c, local)
 	took := time.Since(began)
 	if err != nil {
 		w.failed(ctx, c, err, log)
@@ -356,7 +429,7 @@ func (w *Worker) finish(ctx context.Context, ref staging.ChunkRef, ready bool, l
 
 // upload sends a claimed chunk to S3 while keeping its lease alive, and returns the
 // part's (or object's) ETag. Losing the lease cancels the upload.
-func (w *Worker) upload(ctx context.Context, c staging.Claim) (string, error) {
+func (w *Worker) upload(ctx context.Context, c staging.Claim, local *localChunk) (string, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	renewDone := make(chan struct{})
 	defer func() {
@@ -381,12 +454,23 @@ func (w *Worker) upload(ctx context.Context, c staging.Claim) (string, error) {
 		}
 	}()
 
-	data, err := w.store.ChunkData(ctx, c.Ref, w.cfg.Lease)
-	if err != nil {
-		return "", err
-	}
-	if got := crc.Checksum(data); got != c.CRC32C || int64(len(data)) != c.Size {
-		return "", &retry.PermanentError{Err: fmt.Errorf("staged chunk %d is corrupt: crc32c %08x, want %08x", c.Ref.N, got, c.CRC32C)}
+	var data []byte
+	if local != nil && local.crc == c.CRC32C && int64(len(local.data)) == c.Size {
+		// The claimed chunk is the one this process staged (a repeat with other bytes
+		// may have replaced it since; then it is read from Redis like any other). As
+		// reading it would, keep sweeps off it while the lease lasts.
+		data = local.data
+		if err := w.store.Defer(ctx, c.Ref, w.store.Now().Add(w.cfg.Lease)); err != nil {
+			return "", err
+		}
+	} else {
+		var err error
+		if data, err = w.store.ChunkData(ctx, c.Ref, w.cfg.Lease); err != nil {
+			return "", err
+		}
+		if got := crc.Checksum(data); got != c.CRC32C || int64(len(data)) != c.Size {
+			return "", &retry.PermanentError{Err: fmt.Errorf("staged chunk %d is corrupt: crc32c %08x, want %08x", c.Ref.N, got, c.CRC32C)}
+		}
 	}
 	s3ctx, cancelS3 := context.WithTimeout(ctx, w.cfg.S3Timeout)
 	defer cancelS3()
@@ -402,6 +486,7 @@ func (w *Worker) upload(ctx context.Context, c staging.Claim) (string, error) {
 	}
 	mpu := c.MultipartID
 	if mpu == "" {
+		var err error
 		if mpu, err = w.createMultipart(s3ctx, c); err != nil {
 			return "", withCause(ctx, err)
 		}

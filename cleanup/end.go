@@ -20,9 +20,12 @@ import (
 	"github.com/chunkup/chunkup/staging"
 )
 
-// S3API is the part of the S3 client that ending an upload needs.
+// S3API is the part of the S3 client that ending an upload needs: aborting its
+// multipart uploads (the recorded one, and any other left for its key, which it lists)
+// and deleting an object a one-chunk upload wrote.
 type S3API interface {
 	AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, opts ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error)
+	ListMultipartUploads(ctx context.Context, in *s3.ListMultipartUploadsInput, opts ...func(*s3.Options)) (*s3.ListMultipartUploadsOutput, error)
 	DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, opts ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
 }
 
@@ -96,7 +99,7 @@ func (e *Ender) end(ctx context.Context, r staging.EndRequest) error {
 		e.Metrics.UploadEnded(string(r.Status))
 	}
 	log := e.logger().With("upload_id", r.ID, "status", r.Status, "correlation_id", u.CorrelationID)
-	if err := e.release(ctx, res); err != nil {
+	if err := e.release(ctx, r.ID, res); err != nil {
 		log.Warn("release S3 resources; cleanup will retry", "err", err)
 	} else if err := e.Store.DoneRelease(ctx, r.ID); err != nil {
 		log.Warn("clear release mark", "err", err)
@@ -109,8 +112,9 @@ func (e *Ender) end(ctx context.Context, r staging.EndRequest) error {
 }
 
 // release aborts an ended upload's multipart upload, or deletes the object a one-chunk
-// upload already wrote: an upload that did not complete leaves nothing in S3.
-func (e *Ender) release(ctx context.Context, res staging.EndResult) error {
+// upload already wrote, and then aborts any other multipart upload left for its key: an
+// upload that did not complete leaves nothing in S3.
+func (e *Ender) release(ctx context.Context, id string, res staging.EndResult) error {
 	if res.MultipartID != "" {
 		_, err := e.S3.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
 			Bucket: aws.String(res.Bucket), Key: aws.String(res.Key), UploadId: aws.String(res.MultipartID),
@@ -125,7 +129,31 @@ func (e *Ender) release(ctx context.Context, res staging.EndResult) error {
 			return fmt.Errorf("delete the ended upload's object: %w", err)
 		}
 	}
-	return nil
+	return e.abortStrays(ctx, id, res)
+}
+
+// abortStrays aborts every multipart upload S3 still holds for an ended upload's key. A
+// worker killed between creating a multipart upload and recording it (or cancelled
+// after its request reached S3) leaves one that nothing records. A transient failure is
+// returned, so the release is retried; a permanent one (the store does not allow or
+// support the listing) is only logged, or the release would be retried for ever.
+func (e *Ender) abortStrays(ctx context.Context, id string, res staging.EndResult) error {
+	log := e.logger().With("upload_id", id, "bucket", res.Bucket, "key", res.Key)
+	if !completion.KeyOwnedBy(res.Key, id) {
+		// A key the client chose may be another upload's too, whose multipart upload
+		// this must not abort.
+		log.Debug("not looking for stray multipart uploads under a key the client chose")
+		return nil
+	}
+	aborted, err := completion.AbortStrayMultipart(ctx, e.S3, res.Bucket, res.Key, "")
+	if len(aborted) > 0 {
+		log.Info("aborted stray multipart uploads of an ended upload", "aborted", aborted)
+	}
+	if err != nil && retry.Permanent(err) {
+		log.Warn("abort stray multipart uploads of an ended upload; giving up", "err", err)
+		return nil
+	}
+	return err
 }
 
 // Release retries releasing the S3 resources of ended upload id (see IndexRelease).
@@ -143,7 +171,7 @@ func (e *Ender) Release(ctx context.Context, id string) (bool, error) {
 	}
 	res := staging.EndResult{MultipartID: u.MultipartID, Bucket: u.Bucket, Key: u.Key,
 		ObjectWritten: u.MultipartID == "" && u.Uploaded > 0}
-	if err := e.release(ctx, res); err != nil {
+	if err := e.release(ctx, id, res); err != nil {
 		return false, err
 	}
 	return true, nil

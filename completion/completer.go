@@ -16,17 +16,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"github.com/aws/smithy-go"
 
 	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/retry"
 	"github.com/chunkup/chunkup/staging"
 )
 
-// S3API is the part of the S3 client a completer uses.
+// S3API is the part of the S3 client a completer uses: completing the multipart
+// upload, and, once the object is there, aborting any other multipart upload left for
+// its key (see AbortStrayMultipart).
 type S3API interface {
 	CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMultipartUploadInput, opts ...func(*s3.Options)) (*s3.CompleteMultipartUploadOutput, error)
 	HeadObject(ctx context.Context, in *s3.HeadObjectInput, opts ...func(*s3.Options)) (*s3.HeadObjectOutput, error)
+	ListMultipartUploads(ctx context.Context, in *s3.ListMultipartUploadsInput, opts ...func(*s3.Options)) (*s3.ListMultipartUploadsOutput, error)
+	AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, opts ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error)
 }
 
 var _ S3API = (*s3.Client)(nil)
@@ -257,6 +260,10 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 			return c.failed(ctx, id, err)
 		}
 	}
+	// The object is final: no other multipart upload for its key can be of use. Done
+	// before the completion is recorded, so that a completer dying here leaves the job
+	// to its successor (which meets NoSuchUpload, finds the object, and gets here).
+	c.abortStrays(ctx, id, b)
 	c.mu.Lock()
 	delete(c.failures, id)
 	c.mu.Unlock()
@@ -346,9 +353,7 @@ func (c *Completer) completeMultipart(ctx context.Context, b staging.Begin, part
 	if err == nil {
 		return aws.ToString(out.ETag), nil
 	}
-	var nsu *types.NoSuchUpload
-	var ae smithy.APIError
-	if !errors.As(err, &nsu) && !(errors.As(err, &ae) && ae.ErrorCode() == "NoSuchUpload") {
+	if !noSuchUpload(err) {
 		return "", fmt.Errorf("complete multipart upload: %w", err)
 	}
 	// An earlier completer may have completed it and died before recording that.
@@ -360,6 +365,36 @@ func (c *Completer) completeMultipart(ctx context.Context, b staging.Begin, part
 		return "", fmt.Errorf("complete multipart upload: %w; the object there has %d bytes, want %d", err, aws.ToInt64(head.ContentLength), size)
 	}
 	return aws.ToString(head.ETag), nil
+}
+
+// strayTimeout bounds the clean-up of stray multipart uploads after a completion, so a
+// slow listing delays recording the completion only so long.
+const strayTimeout = 30 * time.Second
+
+// abortStrays aborts every multipart upload S3 holds for the completed upload's key
+// besides the one it recorded (a worker killed between creating its own and learning it
+// lost the race leaves one behind). It is best effort: failures are logged, and the
+// completion goes on.
+func (c *Completer) abortStrays(ctx context.Context, id string, b staging.Begin) {
+	log := c.cfg.Logger.With("upload_id", id, "bucket", b.Bucket, "key", b.Key)
+	if c.s3 == nil {
+		return
+	}
+	if !KeyOwnedBy(b.Key, id) {
+		// A key the client chose may be another upload's too: its multipart uploads
+		// cannot be told apart, so none is aborted.
+		log.Debug("not looking for stray multipart uploads under a key the client chose")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(c.cfg.S3Timeout, strayTimeout))
+	defer cancel()
+	aborted, err := AbortStrayMultipart(ctx, c.s3, b.Bucket, b.Key, b.MultipartID)
+	if len(aborted) > 0 {
+		log.Info("aborted stray multipart uploads of a completed upload", "aborted", aborted, "kept", b.MultipartID)
+	}
+	if err != nil {
+		log.Warn("abort stray multipart uploads of a completed upload", "err", err)
+	}
 }
 
 func (c *Completer) failed(ctx context.Context, id string, err error) error {

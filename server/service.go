@@ -72,9 +72,22 @@ type Config struct {
 	// OnReady, when set, is called when a chunk makes an upload ready to complete (the
 	// completion is enqueued durably first), so an in-process completer starts at once.
 	OnReady func(uploadID string)
-	Logger  *slog.Logger
+	// Local, when set, is a worker in this process that takes a staged chunk straight
+	// from the bytes the stream received, instead of reading them back from Redis (which
+	// keeps the durable copy). Zero: every chunk goes through Redis.
+	Local  LocalWorker
+	Logger *slog.Logger
 	// Observe sets up metrics and tracing of the API (see observe.go). Zero: none.
 	Observe Observability
+}
+
+// LocalWorker is the part of an in-process chunk worker the API hands chunks to (see
+// chunkworker.Worker.Expect).
+type LocalWorker interface {
+	// Expect is called before chunk ref is staged. The function it returns is called
+	// once staging is over: with the chunk's bytes and CRC-32C if they were staged, or
+	// with nil if not (an error, or a duplicate). It must not block.
+	Expect(ref staging.ChunkRef) func(data []byte, crc uint32)
 }
 
 // Validate checks the configuration.
@@ -354,7 +367,18 @@ func (s *UploadService) stage(ctx context.Context, req *chunkupv1.UploadChunkReq
 		return nil, &ChecksumError{N: n, Got: sum, Want: *req.Crc32C}
 	}
 	last := req.IsLast || (p.Total > 0 && n == p.Total)
+	var handOver func([]byte, uint32)
+	if s.cfg.Local != nil {
+		handOver = s.cfg.Local.Expect(staging.ChunkRef{UploadID: id, N: n})
+	}
 	res, err := s.store.Stage(ctx, id, n, req.Data, sum, last)
+	if handOver != nil {
+		if err == nil && !res.Duplicate {
+			handOver(req.Data, sum) // the stream lets go of req after this
+		} else {
+			handOver(nil, 0)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -12,9 +12,12 @@ import (
 	"github.com/chunkup/chunkup/staging"
 )
 
-// Watch pacing: notices are coalesced into at most one update per watchTick, and the
-// state is re-read every watchRefresh ticks even without a notice, so a watcher whose
-// notice was lost still converges.
+// Watch pacing: a notice is answered at once when no update went out in the last
+// watchTick, and otherwise coalesced into one update at the next tick, so a busy upload
+// costs at most about one state read per watchTick per watcher while a quiet one (or a
+// small upload's whole life) is reported without delay. A notice that the upload ended
+// is answered at once: clients wait on it. The state is re-read every watchRefresh
+// ticks even without a notice, so a watcher whose notice was lost still converges.
 const (
 	watchTick    = 250 * time.Millisecond
 	watchRefresh = 8
@@ -36,7 +39,9 @@ func (s *UploadService) WatchUpload(req *chunkupv1.WatchUploadRequest, stream ch
 	notices := ps.Channel()
 
 	var last *chunkupv1.UploadProgress
+	var lastRead time.Time
 	update := func() (bool, error) {
+		lastRead = time.Now()
 		u, err := s.get(ctx, id)
 		if err != nil {
 			return false, toStatus(id, err)
@@ -62,11 +67,18 @@ func (s *UploadService) WatchUpload(req *chunkupv1.WatchUploadRequest, stream ch
 			return status.Error(codes.Unavailable, "this server is shutting down; watch again (another server will answer)")
 		case <-ctx.Done():
 			return status.FromContextError(context.Cause(ctx)).Err()
-		case _, ok := <-notices:
+		case msg, ok := <-notices:
 			if !ok {
 				return status.Error(codes.Unavailable, "progress subscription closed; watch again")
 			}
-			dirty = true
+			if !staging.Status(msg.Payload).Terminal() && time.Since(lastRead) < watchTick {
+				dirty = true
+				continue
+			}
+			dirty = false
+			if done, err := update(); done || err != nil {
+				return err
+			}
 		case <-t.C:
 			ticks++
 			if dirty || ticks%watchRefresh == 0 {

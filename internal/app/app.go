@@ -67,6 +67,9 @@ type Config struct {
 	NodeID string
 	// ShutdownTimeout bounds graceful shutdown. Zero means 20 s.
 	ShutdownTimeout time.Duration
+	// Pprof serves Go's profiles under /debug/pprof/ on HTTPAddr. Off by default: the
+	// profiles reveal internals, so turn it on only where HTTPAddr is private.
+	Pprof bool
 
 	// Auth says who may call the API. Its zero value lets everyone in (development
 	// only; the process warns loudly).
@@ -265,6 +268,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.has(RoleAPI) {
 		sc := cfg.Server
 		sc.Bucket, sc.NodeID, sc.OnReady, sc.Logger = cfg.bucket(), cfg.NodeID, onReady, a.log.With("role", RoleAPI)
+		if a.worker != nil {
+			sc.Local = a.worker // the local fast path: chunks go to S3 from memory
+		}
 		svc, err := server.NewUploadService(a.store, ender, sc)
 		if err != nil {
 			return nil, err
@@ -439,3 +445,5 @@ func (a *App) Close() {
 
 // Completer is the process's completer, or nil without that role.
 func (a *App) Completer() *completion.Completer { return a.completer }
+
+var _ server.LocalWorker = (*chunkworker.Worker)(nil)

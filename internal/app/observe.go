@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/chunkup/chunkup/internal/metrics"
@@ -103,6 +104,13 @@ func (a *App) withMetrics(h http.Handler) http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.metrics.Handler())
+	if a.cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/", h)
 	return mux
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,24 +18,49 @@ import (
 	"github.com/chunkup/chunkup/staging"
 )
 
-// onAcked returns a progress hook that closes the returned channel once at least n
-// bytes are acknowledged.
-func onAcked(n int64) (func(client.Progress), <-chan struct{}) {
-	ch := make(chan struct{})
-	var once sync.Once
-	return func(p client.Progress) {
-		if p.BytesAcked >= n {
-			once.Do(func() { close(ch) })
+// holdAt returns a progress hook that, once at least n bytes are acknowledged, closes
+// fired and from then on blocks every progress report until release is called. The SDK
+// reports progress under its uploader's lock, after each chunk it sends and each
+// acknowledgement it reads, so a blocked report stops the upload where it is: it sends
+// at most the chunks of its window beyond those acknowledged, and cannot finish before
+// the test has injected its fault. release (idempotent, also run when the test ends)
+// lets it go on.
+func holdAt(t *testing.T, n int64) (hook func(client.Progress), fired <-chan struct{}, release func()) {
+	ch, released := make(chan struct{}), make(chan struct{})
+	var fire, free sync.Once
+	release = func() { free.Do(func() { close(released) }) }
+	t.Cleanup(release)
+	hook = func(p client.Progress) {
+		select {
+		case <-ch:
+		default:
+			if p.BytesAcked < n {
+				return
+			}
+			fire.Do(func() { close(ch) })
 		}
-	}, ch
+		<-released
+	}
+	return hook, ch, release
 }
 
-// waitTrigger waits for ch, failing if the upload ends first.
+// waitTrigger waits for ch, failing if the upload ends first. A trigger that fired is
+// taken even if the upload has ended too.
 func waitTrigger(t *testing.T, ch <-chan struct{}, u *upload, what string) {
 	t.Helper()
 	select {
 	case <-ch:
+		return
+	default:
+	}
+	select {
+	case <-ch:
 	case <-u.done:
+		select {
+		case <-ch:
+			return
+		default:
+		}
 		t.Fatalf("the upload ended before %s: %v", what, u.err)
 	case <-time.After(patience):
 		t.Fatalf("timed out waiting for %s", what)
@@ -54,11 +78,13 @@ func TestServerKilledMidStream(t *testing.T) {
 	cl := dial(t, srv.grpcAddr, cc)
 	data := randomBytes(8*chunkSize+12345, 1)
 
-	trigger, fired := onAcked(3 * chunkSize)
+	// The SDK is held once 3 chunks are acknowledged, so the kill lands mid-stream.
+	trigger, fired, release := holdAt(t, 3*chunkSize)
 	u := startUpload(ctxFor(t, patience), cl, data, trigger)
 	waitTrigger(t, fired, u, "3 chunks were acknowledged")
 	srv.kill(t)
 	_, ackedBeforeKill := cc.Snapshot()
+	release()
 	id := u.id(t)
 	st, err := c.store.Get(ctxFor(t, time.Minute), id)
 	if err != nil {
@@ -146,10 +172,10 @@ func TestWorkerKilledHoldingClaims(t *testing.T) {
 // whose S3 traffic goes through a paused proxy, so it hangs in CompleteMultipartUpload
 // holding the completion guard, and kills it (-9):
 //
-//   - before the request reached S3: a second completer completes the upload cleanly
-//     once the guard's lease is over;
-//   - after S3 completed the object (the proxy is let through while the completer is
-//     frozen with SIGSTOP, so it never reads the answer): the second completer gets
+//   - before the request reached S3 (the proxy holds it): a second completer completes
+//     the upload cleanly once the guard's lease is over;
+//   - after S3 completed the object (the proxy forwards the request but holds MinIO's
+//     reply, so the completer never reads the answer): the second completer gets
 //     NoSuchUpload, finds the object with HeadObject, and records the completion.
 func TestCompleterKilledMidCompletion(t *testing.T) {
 	for _, tc := range []struct {
@@ -165,8 +191,13 @@ func TestCompleterKilledMidCompletion(t *testing.T) {
 			api := c.startNode(t, "api", "api,worker,publisher,cleanup")
 			proxy := testenv.StartProxy(t, c.minio.Addr)
 			c1 := c.startNode(t, "completer-1", "completer", s3Via(proxy))
-			proxy.Pause()
-			t.Logf("INJECT: paused the proxy between completer-1 and MinIO: its S3 calls hang")
+			if tc.s3Completed {
+				proxy.PauseReplies()
+				t.Logf("INJECT: paused MinIO's replies to completer-1: its S3 requests are served, it hangs waiting for the answers")
+			} else {
+				proxy.Pause()
+				t.Logf("INJECT: paused the proxy between completer-1 and MinIO: its S3 calls hang")
+			}
 
 			cl := dial(t, api.grpcAddr, nil)
 			data := randomBytes(3*chunkSize+4321, tc.seed)
@@ -184,19 +215,14 @@ func TestCompleterKilledMidCompletion(t *testing.T) {
 				}
 				return err
 			})
-			if open := c.openMultipart(t, ctx, st.Key); len(open) != 1 {
-				t.Fatalf("multipart uploads for %s while completer-1 hangs: %v, want 1", st.Key, open)
-			}
 			if tc.s3Completed {
-				if err := c1.proc.Signal(syscall.SIGSTOP); err != nil {
-					t.Fatal(err)
-				}
-				t.Logf("INJECT: froze completer-1 (SIGSTOP) and let its held CompleteMultipartUpload through to MinIO")
-				proxy.Resume()
 				poll(t, "MinIO to complete the object", time.Minute, func() error {
 					_, err := c.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(st.Key)})
 					return err
 				})
+				t.Logf("INJECT: MinIO completed completer-1's CompleteMultipartUpload; the reply is held")
+			} else if open := c.openMultipart(t, ctx, st.Key); len(open) != 1 {
+				t.Fatalf("multipart uploads for %s while completer-1 hangs: %v, want 1", st.Key, open)
 			}
 			c1.kill(t)
 			after, err := c.store.Get(ctx, id)
@@ -254,7 +280,8 @@ func TestRedisRestartedMidUpload(t *testing.T) {
 			cl := dial(t, srv.grpcAddr, cc)
 			data := randomBytes(8*chunkSize+999, tc.seed)
 
-			trigger, fired := onAcked(3 * chunkSize)
+			// The SDK is held once 3 chunks are acknowledged, so Redis stops mid-upload.
+			trigger, fired, release := holdAt(t, 3*chunkSize)
 			u := startUpload(ctxFor(t, patience), cl, data, trigger)
 			waitTrigger(t, fired, u, "3 chunks were acknowledged")
 			if tc.kill {
@@ -264,6 +291,7 @@ func TestRedisRestartedMidUpload(t *testing.T) {
 			}
 			// Every chunk acknowledged by now was staged before Redis went down.
 			_, acked := cc.Snapshot()
+			release()
 			down := time.Now()
 			t.Logf("INJECT: Redis stopped (%s) mid-upload for %v, with chunks %v acknowledged", tc.name, redisOutage, sortedKeys(acked))
 			time.Sleep(redisOutage) // the fault's duration
@@ -303,7 +331,9 @@ func TestMinIOStoppedMidUpload(t *testing.T) {
 	data := randomBytes(5*chunkSize+31, 7)
 
 	ctx := ctxFor(t, patience)
-	trigger, fired := onAcked(chunkSize)
+	// The SDK is held from the first acknowledged chunk until MinIO is stopped, so the
+	// upload cannot send every chunk (and finish) before the outage.
+	trigger, fired, release := holdAt(t, chunkSize)
 	u := startUpload(ctx, cl, data, trigger)
 	waitTrigger(t, fired, u, "a chunk was acknowledged")
 	// Stop MinIO once the multipart upload exists and a part is in it.
@@ -318,6 +348,7 @@ func TestMinIOStoppedMidUpload(t *testing.T) {
 	})
 	c.minio.Stop()
 	t.Logf("INJECT: MinIO stopped for %v mid-upload: upload %s had %d/%d chunks received, %d uploaded", outage, st.ID, len(st.ReceivedChunks), st.Total, st.Uploaded)
+	release()
 	// A second upload that starts during the outage needs CreateMultipartUpload.
 	u2 := startUpload(ctx, cl, randomBytes(2*chunkSize+5, 17), nil)
 	t.Logf("INJECT: started a second upload (3 chunks) while MinIO is down")

@@ -137,6 +137,10 @@ func flags(args ...string) nodeOption {
 	return func(nc *nodeConfig) { nc.extra = append(nc.extra, args...) }
 }
 
+// startAttempts is how many times startNode starts a process on fresh ports: a port
+// testenv.FreePort found free may be taken by another process before chunkup binds it.
+const startAttempts = 4
+
 // startNode runs `chunkup serve --roles roles` with short leases and sweeps, and waits
 // until it is ready.
 func (c *cluster) startNode(t *testing.T, name, roles string, opts ...nodeOption) *node {
@@ -147,26 +151,46 @@ func (c *cluster) startNode(t *testing.T, name, roles string, opts ...nodeOption
 	}
 	n := &node{
 		c: c, name: name,
-		grpcAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
-		httpAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
-		env:      []string{"AWS_ACCESS_KEY_ID=" + c.minio.AccessKey, "AWS_SECRET_ACCESS_KEY=" + c.minio.SecretKey},
+		env: []string{"AWS_ACCESS_KEY_ID=" + c.minio.AccessKey, "AWS_SECRET_ACCESS_KEY=" + c.minio.SecretKey},
 	}
-	n.args = append([]string{"serve",
-		"--node-id", name, "--roles", roles,
-		"--grpc-addr", n.grpcAddr, "--http-addr", n.httpAddr,
-		"--redis-url", c.redis.URL(),
-		"--s3-endpoint", nc.s3Endpoint, "--s3-bucket", bucket,
-		"--kafka-brokers", c.kafka.Addr, "--kafka-topic", topic,
-		"--chunk-size", "5MiB",
-		"--lease", "1s", "--completer-lease", "1s", "--sweep-interval", "100ms",
-		"--shutdown-timeout", "3s",
-	}, nc.extra...)
-	n.start(t)
-	return n
+	for attempt := 1; ; attempt++ {
+		n.grpcAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+		n.httpAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+		n.args = append([]string{"serve",
+			"--node-id", name, "--roles", roles,
+			"--grpc-addr", n.grpcAddr, "--http-addr", n.httpAddr,
+			"--redis-url", c.redis.URL(),
+			"--s3-endpoint", nc.s3Endpoint, "--s3-bucket", bucket,
+			"--kafka-brokers", c.kafka.Addr, "--kafka-topic", topic,
+			"--chunk-size", "5MiB",
+			"--lease", "1s", "--completer-lease", "1s", "--sweep-interval", "100ms",
+			"--shutdown-timeout", "3s",
+		}, nc.extra...)
+		err := n.tryStart(t)
+		if err == nil {
+			return n
+		}
+		if !errors.Is(err, errAddrInUse) || attempt >= startAttempts {
+			t.Fatal(err)
+		}
+		t.Logf("%v; starting it again on other ports", err)
+	}
 }
+
+// errAddrInUse says a process could not bind one of its addresses.
+var errAddrInUse = errors.New("address already in use")
 
 // start starts the process and waits until /readyz answers 200.
 func (n *node) start(t *testing.T) {
+	t.Helper()
+	if err := n.tryStart(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryStart starts the process and waits until /readyz answers 200. A process that exits
+// first because one of its addresses is taken yields an error wrapping errAddrInUse.
+func (n *node) tryStart(t *testing.T) error {
 	t.Helper()
 	n.proc = testenv.StartProcess(t, n.c.bin, n.args, n.env)
 	hc := &http.Client{Timeout: 2 * time.Second}
@@ -177,16 +201,20 @@ func (n *node) start(t *testing.T) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 		}
 		select {
 		case <-n.proc.Done():
-			t.Fatalf("%s (%s) exited before it was ready: %v", n.name, n.proc.Name, n.proc.Wait())
+			exit := n.proc.Wait()
+			if strings.Contains(n.proc.Stderr(), "address already in use") {
+				return fmt.Errorf("%s (%s) exited before it was ready: %w (%v)", n.name, n.proc.Name, errAddrInUse, exit)
+			}
+			return fmt.Errorf("%s (%s) exited before it was ready: %v", n.name, n.proc.Name, exit)
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s (%s) not ready after a minute (last: %v)", n.name, n.proc.Name, err)
+			return fmt.Errorf("%s (%s) not ready after a minute (last: %v)", n.name, n.proc.Name, err)
 		}
 	}
 }
@@ -422,7 +450,9 @@ func (c *cluster) checkInvariants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "nothing stuck in Redis", time.Minute, func() error {
+	// patience, not less: a chunk or completion may legitimately wait out a backoff of
+	// up to 30 s after the faults.
+	poll(t, "nothing stuck in Redis", patience, func() error {
 		var problems []string
 		if n, err := c.store.PendingCount(ctx); err != nil || n != 0 {
 			refs, _ := later.DuePending(ctx, 20)

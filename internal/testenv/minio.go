@@ -219,3 +219,14 @@ func (m *MinIO) Restart(t TB) {
 	m.Stop()
 	m.Start(t)
 }
+
+// Pid is the running server's process id, or 0 while it is stopped (to read its CPU
+// time and memory from /proc, say).
+func (m *MinIO) Pid() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.p == nil || m.p.exited() {
+		return 0
+	}
+	return m.p.pid()
+}

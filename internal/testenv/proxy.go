@@ -9,7 +9,8 @@ import (
 
 // Proxy is a TCP proxy on a random 127.0.0.1 port that forwards every connection to a
 // target address. Fault tests point a client at Proxy.Addr and then Pause it to make the
-// server look hung (connections stay open, no bytes move), or Reset it to drop every
+// server look hung (connections stay open, no bytes move), PauseReplies to let requests
+// reach the server while the client never hears back, or Reset it to drop every
 // connection.
 type Proxy struct {
 	// Addr is the proxy's host:port; connect here instead of to the target.
@@ -20,11 +21,19 @@ type Proxy struct {
 	ln net.Listener
 	wg sync.WaitGroup
 
-	mu      sync.Mutex
-	resumed chan struct{} // nil while forwarding; closed by Resume or Close
+	mu sync.Mutex
+	// resumed, per direction (toTarget, toClient), is nil while that direction
+	// forwards; it is closed by Resume or Close.
+	resumed [2]chan struct{}
 	conns   map[net.Conn]struct{}
 	closed  bool
 }
+
+// The directions bytes move through a Proxy.
+const (
+	toTarget = iota // requests
+	toClient        // replies
+)
 
 // StartProxy starts a proxy to target. It is closed when the test ends.
 func StartProxy(t TB, target string) *Proxy {
@@ -42,21 +51,41 @@ func StartProxy(t TB, target string) *Proxy {
 
 // Pause stops forwarding: bytes already read are held, nothing more is written either
 // way, and new connections are accepted but not connected to the target until Resume.
-func (p *Proxy) Pause() {
+func (p *Proxy) Pause() { p.pause(toTarget, toClient) }
+
+// PauseReplies stops forwarding the target's bytes to clients only: requests (and new
+// connections) still reach the target, which acts on them, but their replies are held
+// until Resume. A client then hangs after the server did the work, as if the reply had
+// been lost.
+func (p *Proxy) PauseReplies() { p.pause(toClient) }
+
+func (p *Proxy) pause(dirs ...int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.resumed == nil && !p.closed {
-		p.resumed = make(chan struct{})
+	if p.closed {
+		return
+	}
+	for _, d := range dirs {
+		if p.resumed[d] == nil {
+			p.resumed[d] = make(chan struct{})
+		}
 	}
 }
 
-// Resume forwards again, including what was held during the pause.
+// Resume forwards again both ways, including what was held during the pause.
 func (p *Proxy) Resume() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.resumed != nil {
-		close(p.resumed)
-		p.resumed = nil
+	p.resume()
+}
+
+// resume releases every paused direction; p.mu is held.
+func (p *Proxy) resume() {
+	for d, ch := range p.resumed {
+		if ch != nil {
+			close(ch)
+			p.resumed[d] = nil
+		}
 	}
 }
 
@@ -81,19 +110,16 @@ func (p *Proxy) Close() {
 	for c := range p.conns {
 		c.Close()
 	}
-	if p.resumed != nil {
-		close(p.resumed)
-		p.resumed = nil
-	}
+	p.resume()
 	p.mu.Unlock()
 	p.wg.Wait()
 }
 
-// gate blocks while the proxy is paused. It returns false once the proxy is closed.
-func (p *Proxy) gate() bool {
+// gate blocks while direction dir is paused. It returns false once the proxy is closed.
+func (p *Proxy) gate(dir int) bool {
 	for {
 		p.mu.Lock()
-		ch, closed := p.resumed, p.closed
+		ch, closed := p.resumed[dir], p.closed
 		p.mu.Unlock()
 		if closed {
 			return false
@@ -142,7 +168,7 @@ func (p *Proxy) accept() {
 func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
 	defer p.untrack(client)
-	if !p.gate() {
+	if !p.gate(toTarget) {
 		return
 	}
 	upstream, err := net.DialTimeout("tcp", p.Target, 10*time.Second)
@@ -154,8 +180,8 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	defer p.untrack(upstream)
 	done := make(chan bool, 2)
-	go func() { done <- p.pipe(upstream, client) }()
-	go func() { done <- p.pipe(client, upstream) }()
+	go func() { done <- p.pipe(upstream, client, toTarget) }()
+	go func() { done <- p.pipe(client, upstream, toClient) }()
 	// After a clean EOF one way (already passed on as a half-close), let the other way
 	// finish; after an error, close both so the other way ends too.
 	if eof := <-done; !eof {
@@ -165,14 +191,15 @@ func (p *Proxy) serve(client net.Conn) {
 	<-done
 }
 
-// pipe copies from src to dst, holding bytes while the proxy is paused. At src's EOF it
-// half-closes dst, so the peer sees the EOF, and returns true; on any error, false.
-func (p *Proxy) pipe(dst, src net.Conn) (eof bool) {
+// pipe copies from src to dst, holding bytes while direction dir is paused. At src's
+// EOF it half-closes dst, so the peer sees the EOF, and returns true; on any error,
+// false.
+func (p *Proxy) pipe(dst, src net.Conn, dir int) (eof bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if !p.gate() {
+			if !p.gate(dir) {
 				return false
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {

@@ -24,7 +24,21 @@ var _ TB = (testing.TB)(nil)
 // Main runs setup with a TB, then the package's tests and examples, then the cleanups
 // setup registered; it returns the exit code for os.Exit. A Fatalf in setup fails the
 // whole run.
-func Main(m *testing.M, setup func(TB)) (code int) {
+func Main(m *testing.M, setup func(TB)) int {
+	return Run(func(tb TB) {
+		setup(tb)
+		if !tb.Failed() {
+			if code := m.Run(); code != 0 {
+				tb.Errorf("tests failed (exit code %d)", code)
+			}
+		}
+	})
+}
+
+// Run runs f with a TB that logs to stderr, then the cleanups f registered, and returns
+// 1 if f failed (a Fatalf ends f at once), else 0. It lets a program that is not a test
+// (`make bench`) start real servers the way tests do.
+func Run(f func(TB)) (code int) {
 	tb := &mainTB{}
 	defer tb.cleanup()
 	defer func() {
@@ -35,11 +49,11 @@ func Main(m *testing.M, setup func(TB)) (code int) {
 			code = 1
 		}
 	}()
-	setup(tb)
+	f(tb)
 	if tb.Failed() {
 		return 1
 	}
-	return m.Run()
+	return 0
 }
 
 type fatal struct{}

@@ -1,0 +1,246 @@
+// Command bench measures what chunkup's guarantees cost: it uploads the same bytes
+// through chunkup (the Go SDK, a `chunkup serve` process, Redis, MinIO) and straight to
+// the same MinIO with the AWS SDK, alternating the two in one run, and prints each
+// figure as a ratio chunkup / direct, with the targets of docs/performance.md. `make
+// bench` runs it; the same table is written as JSON (-out).
+//
+// Redis and MinIO are real servers started through internal/testenv (as in the tests);
+// chunkup runs as its own process so that its CPU time and peak RSS are its own.
+// Objects are verified byte for byte after each timed upload, outside the timing.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/chunkup/chunkup/internal/testenv"
+)
+
+// MiB is a mebibyte.
+const MiB = 1 << 20
+
+// config is what one run measures (the flags).
+type config struct {
+	Out         string  `json:"-"`
+	Rounds      int     `json:"rounds"`
+	Large       int64   `json:"large_bytes"`
+	SmallCount  int     `json:"small_count"`
+	SmallSize   int64   `json:"small_bytes"`
+	SmallConc   int     `json:"small_concurrency"`
+	Sizes       []int64 `json:"scaling_bytes"`
+	PartSize    int64   `json:"part_bytes"`
+	Concurrency int     `json:"concurrency"`
+	Budget      int64   `json:"staged_bytes_budget"`
+	AOF         bool    `json:"redis_aof"`
+	ExtraArgs   string  `json:"chunkup_extra_args,omitempty"`
+	CPUProfile  string  `json:"-"`
+	Skip        string  `json:"skip,omitempty"`
+	ExtraEnv    string  `json:"chunkup_env,omitempty"`
+}
+
+func defaultConfig() config {
+	return config{
+		Out: "bench-results.json", Rounds: 3,
+		Large: 1 << 30, SmallCount: 500, SmallSize: MiB, SmallConc: 16,
+		Sizes:    []int64{64 * MiB, 256 * MiB, 1 << 30, 4 << 30},
+		PartSize: 8 * MiB, Concurrency: 4, Budget: 256 * MiB,
+	}
+}
+
+func main() {
+	cfg := defaultConfig()
+	sizes := "64MiB,256MiB,1GiB,4GiB"
+	flag.StringVar(&cfg.Out, "out", cfg.Out, "write the results as JSON to this file (empty: do not)")
+	flag.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds of each comparison; each figure is the median")
+	large := flag.String("large", "1GiB", "size of the large upload")
+	flag.IntVar(&cfg.SmallCount, "small-count", cfg.SmallCount, "number of small uploads")
+	small := flag.String("small-size", "1MiB", "size of each small upload")
+	flag.IntVar(&cfg.SmallConc, "small-concurrency", cfg.SmallConc, "small uploads at once")
+	flag.StringVar(&sizes, "sizes", sizes, "sizes of the scaling series, comma-separated")
+	part := flag.String("part-size", "8MiB", "chunk size for chunkup, part size for the AWS upload manager")
+	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "the SDK's window of unacknowledged chunks; the upload manager's concurrency (chunkup's own part uploads use its --worker-concurrency, default 8, set with -chunkup-args)")
+	budget := flag.String("budget", "256MiB", "chunkup's --staged-bytes-budget")
+	flag.BoolVar(&cfg.AOF, "aof", false, "run Redis with the append-only file (appendfsync everysec), as in production")
+	flag.StringVar(&cfg.ExtraArgs, "chunkup-args", "", "extra `chunkup serve` flags, space-separated (to compare settings)")
+	flag.StringVar(&cfg.ExtraEnv, "chunkup-env", "", "extra environment for `chunkup serve`, space-separated NAME=VALUE (e.g. GOGC=50)")
+	flag.StringVar(&cfg.Skip, "skip", "", "parts to leave out, comma-separated: large, small, scaling (while tuning one)")
+	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "after the measurements, run the large upload and the small ones once more through chunkup and write the server's CPU profiles to this file and to its -small variant")
+	flag.Parse()
+
+	var err error
+	parse := func(s string) int64 {
+		n, perr := parseSize(s)
+		if perr != nil && err == nil {
+			err = perr
+		}
+		return n
+	}
+	cfg.Large, cfg.SmallSize, cfg.PartSize, cfg.Budget = parse(*large), parse(*small), parse(*part), parse(*budget)
+	cfg.Sizes = nil
+	for s := range strings.SplitSeq(sizes, ",") {
+		cfg.Sizes = append(cfg.Sizes, parse(strings.TrimSpace(s)))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+
+	var rep *report
+	code := testenv.Run(func(tb testenv.TB) { rep = run(tb, cfg) })
+	if rep == nil || code != 0 {
+		fmt.Fprintln(os.Stderr, "bench: FAILED")
+		os.Exit(1)
+	}
+	rep.print(os.Stdout)
+	if cfg.Out != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(cfg.Out, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("\nwritten to %s\n", cfg.Out)
+	}
+}
+
+// parseSize reads 8MiB, 1GiB, 512KiB or a number of bytes.
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}, {"", 1}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			n, err := strconv.ParseInt(num, 10, 64)
+			if err != nil || n < 0 {
+				return 0, fmt.Errorf("%q is not a size (use e.g. 8MiB)", s)
+			}
+			return n * u.mult, nil
+		}
+	}
+	return 0, fmt.Errorf("%q is not a size", s)
+}
+
+// report is what a run measured.
+type report struct {
+	When    time.Time     `json:"when"`
+	Machine string        `json:"machine"`
+	Config  config        `json:"config"`
+	Large   comparison    `json:"large"`
+	Small   comparison    `json:"small"`
+	Scaling []scalingStep `json:"scaling"`
+	Targets []target      `json:"targets"`
+}
+
+// comparison is chunkup against the direct upload, each the median of the rounds.
+type comparison struct {
+	// Unit is what Chunkup and Direct count: MiB/s or files/s.
+	Unit    string  `json:"unit"`
+	Chunkup float64 `json:"chunkup"`
+	Direct  float64 `json:"direct"`
+	Ratio   float64 `json:"ratio"`
+	// Rounds are each round's figures, chunkup then direct.
+	Rounds [][2]float64 `json:"rounds"`
+	// Cost is what chunkup used in its median round.
+	Cost cost `json:"chunkup_cost"`
+	// DirectMinIOCPUPerGiB and DirectClientCPUPerGiB are MinIO's and the client's CPU
+	// seconds per GiB in the direct median round, to compare with Cost.
+	DirectMinIOCPUPerGiB  float64 `json:"direct_minio_cpu_s_per_gib"`
+	DirectClientCPUPerGiB float64 `json:"direct_client_cpu_s_per_gib"`
+	// CPUBound is the direct uploads' CPU seconds per GiB (MinIO and client) over
+	// chunkup's (server, Redis, MinIO and client): the ratio chunkup could reach at
+	// best when every process shares one machine's cores and they are all busy.
+	CPUBound float64 `json:"cpu_bound_ratio"`
+}
+
+// cost is what an upload through chunkup used.
+type cost struct {
+	ServerPeakRSSMiB   float64 `json:"server_peak_rss_mib"`
+	RedisPeakMiB       float64 `json:"redis_peak_used_memory_mib"`
+	AckP50ms           float64 `json:"ack_p50_ms"`
+	AckP99ms           float64 `json:"ack_p99_ms"`
+	ServerCPUPerGiB    float64 `json:"server_cpu_s_per_gib"`
+	RedisCPUPerGiB     float64 `json:"redis_cpu_s_per_gib"`
+	MinIOCPUPerGiB     float64 `json:"minio_cpu_s_per_gib"`
+	ClientCPUPerGiB    float64 `json:"client_cpu_s_per_gib"`
+	ServerAllocsPerGiB float64 `json:"-"`
+}
+
+// scalingStep is one size of the scaling series.
+type scalingStep struct {
+	Bytes     int64   `json:"bytes"`
+	SecPerGiB float64 `json:"s_per_gib"`
+	MiBps     float64 `json:"mib_per_s"`
+	Cost      cost    `json:"cost"`
+}
+
+// target is one of issue 7's targets and whether this run met it.
+type target struct {
+	Figure string  `json:"figure"`
+	Value  float64 `json:"value"`
+	Want   string  `json:"target"`
+	Met    bool    `json:"met"`
+}
+
+func (r *report) print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "chunkup bench, %s, %s\n", r.When.Format(time.RFC3339), r.Machine)
+	fmt.Fprintf(w, "part/chunk %s, concurrency %d, %d rounds (medians), staged-bytes budget %s, Redis AOF %v\n\n",
+		human(r.Config.PartSize), r.Config.Concurrency, r.Config.Rounds, human(r.Config.Budget), r.Config.AOF)
+
+	fmt.Fprintln(tw, "comparison\tunit\tchunkup\tdirect\tratio\t")
+	fmt.Fprintf(tw, "large %s\t%s\t%.1f\t%.1f\t%.3f\t\n", human(r.Config.Large), r.Large.Unit, r.Large.Chunkup, r.Large.Direct, r.Large.Ratio)
+	fmt.Fprintf(tw, "small %d × %s @%d\t%s\t%.1f\t%.1f\t%.3f\t\n", r.Config.SmallCount, human(r.Config.SmallSize), r.Config.SmallConc,
+		r.Small.Unit, r.Small.Chunkup, r.Small.Direct, r.Small.Ratio)
+	tw.Flush()
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "chunkup\tMiB/s\ts/GiB\tserver RSS MiB\tRedis peak MiB\tack p50 ms\tack p99 ms\tCPU s/GiB server\tRedis\tMinIO\tclient\t")
+	row := func(name string, mibps, spg float64, c cost) {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.0f\t%.0f\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", name, mibps, spg,
+			c.ServerPeakRSSMiB, c.RedisPeakMiB, c.AckP50ms, c.AckP99ms, c.ServerCPUPerGiB, c.RedisCPUPerGiB, c.MinIOCPUPerGiB, c.ClientCPUPerGiB)
+	}
+	row("large "+human(r.Config.Large), r.Large.Chunkup, 1024/r.Large.Chunkup, r.Large.Cost)
+	row("small (all files)", r.Small.Chunkup*float64(r.Config.SmallSize)/MiB, MiB*1024/(r.Small.Chunkup*float64(r.Config.SmallSize)), r.Small.Cost)
+	for _, s := range r.Scaling {
+		row("scaling "+human(s.Bytes), s.MiBps, s.SecPerGiB, s.Cost)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "direct uploads, CPU s/GiB: large MinIO %.2f client %.2f, small MinIO %.2f client %.2f\n",
+		r.Large.DirectMinIOCPUPerGiB, r.Large.DirectClientCPUPerGiB, r.Small.DirectMinIOCPUPerGiB, r.Small.DirectClientCPUPerGiB)
+	fmt.Fprintf(w, "CPU-bound ratio (direct CPU s/GiB over chunkup's, all processes on these cores): large %.3f, small %.3f\n",
+		r.Large.CPUBound, r.Small.CPUBound)
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "target\tvalue\twant\tmet\t")
+	for _, t := range r.Targets {
+		met := "yes"
+		if !t.Met {
+			met = "NO"
+		}
+		fmt.Fprintf(tw, "%s\t%.3f\t%s\t%s\t\n", t.Figure, t.Value, t.Want, met)
+	}
+	tw.Flush()
+}
+
+func human(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n >= MiB && n%MiB == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	default:
+		return fmt.Sprintf("%dB", n)
+	}
+}
+
+func machine() string {
+	return fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
+}

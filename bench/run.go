@@ -1,0 +1,514 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/s3/manager"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chunkup/chunkup/client"
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/testenv"
+)
+
+const (
+	bucket = "chunkup-bench"
+	topic  = "chunkup.uploads"
+	// patience bounds one upload or one batch of small uploads.
+	patience = 10 * time.Minute
+)
+
+// bench is one run's servers and clients.
+type bench struct {
+	tb    testenv.TB
+	cfg   config
+	redis *redis.Client
+	minio *testenv.MinIO
+	s3    *s3.Client
+	// server is the `chunkup serve` process.
+	server *testenv.Process
+	cl     *client.Client
+	lat    *ackLatency
+	// direct is the AWS SDK's upload manager, with chunkup's part size and concurrency.
+	direct   *manager.Uploader
+	src      *source
+	seq      int64
+	httpAddr string
+}
+
+func setUp(tb testenv.TB, cfg config) *bench {
+	b := &bench{tb: tb, cfg: cfg, lat: &ackLatency{}, src: newSource(64*MiB + 4093)}
+	var ropts []testenv.RedisOption
+	if cfg.AOF {
+		ropts = append(ropts, testenv.WithArgs("--appendonly", "yes", "--appendfsync", "everysec"))
+	}
+	rs := testenv.StartRedis(tb, ropts...)
+	b.redis = rs.Client(tb)
+	b.minio = testenv.StartMinIO(tb)
+	b.minio.CreateBucket(tb, bucket)
+	b.s3 = b.minio.Client(tb)
+	kafka := testenv.StartKafka(tb, topic)
+
+	bin := testenv.BuildBinary(tb, "github.com/chunkup/chunkup/cmd/chunkup")
+	grpcAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(tb))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(tb))
+	args := []string{"serve", "--node-id", "bench",
+		"--roles", "api,worker,completer,publisher,cleanup",
+		"--grpc-addr", grpcAddr, "--http-addr", httpAddr,
+		"--redis-url", rs.URL(),
+		"--s3-endpoint", b.minio.Endpoint, "--s3-bucket", bucket,
+		"--kafka-brokers", kafka.Addr, "--kafka-topic", topic,
+		"--chunk-size", human(cfg.PartSize), "--max-chunk-size", human(max(cfg.PartSize, 64*MiB)),
+		"--log-level", "warn",
+	}
+	if cfg.Budget > 0 {
+		args = append(args, "--staged-bytes-budget", human(cfg.Budget))
+	}
+	if cfg.CPUProfile != "" {
+		args = append(args, "--pprof")
+	}
+	args = append(args, strings.Fields(cfg.ExtraArgs)...)
+	b.httpAddr = httpAddr
+	b.server = testenv.StartProcess(tb, bin, args,
+		append([]string{"AWS_ACCESS_KEY_ID=" + b.minio.AccessKey, "AWS_SECRET_ACCESS_KEY=" + b.minio.SecretKey}, strings.Fields(cfg.ExtraEnv)...))
+	waitReady(tb, b.server, httpAddr)
+
+	var err error
+	b.cl, err = client.Dial(grpcAddr, client.WithWindow(cfg.Concurrency), client.WithDialOptions(b.lat.dialOption()))
+	if err != nil {
+		tb.Fatalf("bench: dial chunkup: %v", err)
+	}
+	tb.Cleanup(func() { b.cl.Close() })
+	b.direct = manager.NewUploader(b.s3, func(u *manager.Uploader) {
+		u.PartSize = cfg.PartSize
+		u.Concurrency = cfg.Concurrency
+	})
+
+	// Warm up each way (connections, pools, caches, Redis and MinIO memory) before
+	// anything is timed: the first large upload of a fresh process is slower.
+	b.smallRound(false, 4, 1)
+	b.smallRound(true, 4, 1)
+	b.viaDirect(min(cfg.Large, 256*MiB))
+	b.viaChunkup(min(cfg.Large, 256*MiB))
+	return b
+}
+
+func waitReady(tb testenv.TB, p *testenv.Process, httpAddr string) {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	defer hc.CloseIdleConnections()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := hc.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-p.Done():
+			tb.Fatalf("bench: %s exited before it was ready: %v", p.Name, p.Wait())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("bench: %s not ready after a minute (last: %v)", p.Name, err)
+		}
+	}
+}
+
+func run(tb testenv.TB, cfg config) *report {
+	b := setUp(tb, cfg)
+	rep := &report{When: time.Now().UTC(), Machine: machine(), Config: cfg}
+	skip := strings.Split(cfg.Skip, ",")
+	if !slices.Contains(skip, "large") {
+		rep.Large = b.compareLarge()
+	}
+	if !slices.Contains(skip, "small") {
+		rep.Small = b.compareSmall()
+	}
+	if !slices.Contains(skip, "scaling") {
+		for _, n := range cfg.Sizes {
+			rep.Scaling = append(rep.Scaling, b.scale(n))
+		}
+	}
+	rep.Targets = targets(rep)
+	if cfg.CPUProfile != "" && rep.Large.Chunkup > 0 {
+		b.profile(cfg.CPUProfile, "large", time.Duration(float64(cfg.Large)/MiB/rep.Large.Chunkup*float64(time.Second)),
+			func() { b.viaChunkup(b.cfg.Large) })
+	}
+	if cfg.CPUProfile != "" && rep.Small.Chunkup > 0 {
+		b.profile(strings.TrimSuffix(cfg.CPUProfile, ".pprof")+"-small.pprof", "small",
+			time.Duration(float64(cfg.SmallCount)/rep.Small.Chunkup*float64(time.Second)),
+			func() { b.smallRound(true, b.cfg.SmallCount, b.cfg.SmallConc) })
+	}
+	return rep
+}
+
+// profile runs upload (through chunkup) once more while the server records a CPU
+// profile for about as long as it takes (d), and writes the profile to path.
+func (b *bench) profile(path, what string, d time.Duration, upload func()) {
+	secs := max(1, int(d.Round(time.Second)/time.Second))
+	type result struct {
+		body []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.httpAddr, secs))
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %s", resp.Status, body)
+		}
+		done <- result{body, err}
+	}()
+	upload()
+	r := <-done
+	if r.err != nil {
+		b.tb.Fatalf("bench: cpu profile: %v", r.err)
+	}
+	if err := os.WriteFile(path, r.body, 0o644); err != nil {
+		b.tb.Fatalf("bench: %v", err)
+	}
+	b.tb.Logf("bench: chunkup server CPU profile of the %s uploads (%ds) written to %s", what, secs, path)
+}
+
+func (b *bench) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), patience)
+}
+
+// next reserves an offset into the input for an object of n bytes, so that consecutive
+// objects differ.
+func (b *bench) next() int64 {
+	b.seq++
+	return b.seq * 7919 * 1024
+}
+
+// meter measures what chunkup uses between start and stop.
+type meter struct {
+	b                                        *bench
+	began                                    time.Time
+	serverCPU, redisCPU, minioCPU, clientCPU float64
+	stopRedis                                func() float64
+}
+
+func (b *bench) startMeter() *meter {
+	ctx, cancel := b.ctx()
+	defer cancel()
+	m := &meter{b: b}
+	if err := resetPeakRSS(b.server.Pid()); err != nil {
+		b.tb.Fatalf("bench: %v", err)
+	}
+	b.lat.reset()
+	m.serverCPU = b.cpu(b.server.Pid())
+	m.minioCPU = b.cpu(b.minio.Pid())
+	m.clientCPU = b.cpu(os.Getpid())
+	var err error
+	if m.redisCPU, err = redisCPU(ctx, b.redis); err != nil {
+		b.tb.Fatalf("bench: redis cpu: %v", err)
+	}
+	m.stopRedis = redisPeak(b.redis)
+	m.began = time.Now()
+	return m
+}
+
+func (b *bench) cpu(pid int) float64 {
+	s, err := cpuSeconds(pid)
+	if err != nil {
+		b.tb.Fatalf("bench: %v", err)
+	}
+	return s
+}
+
+// stop ends the measurement of n bytes and returns its elapsed time and costs.
+func (m *meter) stop(n int64) (time.Duration, cost) {
+	took := time.Since(m.began)
+	b := m.b
+	ctx, cancel := b.ctx()
+	defer cancel()
+	gib := float64(n) / (1 << 30)
+	var c cost
+	c.RedisPeakMiB = m.stopRedis()
+	rss, err := peakRSS(b.server.Pid())
+	if err != nil {
+		b.tb.Fatalf("bench: %v", err)
+	}
+	c.ServerPeakRSSMiB = rss
+	c.AckP50ms, c.AckP99ms = b.lat.quantiles()
+	c.ServerCPUPerGiB = (b.cpu(b.server.Pid()) - m.serverCPU) / gib
+	c.MinIOCPUPerGiB = (b.cpu(b.minio.Pid()) - m.minioCPU) / gib
+	c.ClientCPUPerGiB = (b.cpu(os.Getpid()) - m.clientCPU) / gib
+	rc, err := redisCPU(ctx, b.redis)
+	if err != nil {
+		b.tb.Fatalf("bench: redis cpu: %v", err)
+	}
+	c.RedisCPUPerGiB = (rc - m.redisCPU) / gib
+	return took, c
+}
+
+// object is an uploaded object to verify and then delete.
+type object struct {
+	key      string
+	start, n int64
+}
+
+func (b *bench) verifyAndDelete(objs []object) {
+	ctx, cancel := b.ctx()
+	defer cancel()
+	for _, o := range objs {
+		if err := verify(ctx, b.s3, b.src, bucket, o.key, o.start, o.n); err != nil {
+			b.tb.Fatalf("bench: %v", err)
+		}
+		if _, err := b.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(o.key)}); err != nil {
+			b.tb.Fatalf("bench: delete %s: %v", o.key, err)
+		}
+	}
+}
+
+// viaChunkup uploads n bytes through chunkup and returns the elapsed time and costs.
+func (b *bench) viaChunkup(n int64) (time.Duration, cost) {
+	ctx, cancel := b.ctx()
+	defer cancel()
+	start := b.next()
+	m := b.startMeter()
+	up, err := b.cl.Upload(ctx, b.src.reader(start, n), client.WithSize(n), client.WithName("large.bin"))
+	took, c := m.stop(n)
+	if err != nil {
+		b.tb.Fatalf("bench: chunkup upload of %s: %v", human(n), err)
+	}
+	if up.State != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED || up.Size != n {
+		b.tb.Fatalf("bench: chunkup upload %s ended %s with %d bytes, want COMPLETED with %d", up.UploadId, up.State, up.Size, n)
+	}
+	b.verifyAndDelete([]object{{up.Key, start, n}})
+	return took, c
+}
+
+// viaDirect uploads n bytes with the AWS upload manager and returns the elapsed time
+// and MinIO's and the client's CPU seconds.
+func (b *bench) viaDirect(n int64) (time.Duration, [2]float64) {
+	ctx, cancel := b.ctx()
+	defer cancel()
+	start := b.next()
+	key := fmt.Sprintf("direct/large-%d", start)
+	minio, cl := b.cpu(b.minio.Pid()), b.cpu(os.Getpid())
+	began := time.Now()
+	_, err := b.direct.Upload(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: b.src.reader(start, n)})
+	took := time.Since(began)
+	if err != nil {
+		b.tb.Fatalf("bench: direct upload of %s: %v", human(n), err)
+	}
+	cpu := [2]float64{b.cpu(b.minio.Pid()) - minio, b.cpu(os.Getpid()) - cl}
+	b.verifyAndDelete([]object{{key, start, n}})
+	return took, cpu
+}
+
+func mibps(n int64, d time.Duration) float64 { return float64(n) / MiB / d.Seconds() }
+
+// compareLarge alternates one large upload through chunkup and one direct, Rounds times.
+func (b *bench) compareLarge() comparison {
+	n := b.cfg.Large
+	var ch, di []float64
+	var costs []cost
+	var directCPU [][2]float64
+	gib := float64(n) / (1 << 30)
+	for r := range b.cfg.Rounds {
+		for _, viaChunkup := range order(r) {
+			if viaChunkup {
+				took, c := b.viaChunkup(n)
+				ch, costs = append(ch, mibps(n, took)), append(costs, c)
+			} else {
+				took, cpu := b.viaDirect(n)
+				di, directCPU = append(di, mibps(n, took)), append(directCPU, [2]float64{cpu[0] / gib, cpu[1] / gib})
+			}
+		}
+		b.tb.Logf("bench: large round %d: chunkup %.1f MiB/s, direct %.1f MiB/s", r+1, ch[r], di[r])
+	}
+	return summarize("MiB/s", ch, di, costs, directCPU)
+}
+
+// order is the order of the contenders in round r: they take turns going first.
+func order(r int) []bool {
+	if r%2 == 0 {
+		return []bool{true, false}
+	}
+	return []bool{false, true}
+}
+
+// summarize takes the medians of the rounds.
+func summarize(unit string, ch, di []float64, costs []cost, directCPU [][2]float64) comparison {
+	mc, md := median(ch), median(di)
+	c := comparison{Unit: unit, Chunkup: ch[mc], Direct: di[md], Cost: costs[mc],
+		DirectMinIOCPUPerGiB: directCPU[md][0], DirectClientCPUPerGiB: directCPU[md][1]}
+	c.Ratio = c.Chunkup / c.Direct
+	k := c.Cost
+	c.CPUBound = (c.DirectMinIOCPUPerGiB + c.DirectClientCPUPerGiB) /
+		(k.ServerCPUPerGiB + k.RedisCPUPerGiB + k.MinIOCPUPerGiB + k.ClientCPUPerGiB)
+	for i := range ch {
+		c.Rounds = append(c.Rounds, [2]float64{ch[i], di[i]})
+	}
+	return c
+}
+
+// median returns the index of the median of xs (the lower one for an even count).
+func median(xs []float64) int {
+	idx := make([]int, len(xs))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		switch {
+		case xs[a] < xs[b]:
+			return -1
+		case xs[a] > xs[b]:
+			return 1
+		}
+		return 0
+	})
+	return idx[(len(idx)-1)/2]
+}
+
+// smallRound uploads count small files, conc at a time, through chunkup or directly
+// with PutObject, verifies and deletes them, and returns the files per second and the
+// costs (for chunkup) or MinIO's and the client's CPU seconds per GiB (direct).
+func (b *bench) smallRound(viaChunkup bool, count, conc int) (float64, cost, [2]float64) {
+	ctx, cancel := b.ctx()
+	defer cancel()
+	n := b.cfg.SmallSize
+	objs := make([]object, count)
+	data := make([][]byte, count)
+	for i := range objs {
+		objs[i] = object{start: b.next(), n: n}
+		data[i] = b.src.bytes(objs[i].start, n)
+		if !viaChunkup {
+			objs[i].key = fmt.Sprintf("direct/small-%d", objs[i].start)
+		}
+	}
+	var m *meter
+	if viaChunkup {
+		m = b.startMeter()
+	}
+	minio, cl := b.cpu(b.minio.Pid()), b.cpu(os.Getpid())
+	began := time.Now()
+	errs := make([]error, count)
+	sem := make(chan struct{}, conc)
+	var wg sync.WaitGroup
+	for i := range objs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if viaChunkup {
+				up, err := b.cl.Upload(ctx, bytes.NewReader(data[i]), client.WithSize(n), client.WithName("small.bin"))
+				if err == nil && up.State != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
+					err = fmt.Errorf("upload %s ended %s", up.UploadId, up.State)
+				}
+				if err == nil {
+					objs[i].key = up.Key
+				}
+				errs[i] = err
+				return
+			}
+			_, errs[i] = b.s3.PutObject(ctx, &s3.PutObjectInput{
+				Bucket: aws.String(bucket), Key: aws.String(objs[i].key),
+				Body: bytes.NewReader(data[i]), ContentLength: aws.Int64(n),
+			})
+		})
+	}
+	wg.Wait()
+	took := time.Since(began)
+	var c cost
+	if viaChunkup {
+		took, c = m.stop(int64(count) * n)
+	}
+	gib := float64(int64(count)*n) / (1 << 30)
+	cpu := [2]float64{(b.cpu(b.minio.Pid()) - minio) / gib, (b.cpu(os.Getpid()) - cl) / gib}
+	for i, err := range errs {
+		if err != nil {
+			b.tb.Fatalf("bench: small upload %d (chunkup: %v): %v", i, viaChunkup, err)
+		}
+	}
+	b.verifyAndDelete(objs)
+	return float64(count) / took.Seconds(), c, cpu
+}
+
+// compareSmall alternates the small uploads through chunkup and direct, Rounds times.
+func (b *bench) compareSmall() comparison {
+	var ch, di []float64
+	var directCPU [][2]float64
+	var costs []cost
+	for r := range b.cfg.Rounds {
+		for _, viaChunkup := range order(r) {
+			fps, c, cpu := b.smallRound(viaChunkup, b.cfg.SmallCount, b.cfg.SmallConc)
+			if viaChunkup {
+				ch, costs = append(ch, fps), append(costs, c)
+			} else {
+				di, directCPU = append(di, fps), append(directCPU, cpu)
+			}
+		}
+		b.tb.Logf("bench: small round %d: chunkup %.1f files/s, direct %.1f files/s", r+1, ch[r], di[r])
+	}
+	return summarize("files/s", ch, di, costs, directCPU)
+}
+
+// scale uploads n bytes through chunkup (Rounds times up to 1 GiB, once above) and
+// returns the median's seconds per GiB, with the highest peak RSS of the rounds.
+func (b *bench) scale(n int64) scalingStep {
+	rounds := b.cfg.Rounds
+	if n > 1<<30 {
+		rounds = 1
+	}
+	var speeds []float64
+	var costs []cost
+	peak := 0.0
+	for range rounds {
+		took, c := b.viaChunkup(n)
+		speeds, costs = append(speeds, mibps(n, took)), append(costs, c)
+		peak = max(peak, c.ServerPeakRSSMiB)
+	}
+	i := median(speeds)
+	s := scalingStep{Bytes: n, MiBps: speeds[i], SecPerGiB: 1024 / speeds[i], Cost: costs[i]}
+	s.Cost.ServerPeakRSSMiB = peak
+	b.tb.Logf("bench: scaling %s: %.1f MiB/s, %.3f s/GiB, peak RSS %.0f MiB", human(n), s.MiBps, s.SecPerGiB, peak)
+	return s
+}
+
+// targets checks the run against issue 7's targets.
+func targets(r *report) []target {
+	ts := []target{
+		{Figure: "large throughput, chunkup / direct multipart", Value: r.Large.Ratio, Want: ">= 0.85", Met: r.Large.Ratio >= 0.85},
+		{Figure: "small files per second, chunkup / direct PutObject", Value: r.Small.Ratio, Want: ">= 0.80", Met: r.Small.Ratio >= 0.80},
+	}
+	if len(r.Scaling) >= 2 {
+		lo, hi := r.Scaling[0], r.Scaling[len(r.Scaling)-1]
+		v := hi.SecPerGiB / lo.SecPerGiB
+		ts = append(ts, target{Figure: fmt.Sprintf("s/GiB, %s vs %s", human(hi.Bytes), human(lo.Bytes)), Value: v, Want: "<= 1.10", Met: v <= 1.10})
+		rss := hi.Cost.ServerPeakRSSMiB
+		ts = append(ts, target{Figure: fmt.Sprintf("server peak RSS MiB during %s", human(hi.Bytes)), Value: rss, Want: "<= 256", Met: rss <= 256})
+		for _, s := range r.Scaling {
+			if s.Bytes == 256*MiB && hi.Bytes != s.Bytes {
+				v := rss / s.Cost.ServerPeakRSSMiB
+				ts = append(ts, target{Figure: fmt.Sprintf("peak RSS %s / 256MiB", human(hi.Bytes)), Value: v, Want: "<= 1.10", Met: v <= 1.10})
+			}
+		}
+	}
+	if r.Config.Budget > 0 {
+		limit := float64(r.Config.Budget)/MiB + 64
+		v := r.Large.Cost.RedisPeakMiB
+		ts = append(ts, target{Figure: "Redis peak used_memory MiB, large upload", Value: v, Want: fmt.Sprintf("<= %.0f (budget + 64)", limit), Met: v <= limit})
+	}
+	return ts
+}
