@@ -18,7 +18,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/retry"
@@ -39,7 +38,7 @@ var _ S3API = (*s3.Client)(nil)
 // Store is the part of the staging store a worker uses.
 type Store interface {
 	Now() time.Time
-	SubscribeChunks(ctx context.Context) *redis.PubSub
+	SubscribeChunks(ctx context.Context) *staging.Subscription
 	DuePending(ctx context.Context, limit int64) ([]staging.ChunkRef, error)
 	Claim(ctx context.Context, ref staging.ChunkRef, token string, lease time.Duration) (staging.Claim, error)
 	ChunkData(ctx context.Context, ref staging.ChunkRef, lease time.Duration) ([]byte, error)
@@ -223,17 +222,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-func (w *Worker) listen(ctx context.Context, ps *redis.PubSub) {
-	ch := ps.Channel()
+func (w *Worker) listen(ctx context.Context, sub *staging.Subscription) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case msg, ok := <-ch:
+		case msg, ok := <-sub.C:
 			if !ok {
 				return
 			}
-			if ref, ok := staging.ParseChunkRef(msg.Payload); ok {
+			if ref, ok := staging.ParseChunkRef(msg); ok {
 				if _, mine := w.expected.Load(ref); !mine {
 					w.offer(ref)
 				}

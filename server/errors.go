@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
@@ -59,6 +58,8 @@ func toStatus(id string, err error) error {
 		return status.Errorf(codes.FailedPrecondition, "%s%v; an upload has exactly one last chunk", on, last)
 	case errors.As(err, &rec):
 		return status.Errorf(codes.FailedPrecondition, "%s%v; start a new upload to send different bytes", on, rec)
+	case errors.Is(err, staging.ErrNotReplicated):
+		return status.Errorf(codes.Unavailable, "upload %s: %v; send the chunk again", id, err)
 	case errors.Is(err, staging.ErrChunkBusy):
 		return status.Errorf(codes.Aborted, "upload %s: %v and cannot be replaced now; retry", id, err)
 	case errors.Is(err, staging.ErrCompleting):
@@ -85,7 +86,9 @@ func toStatus(id string, err error) error {
 
 // isRedisDown reports whether err means the staging store cannot be reached right now:
 // a refused or dropped connection (a Redis that died mid-command answers io.EOF), a
-// timeout, a closed client, or a Redis still loading its data after a restart.
+// timeout, a closed client, a Redis still loading its data after a restart, or a
+// cluster in the middle of a failover (CLUSTERDOWN, TRYAGAIN, READONLY from a master
+// just demoted, MASTERDOWN).
 func isRedisDown(err error) bool {
 	var ne net.Error
 	switch {
@@ -94,6 +97,6 @@ func isRedisDown(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return true
 	}
-	var re redis.Error
-	return errors.As(err, &re) && (strings.HasPrefix(re.Error(), "LOADING") || strings.HasPrefix(re.Error(), "MASTERDOWN"))
+	return redis.IsLoadingError(err) || redis.IsMasterDownError(err) || redis.IsClusterDownError(err) ||
+		redis.IsTryAgainError(err) || redis.IsReadOnlyError(err)
 }

@@ -183,7 +183,7 @@ return {'ok'}
 // false (and records nothing) when the document exists already.
 func (s *Store) CreateDocument(ctx context.Context, d NewDocument, ttl time.Duration, ev OutboxEvent) (bool, error) {
 	now := s.nowMs()
-	if err := s.rdb.ZAddNX(ctx, outboxIndexKey, redis.Z{Score: float64(now), Member: d.ID}).Err(); err != nil {
+	if err := s.rdb.ZAddNX(ctx, s.ix(outboxIndexKey, d.ID), redis.Z{Score: float64(now), Member: d.ID}).Err(); err != nil {
 		return false, err
 	}
 	res, err := docCreateScript.Run(ctx, s.rdb, []string{docKey(d.ID), outboxKey(d.ID)},
@@ -257,7 +257,7 @@ func (s *Store) TransitionDocument(ctx context.Context, id string, ttl time.Dura
 				return nil, err
 			}
 			evID, rec = ev.ID, ev.record()
-			if err := s.rdb.ZAddNX(ctx, outboxIndexKey, redis.Z{Score: float64(s.nowMs()), Member: id}).Err(); err != nil {
+			if err := s.rdb.ZAddNX(ctx, s.ix(outboxIndexKey, id), redis.Z{Score: float64(s.nowMs()), Member: id}).Err(); err != nil {
 				return nil, err
 			}
 		}

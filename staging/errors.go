@@ -13,6 +13,11 @@ var ErrNotFound = errors.New("upload not found")
 // then get a PartRecordedError) or later.
 var ErrChunkBusy = errors.New("chunk is being uploaded")
 
+// ErrNotReplicated means a chunk was staged on the Redis master but fewer replicas
+// than Config.MinReplicas confirmed it in time: a failover now could lose it, so it is
+// not acknowledged. Sending it again is safe (a repeat is idempotent).
+var ErrNotReplicated = errors.New("chunk not yet copied to enough Redis replicas")
+
 // ErrCompleting means the upload is being finalized and can no longer be aborted.
 var ErrCompleting = errors.New("upload is being completed")
 

@@ -10,6 +10,7 @@
 package staging
 
 import (
+	"hash/crc32"
 	"strconv"
 )
 
@@ -33,9 +34,43 @@ const (
 	// releaseKey is a sorted set of ended upload ids whose S3 resources (a multipart
 	// upload, a one-chunk object) may still need releasing, scored by the next attempt.
 	releaseKey = prefix + "releases"
-	// ChunksChannel carries "ID/N" wake-ups for workers when a chunk is staged.
+	// ChunksChannel carries "ID/N" wake-ups for workers when a chunk is staged. On a
+	// Redis Cluster it is split into chunkWakeShards sharded channels (chunksShard).
 	ChunksChannel = prefix + "chunks"
 )
+
+// On a Redis Cluster each global index is split into indexShards sorted sets, each in
+// its own slot (chunkup:pending:{pending-7}), so that no one slot, and so no one node,
+// carries every chunk's index traffic; a member's shard follows from its upload id, so
+// one upload's entries stay together. Sweeps read every shard. On a single Redis there
+// is one shard under the plain name (chunkup:pending), as before clusters were
+// supported. Chunk wake-ups go out on chunkWakeShards sharded channels; each worker
+// process subscribes to all of them (one connection each).
+const (
+	indexShards     = 16
+	chunkWakeShards = 8
+)
+
+// shardOf picks upload id's shard among n.
+func shardOf(id string, n int) int { return int(crc32.ChecksumIEEE([]byte(id)) % uint32(n)) }
+
+// shardKey is shard k of a sharded global index or channel named base.
+func shardKey(base string, k int) string {
+	name := base[len(prefix):]
+	return base + ":{" + name + "-" + strconv.Itoa(k) + "}"
+}
+
+// chunksShard is the sharded wake-up channel for upload id's chunks.
+func chunksShard(id string) string { return shardKey(ChunksChannel, shardOf(id, chunkWakeShards)) }
+
+// chunksShards are every sharded wake-up channel.
+func chunksShards() []string {
+	chs := make([]string, chunkWakeShards)
+	for k := range chs {
+		chs[k] = shardKey(ChunksChannel, k)
+	}
+	return chs
+}
 
 func idemKey(clientNodeID string) string { return prefix + "idem:" + clientNodeID }
 

@@ -11,9 +11,9 @@ import (
 // publish leaves events behind, so it is a lower bound on the oldest event's wait.
 // One O(log n) read, for scrape-time gauges.
 func (s *Store) OutboxOldest(ctx context.Context) (t time.Time, ok bool, err error) {
-	zs, err := s.rdb.ZRangeWithScores(ctx, outboxIndexKey, 0, 0).Result()
-	if err != nil || len(zs) == 0 {
+	score, ok, err := s.oldest(ctx, outboxIndexKey)
+	if err != nil || !ok {
 		return time.Time{}, false, err
 	}
-	return time.UnixMilli(int64(zs[0].Score)), true, nil
+	return time.UnixMilli(int64(score)), true, nil
 }

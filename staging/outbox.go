@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,14 +44,13 @@ func parseRecord(id, uploadID, rec string) (OutboxEvent, bool) {
 // and again after (so a publisher that found the outbox empty in between, and dropped
 // the entry, cannot leave the new event unindexed).
 func (s *Store) indexOutbox(ctx context.Context, id string) error {
-	return s.rdb.ZAddNX(ctx, outboxIndexKey, redis.Z{Score: float64(s.nowMs()), Member: id}).Err()
+	return s.rdb.ZAddNX(ctx, s.ix(outboxIndexKey, id), redis.Z{Score: float64(s.nowMs()), Member: id}).Err()
 }
 
 // DueOutbox returns up to limit uploads whose outbox a publisher should drain now.
 func (s *Store) DueOutbox(ctx context.Context, limit int64) ([]string, error) {
-	return s.rdb.ZRangeByScore(ctx, outboxIndexKey, &redis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(s.nowMs(), 10), Count: limit,
-	}).Result()
+	es, err := s.due(ctx, outboxIndexKey, s.nowMs(), limit)
+	return members(es), err
 }
 
 // OutboxEvents returns the events waiting in upload id's outbox. Malformed records are
@@ -79,47 +79,46 @@ func (s *Store) AckOutbox(ctx context.Context, id string, eventIDs ...string) er
 			return err
 		}
 	}
-	if err := s.rdb.ZRem(ctx, outboxIndexKey, id).Err(); err != nil {
+	if err := s.rdb.ZRem(ctx, s.ix(outboxIndexKey, id), id).Err(); err != nil {
 		return err
 	}
 	n, err := s.rdb.HLen(ctx, outboxKey(id)).Result()
 	if err != nil || n == 0 {
 		return err
 	}
-	return s.rdb.ZAdd(ctx, outboxIndexKey, redis.Z{Score: float64(s.nowMs()), Member: id}).Err()
+	return s.rdb.ZAdd(ctx, s.ix(outboxIndexKey, id), redis.Z{Score: float64(s.nowMs()), Member: id}).Err()
 }
 
 // DeferOutbox moves upload id's next publish attempt to at.
 func (s *Store) DeferOutbox(ctx context.Context, id string, at time.Time) error {
-	return s.rdb.ZAddXX(ctx, outboxIndexKey, redis.Z{Score: float64(at.UnixMilli()), Member: id}).Err()
+	return s.rdb.ZAddXX(ctx, s.ix(outboxIndexKey, id), redis.Z{Score: float64(at.UnixMilli()), Member: id}).Err()
 }
 
 // OutboxUploads is how many uploads have events waiting to be published.
 func (s *Store) OutboxUploads(ctx context.Context) (int64, error) {
-	return s.rdb.ZCard(ctx, outboxIndexKey).Result()
+	return s.card(ctx, outboxIndexKey)
 }
 
 // DueActive returns up to limit uploads that may have been idle past StateTTL.
 func (s *Store) DueActive(ctx context.Context, limit int64) ([]string, error) {
-	return s.rdb.ZRangeByScore(ctx, activeKey, &redis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(s.nowMs(), 10), Count: limit,
-	}).Result()
+	es, err := s.due(ctx, activeKey, s.nowMs(), limit)
+	return members(es), err
 }
 
 // DeferActive sets when upload id may next have been idle too long.
 func (s *Store) DeferActive(ctx context.Context, id string, at time.Time) error {
-	return s.rdb.ZAddXX(ctx, activeKey, redis.Z{Score: float64(at.UnixMilli()), Member: id}).Err()
+	return s.rdb.ZAddXX(ctx, s.ix(activeKey, id), redis.Z{Score: float64(at.UnixMilli()), Member: id}).Err()
 }
 
 // DoneActive removes upload id from the active index.
 func (s *Store) DoneActive(ctx context.Context, id string) error {
-	return s.rdb.ZRem(ctx, activeKey, id).Err()
+	return s.rdb.ZRem(ctx, s.ix(activeKey, id), id).Err()
 }
 
 // ActiveUploads returns up to count ids of the active index from position start, for
 // start-up recovery.
 func (s *Store) ActiveUploads(ctx context.Context, start, count int64) ([]string, error) {
-	return s.rdb.ZRange(ctx, activeKey, start, start+count-1).Result()
+	return s.page(ctx, activeKey, start, count)
 }
 
 // Recover re-indexes what a crash may have left unindexed for upload id: staged chunks
@@ -161,13 +160,16 @@ func (s *Store) Recover(ctx context.Context, id string) error {
 	if len(zs) == 0 {
 		return nil
 	}
-	return s.rdb.ZAddNX(ctx, pendingKey, zs...).Err()
+	return s.rdb.ZAddNX(ctx, s.ix(pendingKey, id), zs...).Err()
 }
 
 // SubscribeProgress subscribes to upload id's progress notices. A notice only says
 // "something changed": subscribers re-read the state, so a lost notice costs nothing
 // but latency.
 func (s *Store) SubscribeProgress(ctx context.Context, id string) *redis.PubSub {
+	if s.cluster {
+		return s.rdb.SSubscribe(ctx, ProgressChannel(id))
+	}
 	return s.rdb.Subscribe(ctx, ProgressChannel(id))
 }
 
@@ -175,7 +177,25 @@ func (s *Store) SubscribeProgress(ctx context.Context, id string) *redis.PubSub 
 // (staged chunks are most of it, and nothing else chunkup keeps is large). It is what
 // the staged-bytes budget limits, so the budget also protects Redis itself.
 func (s *Store) StagedBytes(ctx context.Context) (int64, error) {
-	info, err := s.rdb.Info(ctx, "memory").Result()
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		return usedMemory(ctx, s.rdb)
+	}
+	// On a cluster, the fullest master: it is the one that runs out of memory first.
+	var mu sync.Mutex
+	var most int64
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		n, err := usedMemory(ctx, node)
+		mu.Lock()
+		most = max(most, n)
+		mu.Unlock()
+		return err
+	})
+	return most, err
+}
+
+func usedMemory(ctx context.Context, rdb redis.Cmdable) (int64, error) {
+	info, err := rdb.Info(ctx, "memory").Result()
 	if err != nil {
 		return 0, err
 	}
@@ -195,7 +215,7 @@ func (s *Store) IndexRelease(ctx context.Context, id string) error {
 	// Due only after releaseGrace: the process that ends the upload releases it itself,
 	// and the sweep (of any replica) must not do it a second time meanwhile.
 	due := s.nowMs() + releaseGrace.Milliseconds()
-	return s.rdb.ZAddNX(ctx, releaseKey, redis.Z{Score: float64(due), Member: id}).Err()
+	return s.rdb.ZAddNX(ctx, s.ix(releaseKey, id), redis.Z{Score: float64(due), Member: id}).Err()
 }
 
 // releaseGrace is how long an ending process has to release an upload's S3 resources
@@ -204,17 +224,16 @@ const releaseGrace = time.Minute
 
 // DueReleases returns up to limit uploads whose release is due.
 func (s *Store) DueReleases(ctx context.Context, limit int64) ([]string, error) {
-	return s.rdb.ZRangeByScore(ctx, releaseKey, &redis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(s.nowMs(), 10), Count: limit,
-	}).Result()
+	es, err := s.due(ctx, releaseKey, s.nowMs(), limit)
+	return members(es), err
 }
 
 // DeferRelease moves upload id's next release attempt to at.
 func (s *Store) DeferRelease(ctx context.Context, id string, at time.Time) error {
-	return s.rdb.ZAddXX(ctx, releaseKey, redis.Z{Score: float64(at.UnixMilli()), Member: id}).Err()
+	return s.rdb.ZAddXX(ctx, s.ix(releaseKey, id), redis.Z{Score: float64(at.UnixMilli()), Member: id}).Err()
 }
 
 // DoneRelease removes upload id from the release index.
 func (s *Store) DoneRelease(ctx context.Context, id string) error {
-	return s.rdb.ZRem(ctx, releaseKey, id).Err()
+	return s.rdb.ZRem(ctx, s.ix(releaseKey, id), id).Err()
 }

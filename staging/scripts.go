@@ -1,6 +1,10 @@
 package staging
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Each script is headed by what its KEYS and ARGV are. Scripts touch only the keys they
 // are given, all of one upload (one hash slot). Results are tables whose first element
@@ -53,15 +57,16 @@ return {'ok'}
 //	ARGV[4] "1" when the chunk is the last one
 //	ARGV[5] now (unix ms)
 //	ARGV[6] state TTL (ms)
-//	ARGV[7] wake-up channel
+//	ARGV[7] wake-up channel; "" on a cluster, where the caller publishes the wake-up on
+//	        a sharded channel of another slot itself
 //	ARGV[8] wake-up message ("ID/N")
-//	ARGV[9] progress channel
+//	ARGV[9] progress channel (in this upload's slot: SPUBLISH on a cluster)
 //
 // Returns {"ok", ready} for a newly staged or replaced chunk, {"dup", ready} for a
 // repeat, or an error code: {"notfound"}, {"state", status}, {"beyond", total},
 // {"last", total}, {"lastbefore", max_received}, {"recorded"}, {"busy"}.
 // ready is 1 when the upload now has every part and can be completed.
-var stageScript = redis.NewScript(`
+var stageScript = newPubScript(`
 local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'max_received', 'uploaded')
 if not st[1] then redis.call('DEL', KEYS[5]) return {'notfound'} end
 if st[1] ~= 'ACTIVE' then redis.call('DEL', KEYS[5]) return {'state', st[1]} end
@@ -115,7 +120,7 @@ for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[6]) end
 redis.call('PEXPIRE', KEYS[6], ARGV[6])
 redis.call('PEXPIRE', KEYS[7], ARGV[6])
 if code == 'ok' then
-  redis.call('PUBLISH', ARGV[7], ARGV[8])
+  if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
   redis.call('PUBLISH', ARGV[9], 'received')
 end
 local ready = 0
@@ -232,7 +237,7 @@ return {'ok', ARGV[1]}
 // Returns {"ok", ready}, {"dup", ready} when already recorded, {"lost"} when the lease
 // is another worker's, {"stale"} when the chunk was replaced since the claim, or
 // {"gone", status} when the upload is not active.
-var recordScript = redis.NewScript(`
+var recordScript = newPubScript(`
 local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded')
 if not st[1] then return {'gone', ''} end
 if st[1] ~= 'ACTIVE' then return {'gone', st[1]} end
@@ -315,7 +320,7 @@ return {'ok', st[2], st[4] or '', st[5], st[6]}
 //
 // Returns {"ok"}, {"done"} when already completed, or {"lost"} when the guard is
 // another completer's (or the upload left COMPLETING).
-var finishCompleteScript = redis.NewScript(`
+var finishCompleteScript = newPubScript(`
 local status = redis.call('HGET', KEYS[1], 'status')
 if status == 'COMPLETED' then return {'done'} end
 local g = redis.call('GET', KEYS[2])
@@ -366,7 +371,7 @@ return 1
 // object was already written by a single PutObject, {"already", status} when it had ended
 // already, {"completing"} when a completer holds it, {"active", updated_ms} when it
 // was active after ARGV[9], or {"notfound"}.
-var endScript = redis.NewScript(`
+var endScript = newPubScript(`
 local st = redis.call('HMGET', KEYS[1], 'status', 's3_upload_id', 'bucket', 'key', 'updated_ms')
 if not st[1] then return {'notfound'} end
 if st[1] == 'COMPLETING' then
@@ -389,3 +394,16 @@ local single = 0
 if (not st[2] or st[2] == '') and redis.call('HEXISTS', KEYS[6], '1') == 1 then single = 1 end
 return {'ok', st[2] or '', st[3], st[4], single}
 `)
+
+// pubScript is a script that announces progress on its upload's pub/sub channel: with
+// PUBLISH on a single Redis, with SPUBLISH (sharded pub/sub, delivered only within the
+// channel's shard) on a cluster, where the channel shares the upload's slot.
+type pubScript struct{ plain, sharded *redis.Script }
+
+func newPubScript(src string) pubScript {
+	return pubScript{
+		plain: redis.NewScript(src),
+		// (The stage script's wake-up PUBLISH is skipped on a cluster: see stageScript.)
+		sharded: redis.NewScript(strings.ReplaceAll(src, "redis.call('PUBLISH',", "redis.call('SPUBLISH',")),
+	}
+}

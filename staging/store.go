@@ -44,6 +44,14 @@ type Config struct {
 	// COMPLETED, FAILED, ABORTED or EXPIRED) before Redis drops its keys. Zero means 24 h.
 	// Active uploads' keys carry StateTTL+Retention as a safety net should cleanup never run.
 	Retention time.Duration
+	// MinReplicas, when above zero, is how many Redis replicas must confirm a staged
+	// chunk (WAIT) before it is acknowledged, so that a failover cannot lose an
+	// acknowledged chunk. Zero means none: Redis replicates asynchronously, and a master
+	// that dies may take its last writes with it (docs/scale-out.md).
+	MinReplicas int
+	// ReplicaTimeout bounds that wait; a chunk not confirmed in time is refused with
+	// ErrNotReplicated. Zero means 1 s.
+	ReplicaTimeout time.Duration
 	// Now is the clock. Nil means time.Now. Leases and due times use it, so tests can
 	// move time without sleeping.
 	Now func() time.Time
@@ -51,6 +59,9 @@ type Config struct {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
+	if c.MinReplicas < 0 || c.ReplicaTimeout < 0 {
+		return errors.New("staging: replica settings must not be negative")
+	}
 	if c.ChunkTTL < 0 || c.StateTTL < 0 || c.Retention < 0 {
 		return errors.New("staging: TTLs must not be negative")
 	}
@@ -68,6 +79,13 @@ type Store struct {
 	stateTTL  time.Duration
 	retention time.Duration
 	now       func() time.Time
+	// cluster is true on a Redis Cluster: global indexes are split into shards, and
+	// pub/sub is sharded (SPUBLISH, SSUBSCRIBE).
+	cluster bool
+	shards  int
+	// minReplicas and replicaTimeout: see Config.
+	minReplicas    int
+	replicaTimeout time.Duration
 }
 
 // New returns a Store on rdb.
@@ -88,7 +106,24 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.minReplicas, s.replicaTimeout = cfg.MinReplicas, cfg.ReplicaTimeout
+	if s.replicaTimeout == 0 {
+		s.replicaTimeout = time.Second
+	}
+	_, s.cluster = rdb.(*redis.ClusterClient)
+	s.shards = 1
+	if s.cluster {
+		s.shards = indexShards
+	}
 	return s, nil
+}
+
+// script is the variant of a publishing script for this Redis (see pubScript).
+func (s *Store) script(p pubScript) *redis.Script {
+	if s.cluster {
+		return p.sharded
+	}
+	return p.plain
 }
 
 // keysTTL is the Redis TTL of an active upload's keys, refreshed on activity.
@@ -186,7 +221,7 @@ func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
 	args = append(args, meta...)
 	// The active index is a hint added first: a crash before the script leaves an entry
 	// that cleanup drops when it finds no upload behind it.
-	if err := s.rdb.ZAddNX(ctx, activeKey, redis.Z{Score: float64(s.nowMs() + s.stateTTL.Milliseconds()), Member: u.ID}).Err(); err != nil {
+	if err := s.rdb.ZAddNX(ctx, s.ix(activeKey, u.ID), redis.Z{Score: float64(s.nowMs() + s.stateTTL.Milliseconds()), Member: u.ID}).Err(); err != nil {
 		return false, err
 	}
 	res, err := createScript.Run(ctx, s.rdb, []string{stateKey(u.ID), metaKey(u.ID)}, args...).StringSlice()
@@ -255,17 +290,44 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 		lastArg = "1"
 	}
 	keys := []string{stateKey(id), receivedKey(id), partsKey(id), chunkKey(id, n), incoming, leasesKey(id), metaKey(id)}
-	args := []any{n, crc, len(data), lastArg, now, s.keysTTL(), ChunksChannel, ref.String(), ProgressChannel(id)}
+	wake := ChunksChannel
+	if s.cluster {
+		wake = "" // published below, on the sharded channel
+	}
+	args := []any{n, crc, len(data), lastArg, now, s.keysTTL(), wake, ref.String(), ProgressChannel(id)}
 	var eval *redis.Cmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAddNX(ctx, pendingKey, redis.Z{Score: float64(now + graceMs), Member: ref.String()})
+	var wait *redis.Cmd
+	stage := func(p redis.Pipeliner) error {
 		p.Set(ctx, incoming, data, s.chunkTTL)
 		// EVAL rather than EVALSHA: a pipeline cannot fall back on NOSCRIPT, and the
 		// script's text is tiny next to the chunk.
-		eval = stageScript.Eval(ctx, p, keys, args...)
+		eval = s.script(stageScript).Eval(ctx, p, keys, args...)
+		if s.minReplicas > 0 {
+			// The script writes even for a repeat, so WAIT also covers a first attempt
+			// whose WAIT timed out.
+			wait = p.Do(ctx, "WAIT", s.minReplicas, s.replicaTimeout.Milliseconds())
+		}
 		return nil
-	})
-	if err != nil && eval.Err() == nil {
+	}
+	pending := redis.Z{Score: float64(now + graceMs), Member: ref.String()}
+	var err error
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok && s.minReplicas > 0 {
+		// WAIT counts the replicas that have this connection's writes: the chunk's
+		// writes and the WAIT go to the upload's master on one connection (the
+		// pending entry, in another slot, first).
+		if err = s.rdb.ZAddNX(ctx, s.ix(pendingKey, id), pending).Err(); err == nil {
+			var node *redis.Client
+			if node, err = cc.MasterForKey(ctx, stateKey(id)); err == nil {
+				_, err = node.Pipelined(ctx, stage)
+			}
+		}
+	} else {
+		_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.ZAddNX(ctx, s.ix(pendingKey, id), pending)
+			return stage(p)
+		})
+	}
+	if err != nil && (eval == nil || eval.Err() == nil) {
 		return StageResult{}, err
 	}
 	res, err := eval.Slice()
@@ -273,6 +335,15 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 		return StageResult{}, err
 	}
 	code := res[0].(string)
+	if wait != nil && (code == "ok" || code == "dup") {
+		if n, err := wait.Int64(); err != nil || n < int64(s.minReplicas) {
+			return StageResult{}, fmt.Errorf("%w (%d of %d replicas confirmed within %s)", ErrNotReplicated, n, s.minReplicas, s.replicaTimeout)
+		}
+	}
+	if code == "ok" && s.cluster {
+		// A wake-up lost here is found by the sweep: the chunk is pending already.
+		_ = s.rdb.SPublish(ctx, chunksShard(id), ref.String()).Err()
+	}
 	switch code {
 	case "ok", "dup":
 		return StageResult{Duplicate: code == "dup", Ready: res[1].(int64) == 1}, nil
@@ -433,10 +504,10 @@ func (s *Store) End(ctx context.Context, r EndRequest) (EndResult, error) {
 	if !r.IdleSince.IsZero() {
 		idle = r.IdleSince.UnixMilli()
 	}
-	if err := s.rdb.ZAddNX(ctx, outboxIndexKey, redis.Z{Score: float64(s.nowMs()), Member: r.ID}).Err(); err != nil {
+	if err := s.rdb.ZAddNX(ctx, s.ix(outboxIndexKey, r.ID), redis.Z{Score: float64(s.nowMs()), Member: r.ID}).Err(); err != nil {
 		return EndResult{}, err
 	}
-	res, err := endScript.Run(ctx, s.rdb, s.terminalKeys(r.ID),
+	res, err := s.script(endScript).Run(ctx, s.rdb, s.terminalKeys(r.ID),
 		string(r.Status), r.Reason, s.nowMs(), from, r.Event.ID, r.Event.record(),
 		s.retention.Milliseconds(), ProgressChannel(r.ID), idle).Slice()
 	if err != nil {
@@ -444,7 +515,7 @@ func (s *Store) End(ctx context.Context, r EndRequest) (EndResult, error) {
 	}
 	switch res[0].(string) {
 	case "ok":
-		s.rdb.ZRem(ctx, activeKey, r.ID) // a hint; a stale entry is dropped when visited
+		s.rdb.ZRem(ctx, s.ix(activeKey, r.ID), r.ID) // a hint; a stale entry is dropped when visited
 		return EndResult{MultipartID: toStr(res[1]), Bucket: toStr(res[2]), Key: toStr(res[3]),
 			ObjectWritten: toI64(res[4]) == 1}, s.indexOutbox(ctx, r.ID)
 	case "already":

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -102,7 +103,7 @@ func (s *Store) ChunkData(ctx context.Context, ref ChunkRef, lease time.Duration
 	var get *redis.StringCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		get = p.Get(ctx, chunkKey(ref.UploadID, ref.N))
-		p.ZAddXX(ctx, pendingKey, redis.Z{Score: float64(s.nowMs() + lease.Milliseconds()), Member: ref.String()})
+		p.ZAddXX(ctx, s.ix(pendingKey, ref.UploadID), redis.Z{Score: float64(s.nowMs() + lease.Milliseconds()), Member: ref.String()})
 		return nil
 	})
 	if errors.Is(get.Err(), redis.Nil) {
@@ -161,7 +162,7 @@ const (
 // Record stores a part's ETag for ref and only then deletes the staged bytes. Ready
 // reports whether the upload can now be completed.
 func (s *Store) Record(ctx context.Context, ref ChunkRef, token, etag string, crc uint32, size int64) (outcome RecordOutcome, ready bool, err error) {
-	res, err := recordScript.Run(ctx, s.rdb, s.chunkKeys(ref), ref.N, token, etag, crc, size, s.nowMs(),
+	res, err := s.script(recordScript).Run(ctx, s.rdb, s.chunkKeys(ref), ref.N, token, etag, crc, size, s.nowMs(),
 		ProgressChannel(ref.UploadID)).Slice()
 	if err != nil {
 		return 0, false, err
@@ -182,24 +183,70 @@ func (s *Store) Record(ctx context.Context, ref ChunkRef, token, etag string, cr
 }
 
 // SubscribeChunks subscribes to chunk wake-ups ("ID/N" messages, see ParseChunkRef).
-func (s *Store) SubscribeChunks(ctx context.Context) *redis.PubSub {
-	return s.rdb.Subscribe(ctx, ChunksChannel)
+// On a cluster it subscribes to every sharded wake-up channel, each on a connection to
+// the node that serves it (go-redis follows a channel's slot when a node fails over).
+func (s *Store) SubscribeChunks(ctx context.Context) *Subscription {
+	if !s.cluster {
+		return subscription(s.rdb.Subscribe(ctx, ChunksChannel))
+	}
+	var pss []*redis.PubSub
+	for _, ch := range chunksShards() {
+		pss = append(pss, s.rdb.SSubscribe(ctx, ch))
+	}
+	return subscription(pss...)
+}
+
+// Subscription delivers the payloads of one or more pub/sub subscriptions on one
+// channel, C, until Close.
+type Subscription struct {
+	C    <-chan string
+	pss  []*redis.PubSub
+	wg   sync.WaitGroup
+	done chan struct{}
+	once sync.Once
+}
+
+func subscription(pss ...*redis.PubSub) *Subscription {
+	c := make(chan string, 64)
+	sub := &Subscription{C: c, pss: pss, done: make(chan struct{})}
+	for _, ps := range pss {
+		sub.wg.Go(func() {
+			for msg := range ps.Channel() {
+				select {
+				case c <- msg.Payload:
+				case <-sub.done:
+					return
+				}
+			}
+		})
+	}
+	go func() { sub.wg.Wait(); close(c) }()
+	return sub
+}
+
+// Close ends the subscriptions; C is closed once their last messages are delivered
+// or dropped.
+func (sub *Subscription) Close() error {
+	sub.once.Do(func() { close(sub.done) })
+	var errs []error
+	for _, ps := range sub.pss {
+		errs = append(errs, ps.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // DuePending returns up to limit chunks whose sweep time has come.
 func (s *Store) DuePending(ctx context.Context, limit int64) ([]ChunkRef, error) {
-	members, err := s.rdb.ZRangeByScore(ctx, pendingKey, &redis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(s.nowMs(), 10), Count: limit,
-	}).Result()
+	es, err := s.due(ctx, pendingKey, s.nowMs(), limit)
 	if err != nil {
 		return nil, err
 	}
-	refs := make([]ChunkRef, 0, len(members))
-	for _, m := range members {
-		if ref, ok := ParseChunkRef(m); ok {
+	refs := make([]ChunkRef, 0, len(es))
+	for _, e := range es {
+		if ref, ok := ParseChunkRef(e.member); ok {
 			refs = append(refs, ref)
 		} else {
-			s.rdb.ZRem(ctx, pendingKey, m) // not ours; never offer it again
+			s.rdb.ZRem(ctx, e.key, e.member) // not ours; never offer it again
 		}
 	}
 	return refs, nil
@@ -207,39 +254,38 @@ func (s *Store) DuePending(ctx context.Context, limit int64) ([]ChunkRef, error)
 
 // Defer moves a pending chunk's sweep time to at (only if it is still pending).
 func (s *Store) Defer(ctx context.Context, ref ChunkRef, at time.Time) error {
-	return s.rdb.ZAddXX(ctx, pendingKey, redis.Z{Score: float64(at.UnixMilli()), Member: ref.String()}).Err()
+	return s.rdb.ZAddXX(ctx, s.ix(pendingKey, ref.UploadID), redis.Z{Score: float64(at.UnixMilli()), Member: ref.String()}).Err()
 }
 
 // DonePending removes a chunk from the pending index.
 func (s *Store) DonePending(ctx context.Context, ref ChunkRef) error {
-	return s.rdb.ZRem(ctx, pendingKey, ref.String()).Err()
+	return s.rdb.ZRem(ctx, s.ix(pendingKey, ref.UploadID), ref.String()).Err()
 }
 
 // PendingCount is the number of chunks staged and not yet recorded as parts.
 func (s *Store) PendingCount(ctx context.Context) (int64, error) {
-	return s.rdb.ZCard(ctx, pendingKey).Result()
+	return s.card(ctx, pendingKey)
 }
 
 // EnqueueCompletion records that upload id is ready to be finalized. It is idempotent.
 func (s *Store) EnqueueCompletion(ctx context.Context, id string) error {
-	return s.rdb.ZAddNX(ctx, completionsKey, redis.Z{Score: float64(s.nowMs()), Member: id}).Err()
+	return s.rdb.ZAddNX(ctx, s.ix(completionsKey, id), redis.Z{Score: float64(s.nowMs()), Member: id}).Err()
 }
 
 // DueCompletions returns up to limit uploads whose completion is due.
 func (s *Store) DueCompletions(ctx context.Context, limit int64) ([]string, error) {
-	return s.rdb.ZRangeByScore(ctx, completionsKey, &redis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(s.nowMs(), 10), Count: limit,
-	}).Result()
+	es, err := s.due(ctx, completionsKey, s.nowMs(), limit)
+	return members(es), err
 }
 
 // DeferCompletion moves a completion's due time to at.
 func (s *Store) DeferCompletion(ctx context.Context, id string, at time.Time) error {
-	return s.rdb.ZAddXX(ctx, completionsKey, redis.Z{Score: float64(at.UnixMilli()), Member: id}).Err()
+	return s.rdb.ZAddXX(ctx, s.ix(completionsKey, id), redis.Z{Score: float64(at.UnixMilli()), Member: id}).Err()
 }
 
 // DoneCompletion removes an upload from the completion index.
 func (s *Store) DoneCompletion(ctx context.Context, id string) error {
-	return s.rdb.ZRem(ctx, completionsKey, id).Err()
+	return s.rdb.ZRem(ctx, s.ix(completionsKey, id), id).Err()
 }
 
 // BeginOutcome says what taking the completion guard found.
@@ -331,7 +377,7 @@ var ErrGuardLost = errors.New("completion guard lost")
 // CRC32C, and records ev in its outbox, atomically, if the caller still holds the guard.
 // handoff marks the upload as still to be handed off (see MarkHandedOff).
 func (s *Store) FinishComplete(ctx context.Context, id, token, etag string, size int64, crc uint32, ev OutboxEvent, handoff bool) error {
-	if err := s.rdb.ZAddNX(ctx, outboxIndexKey, redis.Z{Score: float64(s.nowMs()), Member: id}).Err(); err != nil {
+	if err := s.rdb.ZAddNX(ctx, s.ix(outboxIndexKey, id), redis.Z{Score: float64(s.nowMs()), Member: id}).Err(); err != nil {
 		return err
 	}
 	h := "0"
@@ -339,14 +385,14 @@ func (s *Store) FinishComplete(ctx context.Context, id, token, etag string, size
 		h = "1"
 	}
 	keys := s.terminalKeys(id)
-	res, err := finishCompleteScript.Run(ctx, s.rdb, keys, token, etag, size, crc, s.nowMs(),
+	res, err := s.script(finishCompleteScript).Run(ctx, s.rdb, keys, token, etag, size, crc, s.nowMs(),
 		ev.ID, ev.record(), h, s.retention.Milliseconds(), ProgressChannel(id)).Slice()
 	if err != nil {
 		return err
 	}
 	switch res[0].(string) {
 	case "ok":
-		s.rdb.ZRem(ctx, activeKey, id)
+		s.rdb.ZRem(ctx, s.ix(activeKey, id), id)
 		return s.indexOutbox(ctx, id)
 	case "done":
 		return ErrAlreadyCompleted

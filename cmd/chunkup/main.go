@@ -149,7 +149,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	var cfg app.Config
 	grpcAddr := fs.String("grpc-addr", "CHUNKUP_GRPC_ADDR", "127.0.0.1:7070", "gRPC listen address")
 	httpAddr := fs.String("http-addr", "CHUNKUP_HTTP_ADDR", "127.0.0.1:7071", "HTTP address for /healthz and /readyz (off to disable)")
-	redisURL := fs.String("redis-url", "CHUNKUP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
+	redisURL := fs.String("redis-url", "CHUNKUP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL; a cluster: redis+cluster://host1:port1,host2:port2")
+	minReplicas := fs.Int("redis-min-replicas", "CHUNKUP_REDIS_MIN_REPLICAS", 0, "Redis replicas that must confirm a chunk (WAIT) before it is acknowledged (0: do not wait)")
+	replicaTimeout := fs.Duration("redis-replica-timeout", "CHUNKUP_REDIS_REPLICA_TIMEOUT", 0, "how long a chunk waits for those replicas before it is refused as UNAVAILABLE (default 1s)")
 	s3Endpoint := fs.String("s3-endpoint", "CHUNKUP_S3_ENDPOINT", "", "S3-compatible endpoint URL (empty: AWS S3)")
 	s3Region := fs.String("s3-region", "CHUNKUP_S3_REGION", "us-east-1", "S3 region")
 	bucket := fs.String("s3-bucket", "CHUNKUP_S3_BUCKET", "chunkup", "bucket for the objects (created if missing)")
@@ -220,6 +222,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 	cfg.Staging.ChunkTTL, cfg.Staging.StateTTL, cfg.Staging.Retention = *chunkTTL, *stateTTL, *retention
+	cfg.Staging.MinReplicas, cfg.Staging.ReplicaTimeout = *minReplicas, *replicaTimeout
 	cfg.Expirer.Interval, cfg.KafkaTopic = *cleanupEvery, *kafkaTopic
 	for b := range strings.SplitSeq(*kafkaBrokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
@@ -127,11 +126,10 @@ func ocrStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func adminQueue(fs *flagSet) func() (*ocr.Queue, func(), error) {
 	redisURL := fs.String("redis-url", "CHUNKUP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
 	return func() (*ocr.Queue, func(), error) {
-		opt, err := redis.ParseURL(*redisURL)
+		rdb, _, err := app.NewRedisClient(*redisURL)
 		if err != nil {
 			return nil, nil, usageError{fmt.Errorf("redis url: %w", err)}
 		}
-		rdb := redis.NewClient(opt)
 		s, err := staging.New(rdb, staging.Config{})
 		if err != nil {
 			rdb.Close()

@@ -107,8 +107,10 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout < 0 {
 		return errors.New("shutdown timeout must not be negative")
 	}
-	if _, err := redis.ParseURL(c.redisURL()); err != nil {
+	if rdb, _, err := NewRedisClient(c.redisURL()); err != nil {
 		return fmt.Errorf("redis url: %w", err)
+	} else {
+		rdb.Close()
 	}
 	srv := c.Server
 	srv.Bucket = c.bucket()
@@ -139,7 +141,7 @@ func (c *Config) has(role string) bool { return len(c.Roles) == 0 || slices.Cont
 type App struct {
 	cfg     Config
 	log     *slog.Logger
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
 	s3      *s3.Client
 	store   *staging.Store
 	grpcLis net.Listener
@@ -191,13 +193,15 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 	}()
 
-	opt, _ := redis.ParseURL(cfg.redisURL())
-	a.rdb = redis.NewClient(opt)
+	var where string
+	var err error
+	if a.rdb, where, err = NewRedisClient(cfg.redisURL()); err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
 	if err := a.rdb.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("redis at %s: %w", opt.Addr, err)
+		return nil, fmt.Errorf("redis at %s: %w", where, err)
 	}
 	a.warnRedisConfig(ctx)
-	var err error
 	if a.store, err = staging.New(a.rdb, cfg.Staging); err != nil {
 		return nil, err
 	}

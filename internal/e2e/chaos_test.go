@@ -30,7 +30,7 @@ func TestWorkerKilledHoldingClaim(t *testing.T) {
 	proxy := testenv.StartProxy(t, e.minio.Addr)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	worker := testenv.StartProcess(t, bin, []string{"serve", "--roles", "worker",
-		"--redis-url", e.redis.URL(), "--s3-endpoint", "http://" + proxy.Addr, "--s3-bucket", bucket,
+		"--redis-url", e.redisURL(), "--s3-endpoint", "http://" + proxy.Addr, "--s3-bucket", bucket,
 		"--http-addr", httpAddr, "--lease", "2s", "--sweep-interval", "100ms", "--worker-concurrency", "2",
 	}, []string{"AWS_ACCESS_KEY_ID=" + e.minio.AccessKey, "AWS_SECRET_ACCESS_KEY=" + e.minio.SecretKey})
 	waitFor(t, "the worker process to be up", func() bool {
@@ -116,7 +116,7 @@ func uploadedNotCompleted(t *testing.T, e *env, data []byte) string {
 
 func (e *env) completer(t *testing.T, s3c completion.S3API, now func() time.Time) (*completion.Completer, *staging.Store) {
 	t.Helper()
-	store, err := staging.New(e.redis.Client(t), staging.Config{Now: now})
+	store, err := staging.New(e.rdb(t), staging.Config{Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}

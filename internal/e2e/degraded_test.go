@@ -81,7 +81,7 @@ func TestShutdownDrainsStreams(t *testing.T) {
 	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "resume the upload on another server") {
 		t.Fatalf("stream after shutdown: %v, want UNAVAILABLE telling to resume", err)
 	}
-	store, err := staging.New(e.redis.Client(t), staging.Config{})
+	store, err := staging.New(e.rdb(t), staging.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -176,7 +176,7 @@ func TestEventSurvivesKillBeforePublish(t *testing.T) {
 	bin := testenv.BuildBinary(t, "github.com/chunkup/chunkup/cmd/chunkup")
 	grpcAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	proc := testenv.StartProcess(t, bin, []string{"serve", "--grpc-addr", grpcAddr, "--http-addr", "off",
-		"--redis-url", e.redis.URL(), "--s3-endpoint", e.minio.Endpoint, "--s3-bucket", bucket,
+		"--redis-url", e.redisURL(), "--s3-endpoint", e.minio.Endpoint, "--s3-bucket", bucket,
 		"--kafka-brokers", k.Addr, "--kafka-topic", topic, "--sweep-interval", "100ms",
 	}, []string{"AWS_ACCESS_KEY_ID=" + e.minio.AccessKey, "AWS_SECRET_ACCESS_KEY=" + e.minio.SecretKey})
 	c := dial(t, grpcAddr)

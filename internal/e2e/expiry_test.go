@@ -36,7 +36,7 @@ func TestAbandonedUploadExpires(t *testing.T) {
 	cfg.Expirer = cleanup.ExpirerConfig{Interval: 100 * time.Millisecond}
 	a := e.start(t, cfg)
 	c := e.client(t, a)
-	rdb := e.redis.Client(t)
+	rdb := e.rdb(t)
 
 	created, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Name: "abandoned.bin"})
 	if err != nil {
@@ -69,7 +69,7 @@ func TestAbandonedUploadExpires(t *testing.T) {
 	if n := e.openMultipartUploads(t); n != 0 {
 		t.Errorf("%d multipart uploads still open in MinIO after expiry", n)
 	}
-	if keys, _ := rdb.Keys(ctx(t), "*"+id+"*chunk*").Result(); len(keys) != 0 {
+	if keys, _ := uploadKeys(t, rdb, id, "*"+id+"*chunk*"); len(keys) != 0 {
 		t.Errorf("staged chunk keys left after expiry: %v", keys)
 	}
 	waitOutboxEmpty(t, a.Store())
@@ -78,7 +78,7 @@ func TestAbandonedUploadExpires(t *testing.T) {
 	}
 	// After the retention Redis forgets the upload entirely.
 	waitFor(t, "the retention to end", func() bool {
-		keys, err := rdb.Keys(ctx(t), "*"+id+"*").Result()
+		keys, err := uploadKeys(t, rdb, id, "*"+id+"*")
 		return err == nil && len(keys) == 0
 	})
 	if _, err := c.API().GetUpload(ctx(t), &chunkupv1.GetUploadRequest{UploadId: id}); status.Code(err) != codes.NotFound {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
@@ -23,25 +24,70 @@ import (
 
 const bucket = "chunkup-test"
 
-// env is one Redis and one MinIO shared by a test's processes.
+// env is one Redis (or, under TestOnCluster, one Redis Cluster) and one MinIO shared
+// by a test's processes.
 type env struct {
-	redis *testenv.Redis
-	minio *testenv.MinIO
-	s3    *s3.Client
+	redis   *testenv.Redis        // nil on a cluster
+	cluster *testenv.RedisCluster // nil on a single Redis
+	minio   *testenv.MinIO
+	s3      *s3.Client
 }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{redis: testenv.StartRedis(t), minio: testenv.StartMinIO(t)}
+	e := &env{minio: testenv.StartMinIO(t)}
+	if e.cluster = clusterFor(t); e.cluster == nil {
+		e.redis = testenv.StartRedis(t)
+	} else {
+		// The tests share the cluster: start each with an empty one, as with a Redis
+		// of its own (the processes of the test before have stopped).
+		err := e.cluster.Client(t).ForEachMaster(ctx(t), func(ctx context.Context, node *redis.Client) error {
+			return node.FlushAll(ctx).Err()
+		})
+		if err != nil {
+			t.Fatalf("flush the cluster: %v", err)
+		}
+	}
 	e.s3 = e.minio.Client(t)
 	return e
+}
+
+// redisURL is the URL chunkup processes connect to.
+func (e *env) redisURL() string {
+	if e.cluster != nil {
+		return e.cluster.URL()
+	}
+	return e.redis.URL()
+}
+
+// uploadKeys lists the keys matching pattern in the slot of upload id's keys (on a
+// cluster, KEYS asks one node: the one that serves that slot).
+func uploadKeys(t testing.TB, rdb redis.UniversalClient, id, pattern string) ([]string, error) {
+	t.Helper()
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx(t), "{"+id+"}")
+		if err != nil {
+			return nil, err
+		}
+		return node.Keys(ctx(t), pattern).Result()
+	}
+	return rdb.Keys(ctx(t), pattern).Result()
+}
+
+// rdb is a client of e's Redis, to look at or stage state directly.
+func (e *env) rdb(t testing.TB) redis.UniversalClient {
+	t.Helper()
+	if e.cluster != nil {
+		return e.cluster.Client(t)
+	}
+	return e.rdb(t)
 }
 
 // config is a process configuration on e with fast sweeps and short leases, so that
 // recovery paths run within a test's patience.
 func (e *env) config(roles ...string) app.Config {
 	return app.Config{
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RedisURL: e.redis.URL(),
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RedisURL: e.redisURL(),
 		S3: e.minio.S3Config(), Bucket: bucket, Roles: roles, ShutdownTimeout: 5 * time.Second,
 		Worker:    workerCfg(),
 		Completer: completerCfg(),

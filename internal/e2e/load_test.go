@@ -38,7 +38,7 @@ func TestLoadWithinBudget(t *testing.T) {
 	cfg.Worker.Concurrency = 2
 	a := e.start(t, cfg)
 	c := e.client(t, a, client.WithWindow(2))
-	rdb := e.redis.Client(t)
+	rdb := e.rdb(t)
 	if err := rdb.ConfigResetStat(ctx(t)).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -177,7 +177,7 @@ func TestOCRWorkerKilledMidJob(t *testing.T) {
 	}
 	worker := func(tesseract string) *testenv.Process {
 		return testenv.StartProcess(t, bin, []string{"serve", "--roles", "ocr",
-			"--redis-url", e.redis.URL(), "--s3-endpoint", e.minio.Endpoint, "--s3-bucket", bucket,
+			"--redis-url", e.redisURL(), "--s3-endpoint", e.minio.Endpoint, "--s3-bucket", bucket,
 			"--http-addr", "127.0.0.1:0", "--ocr-lease", "2s", "--ocr-reap-interval", "100ms",
 			"--tesseract-path", tesseract,
 		}, []string{"AWS_ACCESS_KEY_ID=" + e.minio.AccessKey, "AWS_SECRET_ACCESS_KEY=" + e.minio.SecretKey})

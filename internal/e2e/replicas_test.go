@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chunkup/chunkup/client"
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/testenv"
+)
+
+// serveProcess runs `chunkup serve --roles roles` on e (and Kafka k, if not nil) as its
+// own process, and waits until it is ready. It returns the process and its gRPC
+// address.
+func (e *env) serveProcess(t testing.TB, k *testenv.Kafka, name, roles string, extra ...string) (*testenv.Process, string) {
+	t.Helper()
+	bin := testenv.BuildBinary(t, "github.com/chunkup/chunkup/cmd/chunkup")
+	grpcAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	args := []string{"serve", "--node-id", name, "--roles", roles, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
+		"--redis-url", e.redisURL(), "--s3-endpoint", e.minio.Endpoint, "--s3-bucket", bucket,
+		"--chunk-size", "5MiB", "--lease", "2s", "--completer-lease", "2s", "--sweep-interval", "100ms",
+		"--log-level", "warn"}
+	if k != nil {
+		args = append(args, "--kafka-brokers", k.Addr, "--kafka-topic", topic)
+	}
+	p := testenv.StartProcess(t, bin, append(args, extra...),
+		[]string{"AWS_ACCESS_KEY_ID=" + e.minio.AccessKey, "AWS_SECRET_ACCESS_KEY=" + e.minio.SecretKey})
+	waitFor(t, name+" to be ready", func() bool {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return p, grpcAddr
+}
+
+// testManyReplicas runs two API processes and two worker processes (each also
+// completer, publisher and cleanup) on the cluster, with no affinity between them: 50
+// concurrent uploads are spread over both APIs, a fifth of them start on one API and
+// are resumed on the other, and one worker is killed (-9) midway. Every object must be
+// exact, and every upload's UploadCompleted event on Kafka.
+func testManyReplicas(t *testing.T) {
+	e := newEnv(t)
+	k := testenv.StartKafka(t, topic)
+	_, api1 := e.serveProcess(t, k, "api-1", "api")
+	_, api2 := e.serveProcess(t, k, "api-2", "api")
+	worker1, _ := e.serveProcess(t, k, "worker-1", "worker,completer,publisher,cleanup")
+	e.serveProcess(t, k, "worker-2", "worker,completer,publisher,cleanup")
+	apis := []*client.Client{dial(t, api1), dial(t, api2)}
+
+	const uploads = 50
+	const chunkSize = 5 * MiB
+	inputs := make([][]byte, uploads)
+	results := make([]*chunkupv1.Upload, uploads)
+	errs := make([]error, uploads)
+	var completed atomic.Int32
+	var wg sync.WaitGroup
+	for i := range uploads {
+		inputs[i] = randomBytes(i%4*chunkSize+i*1000+1, uint64(100+i))
+		wg.Go(func() {
+			defer completed.Add(1)
+			c := apis[i%2]
+			if i%5 != 0 {
+				results[i], errs[i] = c.Upload(ctx(t), reader(inputs[i]), client.WithSize(int64(len(inputs[i]))))
+				return
+			}
+			// Create and send the first chunk on one API, resume on the other.
+			results[i], errs[i] = resumeElsewhere(t, c, apis[(i+1)%2], inputs[i])
+		})
+	}
+	waitFor(t, "a third of the uploads to finish", func() bool { return completed.Load() >= uploads/3 })
+	worker1.Kill()
+	t.Logf("killed worker-1 (-9) with %d of %d uploads finished", completed.Load(), uploads)
+	wg.Wait()
+
+	for i := range uploads {
+		if errs[i] != nil {
+			t.Fatalf("upload %d: %v", i, errs[i])
+		}
+		e.requireExact(t, results[i], inputs[i])
+	}
+	var evs []event
+	waitFor(t, "every UploadCompleted event", func() bool {
+		evs = allEvents(t, k)
+		for _, up := range results {
+			if len(eventsFor(evs, up.UploadId, "chunkup.v1.UploadCompleted")) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, "no multipart upload left open", func() bool { return e.openMultipartUploads(t) == 0 })
+	t.Logf("%d uploads exact, %d events for them", uploads, len(evs))
+}
+
+// resumeElsewhere creates an upload on a, sends its first chunk there on a stream of
+// its own, then lets the SDK send the rest through b, which learns from GetUpload that
+// chunk 1 is received, and waits for it to complete.
+func resumeElsewhere(t *testing.T, a, b *client.Client, data []byte) (*chunkupv1.Upload, error) {
+	created, err := a.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(int64(len(data)))})
+	if err != nil {
+		return nil, err
+	}
+	up := created.Upload
+	first := data[:min(len(data), int(up.ChunkSize))]
+	stream, err := a.API().UploadChunk(ctx(t))
+	if err != nil {
+		return nil, err
+	}
+	if err := stream.Send(&chunkupv1.UploadChunkRequest{UploadId: up.UploadId, ChunkNumber: 1, Data: first,
+		Crc32C: proto.Uint32(crc.Checksum(first)), IsLast: len(first) == len(data)}); err != nil {
+		return nil, err
+	}
+	if _, err := stream.Recv(); err != nil {
+		return nil, err
+	}
+	if err := stream.CloseSend(); err != nil {
+		return nil, err
+	}
+	if up, err = b.Get(ctx(t), up.UploadId); err != nil {
+		return nil, err
+	}
+	if len(up.ReceivedChunks) != 1 {
+		return nil, fmt.Errorf("after chunk 1 on the first API, the second reports %v received", up.ReceivedChunks)
+	}
+	if err := b.Send(ctx(t), up, reader(data)); err != nil {
+		return nil, err
+	}
+	return b.Wait(ctx(t), up.UploadId)
+}
+
+// TestClusterFailover kills (-9) the Redis master that holds an upload's keys while
+// uploads are in flight, with --redis-min-replicas 1: a chunk is acknowledged only once
+// a replica has it, so the promoted replica holds every acknowledged chunk. The uploads
+// finish (clients and workers retry through the failover), every object is exact, and
+// every chunk acknowledged before the kill is still recorded afterwards.
+func TestClusterFailover(t *testing.T) {
+	cluster := testenv.StartRedisCluster(t)
+	e := &env{cluster: cluster, minio: testenv.StartMinIO(t)}
+	e.s3 = e.minio.Client(t)
+	cfg := e.config("api", "worker", "completer", "cleanup")
+	cfg.Staging.MinReplicas, cfg.Staging.ReplicaTimeout = 1, 2*time.Second
+	a := e.start(t, cfg)
+	c := e.client(t, a, client.WithWindow(2),
+		client.WithRetry(40, 50*time.Millisecond, time.Second))
+
+	const uploads = 6
+	inputs := make([][]byte, uploads)
+	results := make([]*chunkupv1.Upload, uploads)
+	errs := make([]error, uploads)
+	// Each upload's first three chunks flow at once; the rest wait for the gate, which
+	// opens when the master is dead: the uploads are mid-way, and their streams run
+	// into the failover.
+	gate := make(chan struct{})
+	openGate := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(openGate)
+	ids := make(chan string, uploads)
+	var wg sync.WaitGroup
+	for i := range uploads {
+		inputs[i] = randomBytes(6*chunk+i, uint64(200+i))
+		wg.Go(func() {
+			var once sync.Once
+			results[i], errs[i] = c.Upload(ctx(t), &gatedReader{r: reader(inputs[i]), free: 3 * chunk, gate: gate},
+				client.WithSize(int64(len(inputs[i]))), client.WithProgress(func(p client.Progress) {
+					if p.BytesAcked >= 2*chunk {
+						once.Do(func() { ids <- p.UploadID })
+					}
+				}))
+		})
+	}
+	var victim string
+	for range uploads { // every upload has chunks acknowledged
+		victim = <-ids
+	}
+	master := cluster.MasterFor(t, "{"+victim+"}")
+	before := getUpload(t, c, victim)
+	cluster.Kill(t, master)
+	openGate()
+	t.Logf("killed master %s of upload %s (%d chunks received, %d in S3)", master, victim, len(before.ReceivedChunks), before.UploadedChunks)
+	cluster.WaitFailover(t, master)
+
+	after := getUpload(t, c, victim)
+	kept := map[uint32]bool{}
+	for _, n := range after.ReceivedChunks {
+		kept[n] = true
+	}
+	for _, n := range before.ReceivedChunks {
+		if !kept[n] {
+			t.Errorf("chunk %d of upload %s was received before the failover and is gone after it", n, victim)
+		}
+	}
+	t.Logf("after the failover upload %s has chunks %v received", victim, after.ReceivedChunks)
+	wg.Wait()
+	for i := range uploads {
+		if errs[i] != nil {
+			t.Fatalf("upload %d: %v", i, errs[i])
+		}
+		e.requireExact(t, results[i], inputs[i])
+	}
+}
+
+// gatedReader reads free bytes of r at once and the rest only after gate is closed.
+type gatedReader struct {
+	r    io.Reader
+	free int
+	gate <-chan struct{}
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	if g.free == 0 {
+		<-g.gate
+		return g.r.Read(p)
+	}
+	n, err := g.r.Read(p[:min(len(p), g.free)])
+	g.free -= n
+	return n, err
+}
