@@ -44,6 +44,7 @@ type Store interface {
 	ChunkData(ctx context.Context, ref staging.ChunkRef, lease time.Duration) ([]byte, error)
 	Renew(ctx context.Context, ref staging.ChunkRef, token string, lease time.Duration) (bool, error)
 	Release(ctx context.Context, ref staging.ChunkRef, token string, retryAt time.Time) error
+	NoteMultipartAttempt(ctx context.Context, id string) error
 	SetMultipart(ctx context.Context, id, multipartID string) (string, error)
 	Record(ctx context.Context, ref staging.ChunkRef, token, etag string, crc uint32, size int64) (staging.RecordOutcome, bool, error)
 	Defer(ctx context.Context, ref staging.ChunkRef, at time.Time) error
@@ -532,6 +533,11 @@ func contentType(ct string) *string {
 // createMultipart starts the upload's S3 multipart upload. Several workers may race to
 // do so; the first recorded id wins and the others abort theirs.
 func (w *Worker) createMultipart(ctx context.Context, c staging.Claim) (string, error) {
+	// Counted first: should this process die between creating its multipart upload and
+	// recording or aborting it, the completer knows to look for a stray one.
+	if err := w.store.NoteMultipartAttempt(ctx, c.Ref.UploadID); err != nil {
+		return "", fmt.Errorf("count multipart attempt: %w", err)
+	}
 	out, err := w.s3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
 		Bucket: aws.String(c.Bucket), Key: aws.String(c.Key), ContentType: contentType(c.ContentType),
 	})

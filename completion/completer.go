@@ -380,6 +380,13 @@ func (c *Completer) abortStrays(ctx context.Context, id string, b staging.Begin)
 	if c.s3 == nil {
 		return
 	}
+	recorded := 0
+	if b.MultipartID != "" {
+		recorded = 1
+	}
+	if b.MultipartAttempts <= recorded {
+		return // every multipart upload ever created for it is the recorded one
+	}
 	if !KeyOwnedBy(b.Key, id) {
 		// A key the client chose may be another upload's too: its multipart uploads
 		// cannot be told apart, so none is aborted.

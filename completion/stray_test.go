@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +37,28 @@ func createMPU(t *testing.T, ctx context.Context, s3c *s3.Client, key string, pa
 	return aws.ToString(out.UploadId)
 }
 
+// workerMPU opens a multipart upload for upload id's key as a worker does: it counts
+// the attempt first (see staging.Begin.MultipartAttempts). A worker killed next leaves
+// it behind.
+func workerMPU(t *testing.T, ctx context.Context, store *staging.Store, s3c *s3.Client, id, key string, part bool) string {
+	t.Helper()
+	if err := store.NoteMultipartAttempt(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	return createMPU(t, ctx, s3c, key, part)
+}
+
+// listCounter is the real S3 client, counting ListMultipartUploads calls.
+type listCounter struct {
+	*s3.Client
+	lists atomic.Int64
+}
+
+func (l *listCounter) ListMultipartUploads(ctx context.Context, in *s3.ListMultipartUploadsInput, opts ...func(*s3.Options)) (*s3.ListMultipartUploadsOutput, error) {
+	l.lists.Add(1)
+	return l.Client.ListMultipartUploads(ctx, in, opts...)
+}
+
 // openMPUs lists the multipart uploads MinIO holds for exactly key.
 func openMPUs(t *testing.T, ctx context.Context, s3c *s3.Client, key string) []string {
 	t.Helper()
@@ -61,7 +84,7 @@ func readyMultipart(t *testing.T, ctx context.Context, store *staging.Store, s3c
 	if _, err := store.Create(ctx, staging.NewUpload{ID: id, Bucket: strayBucket, Key: key, ChunkSize: 5 << 20, ExpectedSize: size, Total: 2}); err != nil {
 		t.Fatal(err)
 	}
-	mpu := createMPU(t, ctx, s3c, key, false)
+	mpu := workerMPU(t, ctx, store, s3c, id, key, false)
 	if got, err := store.SetMultipart(ctx, id, mpu); err != nil || got != mpu {
 		t.Fatalf("set multipart: %q %v", got, err)
 	}
@@ -115,7 +138,8 @@ func TestCompletionAbortsStrayMultipartUploads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := completion.New(store, s3c, noEnder{t}, completion.Config{})
+	counter := &listCounter{Client: s3c}
+	c, err := completion.New(store, counter, noEnder{t}, completion.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +161,8 @@ func TestCompletionAbortsStrayMultipartUploads(t *testing.T) {
 		id := staging.NewID()
 		key := "uploads/" + id + "/f.bin"
 		_, _, size := readyMultipart(t, ctx, store, s3c, id, key)
-		createMPU(t, ctx, s3c, key, true)
-		createMPU(t, ctx, s3c, key, false)
+		workerMPU(t, ctx, store, s3c, id, key, true)
+		workerMPU(t, ctx, store, s3c, id, key, false)
 		neighbour := createMPU(t, ctx, s3c, key+".other", false)
 		if open := openMPUs(t, ctx, s3c, key); len(open) != 3 {
 			t.Fatalf("%d multipart uploads open for the key before completing, want 3", len(open))
@@ -161,10 +185,22 @@ func TestCompletionAbortsStrayMultipartUploads(t *testing.T) {
 			Key: aws.String(key), UploadId: aws.String(mpu), MultipartUpload: &types.CompletedMultipartUpload{Parts: parts}}); err != nil {
 			t.Fatal(err)
 		}
-		createMPU(t, ctx, s3c, key, true)
+		workerMPU(t, ctx, store, s3c, id, key, true)
 		complete(id, size)
 		if open := openMPUs(t, ctx, s3c, key); len(open) != 0 {
 			t.Errorf("multipart uploads still open for %s after completion: %v", key, open)
+		}
+	})
+
+	t.Run("every attempt recorded", func(t *testing.T) {
+		// The common case: one worker created the multipart upload and recorded it, so
+		// no other can exist, and S3 is not asked.
+		id := staging.NewID()
+		_, _, size := readyMultipart(t, ctx, store, s3c, id, "uploads/"+id+"/f.bin")
+		before := counter.lists.Load()
+		complete(id, size)
+		if n := counter.lists.Load() - before; n != 0 {
+			t.Errorf("%d ListMultipartUploads calls for an upload whose only attempt is recorded, want 0", n)
 		}
 	})
 

@@ -278,11 +278,11 @@ return {'ok', ready}
 //	ARGV[3] guard lease (ms)
 //	ARGV[4] state TTL (ms), so the guard never outlives the upload
 //
-// Returns {"ok", total, s3_upload_id, bucket, key}, {"done", handoff} when already
+// Returns {"ok", total, s3_upload_id, bucket, key, multipart_attempts}, {"done", handoff} when already
 // completed (handoff is "pending" while the hand-off has not happened),
 // {"notready"}, {"busy", expiry}, or {"gone", status}.
 var beginCompleteScript = redis.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key')
+local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key', 'mpu_attempts')
 if not st[1] then return {'gone', ''} end
 if st[1] == 'COMPLETED' then return {'done', redis.call('HGET', KEYS[1], 'handoff') or ''} end
 if st[1] ~= 'ACTIVE' and st[1] ~= 'COMPLETING' then return {'gone', st[1]} end
@@ -296,7 +296,20 @@ if g then
 end
 redis.call('SET', KEYS[2], ARGV[1] .. '|' .. (now + tonumber(ARGV[3])), 'PX', ARGV[4])
 redis.call('HSET', KEYS[1], 'status', 'COMPLETING', 'updated_ms', ARGV[2])
-return {'ok', st[2], st[4] or '', st[5], st[6]}
+return {'ok', st[2], st[4] or '', st[5], st[6], st[7] or '0'}
+`)
+
+// noteMultipartScript counts an attempt to create the upload's S3 multipart upload,
+// made before the attempt: with more attempts than recorded ids, one may have left a
+// multipart upload behind (its worker died before it could record or abort it), and
+// the completer looks for it.
+//
+//	KEYS[1] state hash
+//
+// Returns the count, or 0 when the upload is gone.
+var noteMultipartScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+return redis.call('HINCRBY', KEYS[1], 'mpu_attempts', 1)
 `)
 
 // finishCompleteScript marks an upload completed, if the caller still holds the guard,

@@ -130,6 +130,12 @@ func (s *Store) Release(ctx context.Context, ref ChunkRef, token string, retryAt
 	return s.Defer(ctx, ref, retryAt)
 }
 
+// NoteMultipartAttempt counts an attempt to create upload id's S3 multipart upload; a
+// worker calls it before CreateMultipartUpload (see Begin.MultipartAttempts).
+func (s *Store) NoteMultipartAttempt(ctx context.Context, id string) error {
+	return noteMultipartScript.Run(ctx, s.rdb, []string{stateKey(id)}).Err()
+}
+
 // SetMultipart records the upload's S3 multipart id unless one is recorded already, and
 // returns the recorded one.
 func (s *Store) SetMultipart(ctx context.Context, id, multipartID string) (string, error) {
@@ -310,9 +316,13 @@ type Begin struct {
 	Outcome     BeginOutcome
 	Total       uint32
 	MultipartID string
-	Bucket, Key string
-	Until       time.Time
-	Status      Status
+	// MultipartAttempts counts the attempts to create a multipart upload for it. More
+	// than the recorded ids (one, or none for a one-chunk upload) means one may have
+	// been left behind by a worker that died.
+	MultipartAttempts int
+	Bucket, Key       string
+	Until             time.Time
+	Status            Status
 	// For Finished: the upload still has to be handed off.
 	HandoffPending bool
 }
@@ -326,7 +336,9 @@ func (s *Store) BeginComplete(ctx context.Context, id, token string, lease time.
 	}
 	switch res[0].(string) {
 	case "ok":
-		return Begin{Outcome: Begun, Total: toU32(res[1]), MultipartID: toStr(res[2]), Bucket: toStr(res[3]), Key: toStr(res[4])}, nil
+		attempts, _ := strconv.Atoi(toStr(res[5]))
+		return Begin{Outcome: Begun, Total: toU32(res[1]), MultipartID: toStr(res[2]), Bucket: toStr(res[3]), Key: toStr(res[4]),
+			MultipartAttempts: attempts}, nil
 	case "done":
 		return Begin{Outcome: Finished, HandoffPending: toStr(res[1]) == "pending"}, nil
 	case "notready":

@@ -80,7 +80,7 @@ func (e *env) rdb(t testing.TB) redis.UniversalClient {
 	if e.cluster != nil {
 		return e.cluster.Client(t)
 	}
-	return e.rdb(t)
+	return e.redis.Client(t)
 }
 
 // config is a process configuration on e with fast sweeps and short leases, so that

@@ -142,11 +142,17 @@ func StartRedisCluster(t TB, opts ...RedisOption) *RedisCluster {
 	if out, err := runCommand(cli, create, startTimeout); err != nil {
 		t.Fatalf("testenv: %s %s: %v\n%s", cli, strings.Join(create, " "), err, out)
 	}
-	if err := waitFor(startTimeout, nil, c.healthy); err != nil {
-		t.Fatalf("testenv: redis cluster %v did not become ready: %v", c.Addrs, err)
+	// Every node may be healthy before the first node's view lists every replica under
+	// its master (gossip travels after the replicas have synced), so the order is part
+	// of what is waited for.
+	ready := func() error {
+		if err := c.healthy(); err != nil {
+			return err
+		}
+		return c.orderAddrs()
 	}
-	if err := c.orderAddrs(); err != nil {
-		t.Fatalf("testenv: redis cluster %v: %v", c.Addrs, err)
+	if err := waitFor(startTimeout, nil, ready); err != nil {
+		t.Fatalf("testenv: redis cluster %v did not become ready: %v", c.Addrs, err)
 	}
 	t.Logf("testenv: redis cluster ready in %v: masters %v, replicas %v",
 		time.Since(start).Round(time.Millisecond), c.Addrs[:clusterMasters], c.Addrs[clusterMasters:])
