@@ -174,7 +174,7 @@ func New(store Store, s3c S3API, ender Ender, cfg Config) (*Worker, error) {
 	return &Worker{
 		cfg: cfg, store: store, s3: s3c, ender: ender,
 		work:     make(chan staging.ChunkRef, cfg.Concurrency*4),
-		local:    make(chan localChunk, cfg.Concurrency),
+		local:    make(chan localChunk, max(1, cfg.Concurrency/4)),
 		failures: map[staging.ChunkRef]failing{}, notBefore: map[staging.ChunkRef]time.Time{},
 	}, nil
 }
@@ -266,7 +266,8 @@ type localChunk struct {
 // recorded like any other, and Redis keeps the durable copy until its part is
 // recorded, so a crash loses nothing and other replicas still take the chunk over
 // after the lease (or from the sweep, if this worker is too busy to take it now: the
-// queue holds at most Concurrency chunks, which bounds the memory it pins).
+// queue holds a quarter of Concurrency chunks, which bounds the memory it pins; past
+// that, reading a chunk back from Redis is cheaper than holding it in memory).
 //
 // The returned function does not block, and must not be called more than once.
 func (w *Worker) Expect(ref staging.ChunkRef) func(data []byte, crc uint32) {
