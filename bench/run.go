@@ -82,7 +82,7 @@ func setUp(tb testenv.TB, cfg config) *bench {
 	b.httpAddr = httpAddr
 	b.server = testenv.StartProcess(tb, bin, args,
 		append([]string{"AWS_ACCESS_KEY_ID=" + b.minio.AccessKey, "AWS_SECRET_ACCESS_KEY=" + b.minio.SecretKey}, strings.Fields(cfg.ExtraEnv)...))
-	waitReady(tb, b.server, httpAddr)
+	testenv.WaitReady(tb, b.server, httpAddr)
 
 	var err error
 	b.cl, err = client.Dial(grpcAddr, client.WithWindow(cfg.Concurrency), client.WithDialOptions(b.lat.dialOption()))
@@ -102,29 +102,6 @@ func setUp(tb testenv.TB, cfg config) *bench {
 	b.viaDirect(min(cfg.Large, 256*MiB))
 	b.viaChunkup(min(cfg.Large, 256*MiB))
 	return b
-}
-
-func waitReady(tb testenv.TB, p *testenv.Process, httpAddr string) {
-	hc := &http.Client{Timeout: 2 * time.Second}
-	defer hc.CloseIdleConnections()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		resp, err := hc.Get("http://" + httpAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case <-p.Done():
-			tb.Fatalf("bench: %s exited before it was ready: %v", p.Name, p.Wait())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("bench: %s not ready after a minute (last: %v)", p.Name, err)
-		}
-	}
 }
 
 func run(tb testenv.TB, cfg config) *report {

@@ -59,22 +59,6 @@ func (l *listCounter) ListMultipartUploads(ctx context.Context, in *s3.ListMulti
 	return l.Client.ListMultipartUploads(ctx, in, opts...)
 }
 
-// openMPUs lists the multipart uploads MinIO holds for exactly key.
-func openMPUs(t *testing.T, ctx context.Context, s3c *s3.Client, key string) []string {
-	t.Helper()
-	out, err := s3c.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(strayBucket), Prefix: aws.String(key)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, u := range out.Uploads {
-		if aws.ToString(u.Key) == key {
-			ids = append(ids, aws.ToString(u.UploadId))
-		}
-	}
-	return ids
-}
-
 // readyMultipart makes upload id at key, of two chunks whose parts are in a multipart
 // upload recorded on it, ready to complete. It returns the multipart id and the parts.
 func readyMultipart(t *testing.T, ctx context.Context, store *staging.Store, s3c *s3.Client, id, key string) (string, []types.CompletedPart, int64) {
@@ -164,14 +148,14 @@ func TestCompletionAbortsStrayMultipartUploads(t *testing.T) {
 		workerMPU(t, ctx, store, s3c, id, key, true)
 		workerMPU(t, ctx, store, s3c, id, key, false)
 		neighbour := createMPU(t, ctx, s3c, key+".other", false)
-		if open := openMPUs(t, ctx, s3c, key); len(open) != 3 {
+		if open := minio.OpenMultipart(t, strayBucket, key); len(open) != 3 {
 			t.Fatalf("%d multipart uploads open for the key before completing, want 3", len(open))
 		}
 		complete(id, size)
-		if open := openMPUs(t, ctx, s3c, key); len(open) != 0 {
+		if open := minio.OpenMultipart(t, strayBucket, key); len(open) != 0 {
 			t.Errorf("multipart uploads still open for %s after completion: %v", key, open)
 		}
-		if open := openMPUs(t, ctx, s3c, key+".other"); !slices.Equal(open, []string{neighbour}) {
+		if open := minio.OpenMultipart(t, strayBucket, key+".other"); !slices.Equal(open, []string{neighbour}) {
 			t.Errorf("the neighbouring key's multipart uploads %v, want %s kept", open, neighbour)
 		}
 	})
@@ -187,7 +171,7 @@ func TestCompletionAbortsStrayMultipartUploads(t *testing.T) {
 		}
 		workerMPU(t, ctx, store, s3c, id, key, true)
 		complete(id, size)
-		if open := openMPUs(t, ctx, s3c, key); len(open) != 0 {
+		if open := minio.OpenMultipart(t, strayBucket, key); len(open) != 0 {
 			t.Errorf("multipart uploads still open for %s after completion: %v", key, open)
 		}
 	})
@@ -210,7 +194,7 @@ func TestCompletionAbortsStrayMultipartUploads(t *testing.T) {
 		_, _, size := readyMultipart(t, ctx, store, s3c, id, key)
 		other := createMPU(t, ctx, s3c, key, false) // maybe another upload's, to the same key
 		complete(id, size)
-		if open := openMPUs(t, ctx, s3c, key); !slices.Equal(open, []string{other}) {
+		if open := minio.OpenMultipart(t, strayBucket, key); !slices.Equal(open, []string{other}) {
 			t.Errorf("multipart uploads for the client's key %v, want %s left alone", open, other)
 		}
 	})

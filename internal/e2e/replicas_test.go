@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"io"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,14 +33,7 @@ func (e *env) serveProcess(t testing.TB, k *testenv.Kafka, name, roles string, e
 	}
 	p := testenv.StartProcess(t, bin, append(args, extra...),
 		[]string{"AWS_ACCESS_KEY_ID=" + e.minio.AccessKey, "AWS_SECRET_ACCESS_KEY=" + e.minio.SecretKey})
-	waitFor(t, name+" to be ready", func() bool {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	testenv.WaitReady(t, p, httpAddr)
 	return p, grpcAddr
 }
 

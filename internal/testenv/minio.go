@@ -230,3 +230,22 @@ func (m *MinIO) Pid() int {
 	}
 	return m.p.pid()
 }
+
+// OpenMultipart lists the ids of the multipart uploads the server holds for exactly
+// key in bucket (a listing by prefix also returns longer keys).
+func (m *MinIO) OpenMultipart(t TB, bucket, key string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := m.Client(t).ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket), Prefix: aws.String(key)})
+	if err != nil {
+		t.Fatalf("testenv: list multipart uploads of %s: %v", key, err)
+	}
+	var ids []string
+	for _, u := range out.Uploads {
+		if aws.ToString(u.Key) == key {
+			ids = append(ids, aws.ToString(u.UploadId))
+		}
+	}
+	return ids
+}

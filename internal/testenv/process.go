@@ -3,6 +3,7 @@ package testenv
 import (
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -197,4 +198,26 @@ func goCommand() string {
 		return p
 	}
 	return "go"
+}
+
+// WaitReady polls http://httpAddr/readyz until it answers 200 (a chunkup process is
+// ready), and fails t if p exits first or a minute passes.
+func WaitReady(t TB, p *Process, httpAddr string) {
+	t.Helper()
+	hc := &http.Client{Timeout: 2 * time.Second}
+	defer hc.CloseIdleConnections()
+	err := waitFor(time.Minute, p.Done(), func() error {
+		resp, err := hc.Get("http://" + httpAddr + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s", resp.Status)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("testenv: %s not ready: %v", p.Name, err)
+	}
 }
