@@ -22,9 +22,10 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
 # Debian packages the tests need. An entry COMMAND:PACKAGE installs PACKAGE when COMMAND
-# is not on PATH; a bare PACKAGE installs it when dpkg does not have it. The OCR tests
-# need tesseract with its English data and poppler's pdftoppm.
-APT_DEPS ?= redis-server:redis-server tesseract:tesseract-ocr tesseract-ocr-eng pdftoppm:poppler-utils
+# is not on PATH; a bare PACKAGE installs it when dpkg does not have it. The Redis
+# Cluster tests need redis-cli (--cluster create); the OCR tests need tesseract with its
+# English data and poppler's pdftoppm.
+APT_DEPS ?= redis-server:redis-server redis-cli:redis-tools tesseract:tesseract-ocr tesseract-ocr-eng pdftoppm:poppler-utils
 APT_DEPS += $(APT_DEPS_EXTRA)
 
 GO_TEST_FLAGS ?=
