@@ -42,15 +42,6 @@ func TestProxyPauseReplies(t *testing.T) {
 		}
 	}()
 	p := testenv.StartProxy(t, ln.Addr().String())
-	dial := func() (net.Conn, *bufio.Reader) {
-		t.Helper()
-		c, err := net.DialTimeout("tcp", p.Addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c, bufio.NewReader(c)
-	}
 	send := func(c net.Conn, msg string) {
 		t.Helper()
 		if _, err := c.Write([]byte(msg + "\n")); err != nil {
@@ -70,7 +61,7 @@ func TestProxyPauseReplies(t *testing.T) {
 		return r.ReadString('\n')
 	}
 
-	c1, r1 := dial()
+	c1, r1 := dialProxy(t, p)
 	send(c1, "one")
 	if line, err := read(c1, r1, 5*time.Second); err != nil || line != "one\n" {
 		t.Fatalf("reply through the proxy = %q, %v", line, err)
@@ -78,7 +69,7 @@ func TestProxyPauseReplies(t *testing.T) {
 
 	p.PauseReplies()
 	send(c1, "two")
-	c2, r2 := dial()
+	c2, r2 := dialProxy(t, p)
 	send(c2, "three")
 	for _, c := range []struct {
 		c net.Conn

@@ -227,15 +227,6 @@ func TestProxy(t *testing.T) {
 	}()
 	p := testenv.StartProxy(t, ln.Addr().String())
 
-	dial := func() (net.Conn, *bufio.Reader) {
-		t.Helper()
-		c, err := net.DialTimeout("tcp", p.Addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c, bufio.NewReader(c)
-	}
 	echo := func(c net.Conn, r *bufio.Reader, msg string, wait time.Duration) (string, error) {
 		t.Helper()
 		if _, err := c.Write([]byte(msg + "\n")); err != nil {
@@ -245,7 +236,7 @@ func TestProxy(t *testing.T) {
 		return r.ReadString('\n')
 	}
 
-	c1, r1 := dial()
+	c1, r1 := dialProxy(t, p)
 	if got, err := echo(c1, r1, "one", 5*time.Second); err != nil || got != "one\n" {
 		t.Fatalf("echo through proxy = %q, %v", got, err)
 	}
@@ -256,7 +247,7 @@ func TestProxy(t *testing.T) {
 		t.Fatalf("paused proxy forwarded: %q, %v", got, err)
 	}
 	// ...and so does a new one.
-	c2, r2 := dial()
+	c2, r2 := dialProxy(t, p)
 	if got, err := echo(c2, r2, "three", 200*time.Millisecond); !isTimeout(err) {
 		t.Fatalf("paused proxy forwarded a new connection: %q, %v", got, err)
 	}
@@ -278,7 +269,7 @@ func TestProxy(t *testing.T) {
 	if _, err := r1.ReadString('\n'); err == nil || isTimeout(err) {
 		t.Fatalf("after Reset, read = %v, want connection closed", err)
 	}
-	c3, r3 := dial()
+	c3, r3 := dialProxy(t, p)
 	if got, err := echo(c3, r3, "four", 5*time.Second); err != nil || got != "four\n" {
 		t.Fatalf("echo after Reset = %q, %v", got, err)
 	}
@@ -443,4 +434,15 @@ func atoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return i
+}
+
+// dialProxy connects to p; the connection closes when the test ends.
+func dialProxy(t *testing.T, p *testenv.Proxy) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", p.Addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, bufio.NewReader(c)
 }
