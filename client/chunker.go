@@ -6,6 +6,9 @@ import (
 	"io"
 )
 
+// ErrLongerThanDeclared means the input went on past the size declared for it.
+var ErrLongerThanDeclared = errors.New("chunkup: the input is longer than its declared size")
+
 // chunker cuts a reader into chunks of size bytes and knows which is the last: from the
 // declared size, or by reading one chunk ahead when the size is unknown.
 type chunker struct {
@@ -19,23 +22,6 @@ type chunker struct {
 
 func newChunker(r io.Reader, size, expected int64) *chunker {
 	return &chunker{r: r, size: size, left: expected}
-}
-
-// known reports whether chunk sizes are known without reading (a declared size).
-func (c *chunker) known() bool { return c.left >= 0 }
-
-// skip reads past the next chunk of a declared-size input, seeking when it can.
-func (c *chunker) skip() (int64, bool, error) {
-	n := min(c.left, c.size)
-	if s, ok := c.r.(io.Seeker); ok {
-		if _, err := s.Seek(n, io.SeekCurrent); err != nil {
-			return 0, false, err
-		}
-	} else if _, err := io.CopyN(io.Discard, c.r, n); err != nil {
-		return 0, false, fmt.Errorf("input ended before the declared size: %w", err)
-	}
-	c.left -= n
-	return n, c.left == 0, nil
 }
 
 func (c *chunker) read() ([]byte, error) {
@@ -55,6 +41,13 @@ func (c *chunker) next() (data []byte, last bool, err error) {
 			return nil, false, fmt.Errorf("input ended before the declared size: %w", err)
 		}
 		c.left -= n
+		if c.left == 0 {
+			// The declared size is the whole input: more bytes would be dropped silently.
+			var probe [1]byte
+			if n, _ := io.ReadFull(c.r, probe[:]); n > 0 {
+				return nil, false, ErrLongerThanDeclared
+			}
+		}
 		return buf, c.left == 0, nil
 	}
 	if !c.started {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -143,6 +144,14 @@ func (c *Client) Upload(ctx context.Context, r io.Reader, opts ...UploadOption) 
 	if err != nil {
 		return nil, err
 	}
+	if cfg.create.ExpectedSize != nil && up.ExpectedSize >= 0 && *cfg.create.ExpectedSize != up.ExpectedSize {
+		return nil, &MismatchError{UploadID: up.UploadId, Reason: fmt.Sprintf("the input has %d bytes, the upload %d", *cfg.create.ExpectedSize, up.ExpectedSize)}
+	}
+	if up.State == chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
+		// Resumed (or created again under the same client_node_id) after it completed:
+		// it is the input's upload only if the object holds the input's bytes.
+		return up, verifyCompleted(up, r)
+	}
 	if done, err := ended(up); done {
 		return up, err
 	}
@@ -157,7 +166,41 @@ func (c *Client) Upload(ctx context.Context, r io.Reader, opts ...UploadOption) 
 	if err := u.send(ctx, r); err != nil {
 		return nil, err
 	}
-	return u.wait(ctx)
+	up, err = u.wait(ctx)
+	if err != nil {
+		return up, err
+	}
+	if up.Size != u.inputSize || up.Crc32C != u.inputCRC {
+		return up, &MismatchError{UploadID: up.UploadId, Reason: fmt.Sprintf(
+			"the object has %d bytes with CRC32C %08x, the input %d bytes with CRC32C %08x", up.Size, up.Crc32C, u.inputSize, u.inputCRC)}
+	}
+	return up, nil
+}
+
+// MismatchError means the input is not the one the upload holds: a resume with another
+// file, or an object whose checksum differs from the input's. Nothing of the input was
+// mixed into the upload; start a new upload for a different input.
+type MismatchError struct {
+	UploadID string
+	Reason   string
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("chunkup: the input is not the one in upload %s: %s", e.UploadID, e.Reason)
+}
+
+// verifyCompleted checks that a completed upload's object is r: same size, same CRC32C.
+func verifyCompleted(up *chunkupv1.Upload, r io.Reader) error {
+	h := crc.New()
+	n, err := io.Copy(h, r)
+	if err != nil {
+		return fmt.Errorf("chunkup: read the input: %w", err)
+	}
+	if n != up.Size || h.Sum32() != up.Crc32C {
+		return &MismatchError{UploadID: up.UploadId, Reason: fmt.Sprintf(
+			"it is COMPLETED with %d bytes and CRC32C %08x; the input has %d bytes with CRC32C %08x", up.Size, up.Crc32C, n, h.Sum32())}
+	}
+	return nil
 }
 
 // Send streams r as the chunks of up (from chunk 1, skipping chunks up lists as
@@ -187,10 +230,25 @@ func (c *Client) retrying(ctx context.Context, fn func() error) error {
 		if err == nil || !transient(err) || n >= c.opts.attempts || ctx.Err() != nil {
 			return err
 		}
-		if err := sleep(ctx, retry.Backoff(c.opts.retryBase, c.opts.retryMax, n)); err != nil {
+		if err := sleep(ctx, pause(err, retry.Backoff(c.opts.retryBase, c.opts.retryMax, n))); err != nil {
 			return err
 		}
 	}
+}
+
+// pause is how long to wait before retrying after err: backoff, or longer when the
+// server advised a delay (google.rpc.RetryInfo, sent with RESOURCE_EXHAUSTED).
+func pause(err error, backoff time.Duration) time.Duration {
+	st, ok := status.FromError(err)
+	if !ok {
+		return backoff
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.RetryDelay != nil {
+			return max(backoff, ri.RetryDelay.AsDuration())
+		}
+	}
+	return backoff
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -215,6 +273,9 @@ type chunk struct {
 type uploader struct {
 	c  *Client
 	up *chunkupv1.Upload
+	// inputSize and inputCRC are the whole input's, once send has returned.
+	inputSize int64
+	inputCRC  uint32
 
 	mu       sync.Mutex
 	progress Progress
@@ -243,9 +304,9 @@ func (u *uploader) update(fn func(*Progress)) {
 func (u *uploader) send(ctx context.Context, r io.Reader) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	received := make(map[uint32]bool, len(u.up.ReceivedChunks))
-	for _, n := range u.up.ReceivedChunks {
-		received[n] = true
+	held := make(map[uint32]*chunkupv1.ReceivedChunk, len(u.up.Chunks))
+	for _, c := range u.up.Chunks {
+		held[c.ChunkNumber] = c
 	}
 	s := newScheduler(u.c.opts.parallel * u.c.opts.window)
 	fed := make(chan struct{})
@@ -254,9 +315,7 @@ func (u *uploader) send(ctx context.Context, r io.Reader) error {
 	defer func() { cancel(nil); <-fed }()
 	go func() {
 		defer close(fed)
-		err := feed(ctx, s, newChunker(r, u.up.ChunkSize, u.up.ExpectedSize), received, func(n int64) {
-			u.update(func(p *Progress) { p.BytesAcked += n })
-		})
+		err := u.feed(ctx, s, newChunker(r, u.up.ChunkSize, u.up.ExpectedSize), held)
 		if err != nil {
 			cancel(err)
 		}
@@ -283,27 +342,44 @@ func (u *uploader) send(ctx context.Context, r io.Reader) error {
 	return nil
 }
 
-// feed reads chunks into s, reading past (not sending) those the server has.
-func feed(ctx context.Context, s *scheduler, ch *chunker, received map[uint32]bool, skipped func(int64)) error {
+// feed reads the input's chunks into s. A chunk the server holds already is compared
+// with it: the same bytes (size and CRC32C) are not sent again; other bytes are sent
+// again (they replace the staged ones) unless the server has stored the chunk in S3,
+// which means the input is not the upload's. It also sums up the whole input's size and
+// CRC32C, which the completed object must have.
+func (u *uploader) feed(ctx context.Context, s *scheduler, ch *chunker, held map[uint32]*chunkupv1.ReceivedChunk) error {
+	total := u.up.TotalChunks
 	for n := uint32(1); ; n++ {
-		if received[n] && ch.known() {
-			size, last, err := ch.skip()
-			if err != nil {
-				return fmt.Errorf("chunkup: read chunk %d: %w", n, err)
-			}
-			skipped(size)
-			if last {
-				return nil
-			}
-			continue
+		if total > 0 && n > total {
+			return &MismatchError{UploadID: u.up.UploadId, Reason: fmt.Sprintf("the input is longer than the upload's %d chunks", total)}
 		}
 		data, last, err := ch.next()
 		if err != nil {
 			return fmt.Errorf("chunkup: read chunk %d: %w", n, err)
 		}
-		if received[n] {
-			skipped(int64(len(data)))
-		} else if err := s.add(ctx, &chunk{n: n, data: data, crc: crc.Checksum(data), last: last}); err != nil {
+		sum := crc.Checksum(data)
+		u.inputCRC = crc.Combine(u.inputCRC, sum, int64(len(data)))
+		u.inputSize += int64(len(data))
+		if last && total > 0 && n < total {
+			return &MismatchError{UploadID: u.up.UploadId, Reason: fmt.Sprintf("the input ends at chunk %d; the upload has %d chunks", n, total)}
+		}
+		if h := held[n]; h != nil {
+			same := h.Size == int64(len(data)) && h.Crc32C == sum
+			switch {
+			case same:
+				u.update(func(p *Progress) { p.BytesAcked += int64(len(data)) })
+				if last {
+					return nil
+				}
+				continue
+			case h.Stored:
+				return &MismatchError{UploadID: u.up.UploadId, Reason: fmt.Sprintf(
+					"chunk %d is stored with %d bytes and CRC32C %08x; the input's chunk %d has %d bytes and CRC32C %08x",
+					n, h.Size, h.Crc32C, n, len(data), sum)}
+			}
+			// Different bytes not yet in S3: send them, they replace the staged ones.
+		}
+		if err := s.add(ctx, &chunk{n: n, data: data, crc: sum, last: last}); err != nil {
 			return err
 		}
 		if last {
@@ -331,7 +407,7 @@ func (u *uploader) streamLoop(ctx context.Context, s *scheduler) error {
 			}
 			return fmt.Errorf("chunkup: upload %s: %w", u.up.UploadId, err)
 		}
-		if err := sleep(ctx, retry.Backoff(u.c.opts.retryBase, u.c.opts.retryMax, fails)); err != nil {
+		if err := sleep(ctx, pause(err, retry.Backoff(u.c.opts.retryBase, u.c.opts.retryMax, fails))); err != nil {
 			return context.Cause(ctx)
 		}
 	}
@@ -401,13 +477,15 @@ func (u *uploader) stream(ctx context.Context, s *scheduler) (int, error) {
 		gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer gcancel()
 		if up, err := u.c.Get(gctx, u.up.UploadId); err == nil {
-			have := map[uint32]bool{}
-			for _, n := range up.ReceivedChunks {
-				have[n] = true
+			have := map[uint32]*chunkupv1.ReceivedChunk{}
+			for _, c := range up.Chunks {
+				have[c.ChunkNumber] = c
 			}
 			kept := left[:0]
 			for _, c := range left {
-				if have[c.n] {
+				// Only the same bytes count: the server may still hold other bytes the
+				// chunk was sent to replace.
+				if h := have[c.n]; h != nil && h.Crc32C == c.crc && h.Size == int64(len(c.data)) {
 					s.ack()
 					u.update(func(p *Progress) { p.BytesAcked += int64(len(c.data)) })
 				} else {

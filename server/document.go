@@ -37,7 +37,7 @@ func RegisterDocumentService(gs *grpc.Server, svc *DocumentService) {
 func (s *DocumentService) GetDocument(ctx context.Context, req *chunkupv1.GetDocumentRequest) (*chunkupv1.GetDocumentResponse, error) {
 	id := req.GetDocumentId()
 	if !staging.ValidID(id) {
-		return nil, status.Errorf(codes.InvalidArgument, "document_id %q is not a document id: it is the upload id, 26 lowercase base32 characters", id)
+		return nil, status.Errorf(codes.InvalidArgument, "document_id %s is not a document id: it is the upload id, 26 lowercase base32 characters", quote(id))
 	}
 	d, err := s.store.Document(ctx, id)
 	if err != nil {

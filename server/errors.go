@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"syscall"
+	"time"
 
-	"github.com/redis/go-redis/v9"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/chunkup/chunkup/staging"
 )
@@ -24,6 +23,7 @@ func toStatus(id string, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
+	id = clip(id)
 	var (
 		inv  *InvalidError
 		rng  *RangeError
@@ -48,8 +48,10 @@ func toStatus(id string, err error) error {
 		return status.Error(codes.OutOfRange, on+rng.Msg)
 	case errors.As(err, &sum):
 		return status.Error(codes.DataLoss, on+sum.Error())
+	case errors.As(err, new(*ConflictError)):
+		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, staging.ErrNotFound):
-		return status.Errorf(codes.NotFound, "upload %q not found: create an upload first (it may also have expired)", id)
+		return status.Errorf(codes.NotFound, "upload %s not found: create an upload first (it may also have expired)", quote(id))
 	case errors.As(err, &st):
 		return status.Errorf(codes.FailedPrecondition, "upload %s is %s and accepts no more chunks; GetUpload shows its final state", id, st.Status)
 	case errors.As(err, &oor):
@@ -65,38 +67,33 @@ func toStatus(id string, err error) error {
 	case errors.Is(err, staging.ErrCompleting):
 		return status.Errorf(codes.FailedPrecondition, "upload %s is being completed and can no longer be aborted", id)
 	case errors.Is(err, staging.ErrDocumentNotFound):
-		return status.Errorf(codes.NotFound, "document %q not found: only completed image and PDF uploads handed to OCR are documents (it may also have expired)", id)
+		return status.Errorf(codes.NotFound, "document %s not found: only completed image and PDF uploads handed to OCR are documents (it may also have expired)", quote(id))
 	case errors.Is(err, staging.ErrJobNotFound):
-		return status.Errorf(codes.NotFound, "OCR job %q not found", id)
+		return status.Errorf(codes.NotFound, "OCR job %s not found", quote(id))
 	case errors.As(err, &dst):
 		return status.Errorf(codes.FailedPrecondition, "document %s: %v", id, dst)
 	case errors.As(err, &fen):
 		return status.Errorf(codes.Aborted, "document %s: %v", id, fen)
 	case errors.As(err, new(*BudgetError)), errors.As(err, new(*LimitError)):
-		return status.Error(codes.ResourceExhausted, on+err.Error())
+		return retryLater(codes.ResourceExhausted, time.Second, "%s%v", on, err)
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
-	case isRedisDown(err):
-		return status.Errorf(codes.Unavailable, "staging store unavailable: %v; retry later", err)
+	case errors.Is(err, staging.ErrUnavailable):
+		return status.Errorf(codes.Unavailable, "%s%v; retry later", on, err)
+	case errors.Is(err, staging.ErrFull):
+		return retryLater(codes.ResourceExhausted, time.Second, "%sRedis is full (maxmemory reached) and refused the write; nothing was changed; retry in a moment, as workers drain staged chunks to S3", on)
 	}
 	return status.Error(codes.Internal, fmt.Sprintf("upload %s: %v", id, err))
 }
 
-// isRedisDown reports whether err means the staging store cannot be reached right now:
-// a refused or dropped connection (a Redis that died mid-command answers io.EOF), a
-// timeout, a closed client, a Redis still loading its data after a restart, or a
-// cluster in the middle of a failover (CLUSTERDOWN, TRYAGAIN, READONLY from a master
-// just demoted, MASTERDOWN).
-func isRedisDown(err error) bool {
-	var ne net.Error
-	switch {
-	case errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.As(err, &ne),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return true
+// retryLater is a status with retry advice (google.rpc.RetryInfo): clients that read
+// it wait after before they retry.
+func retryLater(code codes.Code, after time.Duration, format string, a ...any) error {
+	st := status.Newf(code, format, a...)
+	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(after)}); err == nil {
+		st = d
 	}
-	return redis.IsLoadingError(err) || redis.IsMasterDownError(err) || redis.IsClusterDownError(err) ||
-		redis.IsTryAgainError(err) || redis.IsReadOnlyError(err)
+	return st.Err()
 }

@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
-	"syscall"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -41,11 +38,9 @@ func TestToStatus(t *testing.T) {
 		{"checksum", &ChecksumError{N: 2, Got: 0xdeadbeef, Want: 0x01020304}, codes.DataLoss, []string{"chunk 2", "deadbeef", "01020304", "send it again"}, true},
 		{"canceled", context.Canceled, codes.Canceled, nil, false},
 		{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded, nil, false},
-		{"redis closed", redis.ErrClosed, codes.Unavailable, []string{"staging store unavailable", "retry later"}, false},
-		{"redis pool timeout", redis.ErrPoolTimeout, codes.Unavailable, []string{"retry later"}, false},
-		{"redis unreachable", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, codes.Unavailable, []string{"connection refused"}, false},
-		{"redis died mid-command", io.EOF, codes.Unavailable, []string{"retry later"}, false},
-		{"connection reset", syscall.ECONNRESET, codes.Unavailable, []string{"retry later"}, false},
+		{"redis unavailable", fmt.Errorf("%w: %w", staging.ErrUnavailable, io.EOF), codes.Unavailable, []string{"staging store unavailable", "retry later"}, true},
+		{"redis full", fmt.Errorf("%w: OOM command not allowed", staging.ErrFull), codes.ResourceExhausted, []string{"maxmemory", "nothing was changed", "retry"}, true},
+		{"long id", staging.ErrNotFound, codes.NotFound, []string{"bytes)"}, false},
 		{"anything else", errors.New("boom"), codes.Internal, []string{"boom"}, true},
 	} {
 		for _, wrapped := range []bool{false, true} {
@@ -56,6 +51,10 @@ func TestToStatus(t *testing.T) {
 				name += "/wrapped"
 			}
 			t.Run(name, func(t *testing.T) {
+				id := id
+				if tc.name == "long id" {
+					id = strings.Repeat("x", 10_000)
+				}
 				got := toStatus(id, err)
 				s, ok := status.FromError(got)
 				if !ok {
@@ -71,6 +70,9 @@ func TestToStatus(t *testing.T) {
 				}
 				if tc.namesID && !strings.Contains(s.Message(), id) {
 					t.Errorf("message %q does not name upload %s", s.Message(), id)
+				}
+				if len(s.Message()) > 400 {
+					t.Errorf("message has %d bytes; caller input must be quoted briefly", len(s.Message()))
 				}
 			})
 		}

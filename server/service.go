@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -31,7 +31,7 @@ type Store interface {
 	Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (staging.StageResult, error)
 	Get(ctx context.Context, id string) (*staging.Upload, error)
 	EnqueueCompletion(ctx context.Context, id string) error
-	SubscribeProgress(ctx context.Context, id string) *redis.PubSub
+	SubscribeProgress(ctx context.Context, id string) (*staging.Subscription, error)
 	StagedBytes(ctx context.Context) (int64, error)
 }
 
@@ -193,7 +193,13 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 	if s.cfg.MaxUploadSize > 0 && expected > s.cfg.MaxUploadSize {
 		return nil, invalidf("expected_size %d exceeds this server's maximum upload size of %d bytes (--max-upload-size)", expected, s.cfg.MaxUploadSize)
 	}
-	chunkSize, err := ChunkSizeFor(expected, s.cfg.ChunkSize, s.cfg.MaxChunkSize)
+	var chunkSize int64
+	var err error
+	if req.ChunkSize > 0 {
+		chunkSize, err = AcceptChunkSize(req.ChunkSize, expected, s.cfg.MaxChunkSize)
+	} else {
+		chunkSize, err = ChunkSizeFor(expected, s.cfg.ChunkSize, s.cfg.MaxChunkSize)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -217,14 +223,42 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 	if expected >= 0 {
 		nu.Total = staging.TotalChunks(expected, chunkSize)
 	}
-	if _, err := s.store.Create(ctx, nu); err != nil {
+	created, err := s.store.Create(ctx, nu)
+	if err != nil {
 		return nil, err
 	}
 	up, err := s.get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	if !created {
+		// The client_node_id names an upload already: the same request again gets it
+		// back; another request under the same id is refused, not silently merged.
+		if field := differingField(up, nu, req.ChunkSize); field != "" {
+			return nil, &ConflictError{ClientNodeID: req.ClientNodeId, UploadID: id, Field: field}
+		}
+	}
 	return toProto(up), nil
+}
+
+// differingField names the first parameter in which a repeated create differs from the
+// upload its client_node_id names, or returns "".
+func differingField(up *staging.Upload, nu staging.NewUpload, proposedChunkSize int64) string {
+	switch {
+	case up.Key != nu.Key:
+		return "key"
+	case up.ExpectedSize != nu.ExpectedSize:
+		return "expected_size"
+	case up.Name != nu.Name:
+		return "name"
+	case up.ContentType != nu.ContentType:
+		return "content_type"
+	case !maps.Equal(up.Metadata, nu.Metadata):
+		return "metadata"
+	case proposedChunkSize != 0 && up.ChunkSize != proposedChunkSize:
+		return "chunk_size"
+	}
+	return ""
 }
 
 // get reads an upload the caller's tenant owns: another tenant's upload does not exist
@@ -280,6 +314,7 @@ func (s *UploadService) UploadChunk(stream chunkupv1.UploadService_UploadChunkSe
 
 	params := map[string]staging.Params{} // immutable per upload, read once per stream
 	first := true
+	created := "" // the upload a create request on this stream made
 	for {
 		var req *chunkupv1.UploadChunkRequest
 		select {
@@ -294,15 +329,22 @@ func (s *UploadService) UploadChunk(stream chunkupv1.UploadService_UploadChunkSe
 			return toStatus("", err)
 		case req = <-msgs:
 		}
-		if req.Create != nil {
+		switch {
+		case req.Create != nil:
 			if err := s.createOnStream(ctx, stream, req, first); err != nil {
 				s.budget.done(int64(len(req.Data)), false)
 				return err
 			}
+			created = req.UploadId
 			first = false
 			if req.ChunkNumber == 0 && len(req.Data) == 0 {
 				continue
 			}
+		case created != "" && req.UploadId == "":
+			req.UploadId = created
+		case created != "" && req.UploadId != created:
+			s.budget.done(int64(len(req.Data)), false)
+			return toStatus(created, invalidf("this stream created upload %s and carries only its chunks; send chunks of upload %s on a stream of their own", created, quote(req.UploadId)))
 		}
 		first = false
 		resp, err := s.stage(ctx, req, params)
@@ -416,7 +458,7 @@ func validID(id string) error {
 		return invalidf("upload_id is required: create an upload first, or send a create request in the first message")
 	}
 	if !staging.ValidID(id) {
-		return invalidf("upload_id %q is not a chunkup upload id (26 characters a-z, 2-7)", id)
+		return invalidf("upload_id %s is not a chunkup upload id (26 characters a-z, 2-7)", quote(id))
 	}
 	return nil
 }
@@ -487,7 +529,19 @@ func toProto(u *staging.Upload) *chunkupv1.Upload {
 		ContentType: u.ContentType, Metadata: u.Metadata, ClientNodeId: u.ClientNodeID,
 		CorrelationId: u.CorrelationID, Tenant: u.Tenant,
 		CreateTime: ts(u.Created), UpdateTime: ts(u.Updated), CompleteTime: ts(u.Completed),
+		Chunks: receivedChunks(u.Chunks),
 	}
+}
+
+func receivedChunks(cs []staging.ChunkInfo) []*chunkupv1.ReceivedChunk {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]*chunkupv1.ReceivedChunk, len(cs))
+	for i, c := range cs {
+		out[i] = &chunkupv1.ReceivedChunk{ChunkNumber: c.N, Size: c.Size, Crc32C: c.CRC32C, Stored: c.Stored}
+	}
+	return out
 }
 
 func ts(t time.Time) *timestamppb.Timestamp {

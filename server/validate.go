@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -28,6 +29,16 @@ const (
 type InvalidError struct{ Msg string }
 
 func (e *InvalidError) Error() string { return e.Msg }
+
+// ConflictError is a create whose client_node_id names an upload made with other
+// parameters.
+type ConflictError struct {
+	ClientNodeID, UploadID, Field string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("client_node_id %s already names upload %s, which was created with another %s; repeat the first request's parameters to get that upload back, or use a new client_node_id for a different upload", quote(e.ClientNodeID), e.UploadID, e.Field)
+}
 
 // RangeError is a chunk number outside the upload.
 type RangeError struct{ Msg string }
@@ -68,6 +79,26 @@ func ChunkSizeFor(expected, def, max int64) (int64, error) {
 	return size, nil
 }
 
+// AcceptChunkSize checks a chunk size a client proposed for an upload of expected bytes
+// (expected < 0: unknown) against S3's part rules and this server's maximum max, and
+// returns it, or an error that says which sizes are allowed.
+func AcceptChunkSize(proposed, expected, max int64) (int64, error) {
+	least := int64(MinPartSize)
+	if expected > least*MaxParts {
+		least = expected / MaxParts // rounded up below; written so that it cannot overflow
+		if expected%MaxParts != 0 {
+			least++
+		}
+	}
+	if proposed < least || proposed > max {
+		if least > max {
+			return 0, invalidf("chunk_size %d is not allowed: expected_size %d needs chunks of at least %d bytes, over this server's maximum chunk size of %d", proposed, expected, least, max)
+		}
+		return 0, invalidf("chunk_size %d is not allowed: use %d to %d bytes (S3 parts are at least 5 MiB, this server's maximum chunk size is %d, and 10,000 chunks must hold expected_size), or 0 to let the server choose", proposed, least, max, max)
+	}
+	return proposed, nil
+}
+
 func max64(a, b int64) int64 {
 	if a > b {
 		return a
@@ -80,11 +111,14 @@ func ValidateCreate(r *chunkupv1.CreateUploadRequest) error {
 	if r.ExpectedSize != nil && *r.ExpectedSize < 0 {
 		return invalidf("expected_size must not be negative; leave it unset when the size is unknown")
 	}
+	if r.ChunkSize < 0 {
+		return invalidf("chunk_size must not be negative; leave it 0 to let the server choose")
+	}
 	if len(r.ClientNodeId) > maxClientNodeID || !printable(r.ClientNodeId) {
 		return invalidf("client_node_id must be at most %d printable characters", maxClientNodeID)
 	}
-	if len(r.Name) > maxNameLen || !printable(r.Name) {
-		return invalidf("name must be at most %d printable characters", maxNameLen)
+	if len(r.Name) > maxNameLen || !plain(r.Name) {
+		return invalidf("name must be at most %d printable characters, without Unicode format characters such as U+202E", maxNameLen)
 	}
 	if len(r.ContentType) > maxContentType || !printable(r.ContentType) {
 		return invalidf("content_type must be at most %d printable characters", maxContentType)
@@ -100,7 +134,7 @@ func ValidateCreate(r *chunkupv1.CreateUploadRequest) error {
 	total := 0
 	for k, v := range r.Metadata {
 		if k == "" || !printable(k) || !printable(v) {
-			return invalidf("metadata keys must be non-empty and keys and values printable (key %q)", k)
+			return invalidf("metadata keys must be non-empty and keys and values printable (key %s)", quote(k))
 		}
 		total += len(k) + len(v)
 	}
@@ -116,15 +150,15 @@ func ValidateKey(key string) error {
 	if len(key) > maxKeyLen {
 		return invalidf("key has %d bytes; at most %d are allowed", len(key), maxKeyLen)
 	}
-	if !printable(key) {
-		return invalidf("key must be valid UTF-8 without control characters")
+	if !plain(key) {
+		return invalidf("key must be valid UTF-8 without control characters or Unicode format characters (such as the U+202E right-to-left override, which can disguise a name)")
 	}
 	if strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") {
-		return invalidf("key %q must not start or end with '/'", key)
+		return invalidf("key %s must not start or end with '/'", quote(key))
 	}
 	for seg := range strings.SplitSeq(key, "/") {
 		if seg == "" || seg == "." || seg == ".." {
-			return invalidf("key %q must not contain empty, '.' or '..' segments", key)
+			return invalidf("key %s must not contain empty, '.' or '..' segments", quote(key))
 		}
 	}
 	return nil
@@ -144,12 +178,52 @@ func DefaultKey(prefix, id, name string) string {
 	return k + "/" + base
 }
 
+// maxQuoted is how many bytes of a caller's input an error message (or a log line)
+// quotes: enough to recognize it, not enough to let a huge input swell every message.
+const maxQuoted = 100
+
+// quote quotes caller input for a message, cut to maxQuoted bytes (on a rune boundary)
+// with a note of its full length.
+func quote(s string) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(s)
+	}
+	cut := maxQuoted
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// clip cuts caller input that a message names unquoted (an id) to maxQuoted bytes.
+func clip(s string) string {
+	if len(s) <= maxQuoted {
+		return s
+	}
+	return quote(s)
+}
+
 func printable(s string) bool {
 	if !utf8.ValidString(s) {
 		return false
 	}
 	for _, r := range s {
 		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// plain is printable without Unicode format characters (category Cf: bidirectional
+// overrides, zero-width joiners and the like), which can make an object key or a file
+// name display as another one.
+func plain(s string) bool {
+	if !printable(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.Is(unicode.Cf, r) {
 			return false
 		}
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -81,6 +82,53 @@ func TestChunkSizeFor(t *testing.T) {
 				t.Errorf("%d bytes do not fit %d parts of %d bytes", tc.expected, MaxParts, got)
 			}
 		})
+	}
+}
+
+func TestAcceptChunkSize(t *testing.T) {
+	for _, tc := range []struct {
+		name                    string
+		proposed, expected, max int64
+		ok                      bool
+		msg                     string // part of the message when refused
+	}{
+		{"S3's minimum", MinPartSize, -1, maxChunk, true, ""},
+		{"the maximum", maxChunk, 10 * mib, maxChunk, true, ""},
+		{"not a MiB multiple", 5*mib + 1, 100 * mib, maxChunk, true, ""},
+		{"under S3's minimum", MinPartSize - 1, 3, maxChunk, false, "use 5242880 to"},
+		{"over the maximum", maxChunk + 1, -1, maxChunk, false, "maximum chunk size is"},
+		{"too small for 10,000 parts", 6 * mib, MaxParts*6*mib + 1, maxChunk, false, "use 6291457 to"},
+		{"just enough for 10,000 parts", 6 * mib, MaxParts * 6 * mib, maxChunk, true, ""},
+		{"the upload cannot fit", maxChunk, MaxParts*maxChunk + 1, maxChunk, false, "needs chunks of at least"},
+		{"largest int64", maxChunk, math.MaxInt64, maxChunk, false, "needs chunks of at least"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := AcceptChunkSize(tc.proposed, tc.expected, tc.max)
+			if tc.ok {
+				if err != nil || got != tc.proposed {
+					t.Fatalf("AcceptChunkSize(%d, %d, %d) = %d, %v; want it taken", tc.proposed, tc.expected, tc.max, got, err)
+				}
+				return
+			}
+			if !isInvalid(err) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("AcceptChunkSize(%d, %d, %d) = %d, %v; want an *InvalidError saying %q", tc.proposed, tc.expected, tc.max, got, err, tc.msg)
+			}
+		})
+	}
+}
+
+func TestQuoteIsShort(t *testing.T) {
+	for _, in := range []string{"", "abc", strings.Repeat("é", 1000), strings.Repeat("x", 32<<20)} {
+		q := quote(in)
+		if len(q) > 2*maxQuoted {
+			t.Errorf("quote of %d bytes is %d bytes long", len(in), len(q))
+		}
+		if len(in) <= maxQuoted && q != strconv.Quote(in) {
+			t.Errorf("quote(%q) = %s, want it whole", in, q)
+		}
+		if !utf8.ValidString(q) {
+			t.Errorf("quote cut a rune: %q", q)
+		}
 	}
 }
 
@@ -283,6 +331,9 @@ func TestValidateCreate(t *testing.T) {
 		{"name with NUL", &chunkupv1.CreateUploadRequest{Name: "a\x00b"}, "name must be"},
 		{"name not UTF-8", &chunkupv1.CreateUploadRequest{Name: "a\xffb"}, "name must be"},
 		{"name with a path", &chunkupv1.CreateUploadRequest{Name: "../../etc/passwd"}, ""}, // reduced by DefaultKey
+		{"name with a bidi override", &chunkupv1.CreateUploadRequest{Name: "invoice\u202Efdp.exe"}, "U+202E"},
+		{"key with a bidi override", &chunkupv1.CreateUploadRequest{Key: "docs/invoice\u202Efdp.exe"}, "format characters"},
+		{"key with a zero-width space", &chunkupv1.CreateUploadRequest{Key: "docs/a\u200Bb"}, "format characters"},
 		{"content type too long", &chunkupv1.CreateUploadRequest{ContentType: long(maxContentType + 1)}, "content_type"},
 		{"content type with a tab", &chunkupv1.CreateUploadRequest{ContentType: "text/plain;\tcharset=utf-8"}, "content_type"},
 		{"bad key", &chunkupv1.CreateUploadRequest{Key: "../../etc/passwd"}, "'..' segments"},
@@ -497,7 +548,7 @@ func FuzzValidateCreate(f *testing.F) {
 			t.Fatalf("accepted expected_size %d", expected)
 		case len(nodeID) > maxClientNodeID || !printableForTest(nodeID):
 			t.Fatalf("accepted client_node_id %q", nodeID)
-		case len(name) > maxNameLen || !printableForTest(name):
+		case len(name) > maxNameLen || !printableForTest(name) || hasFormatChar(name):
 			t.Fatalf("accepted name %q", name)
 		case len(contentType) > maxContentType || !printableForTest(contentType):
 			t.Fatalf("accepted content_type %q", contentType)
@@ -576,14 +627,19 @@ func checkKey(t *testing.T, key string) {
 	if key[0] == '/' {
 		t.Fatalf("accepted key %q starting with '/'", key)
 	}
-	if !printableForTest(key) {
-		t.Fatalf("accepted key %q with control characters or invalid UTF-8", key)
+	if !printableForTest(key) || hasFormatChar(key) {
+		t.Fatalf("accepted key %q with control or format characters, or invalid UTF-8", key)
 	}
 	for _, seg := range strings.Split(key, "/") {
 		if seg == ".." || seg == "." || seg == "" {
 			t.Fatalf("accepted key %q with segment %q", key, seg)
 		}
 	}
+}
+
+// hasFormatChar reports a Unicode format character (category Cf), such as U+202E.
+func hasFormatChar(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return unicode.In(r, unicode.Cf) }) >= 0
 }
 
 // printableForTest is valid UTF-8 without control characters, written out separately

@@ -31,12 +31,12 @@ func (s *UploadService) WatchUpload(req *chunkupv1.WatchUploadRequest, stream ch
 	}
 	ctx := stream.Context()
 	// Subscribe before the snapshot, so no change between the two goes unnoticed.
-	ps := s.store.SubscribeProgress(ctx, id)
-	defer ps.Close()
-	if _, err := ps.Receive(ctx); err != nil {
+	sub, err := s.store.SubscribeProgress(ctx, id)
+	if err != nil {
 		return toStatus(id, err)
 	}
-	notices := ps.Channel()
+	defer sub.Close()
+	notices := sub.C
 
 	var last *chunkupv1.UploadProgress
 	var lastRead time.Time
@@ -71,7 +71,7 @@ func (s *UploadService) WatchUpload(req *chunkupv1.WatchUploadRequest, stream ch
 			if !ok {
 				return status.Error(codes.Unavailable, "progress subscription closed; watch again")
 			}
-			if !staging.Status(msg.Payload).Terminal() && time.Since(lastRead) < watchTick {
+			if !staging.Status(msg).Terminal() && time.Since(lastRead) < watchTick {
 				dirty = true
 				continue
 			}

@@ -166,11 +166,22 @@ func (s *Store) Recover(ctx context.Context, id string) error {
 // SubscribeProgress subscribes to upload id's progress notices. A notice only says
 // "something changed": subscribers re-read the state, so a lost notice costs nothing
 // but latency.
-func (s *Store) SubscribeProgress(ctx context.Context, id string) *redis.PubSub {
+//
+// It returns once Redis has confirmed the subscription, so a change made after it
+// returns is noticed. A notice's payload is the new status when the upload ended, else
+// "received" or "uploaded".
+func (s *Store) SubscribeProgress(ctx context.Context, id string) (*Subscription, error) {
+	var ps *redis.PubSub
 	if s.cluster {
-		return s.rdb.SSubscribe(ctx, ProgressChannel(id))
+		ps = s.rdb.SSubscribe(ctx, ProgressChannel(id))
+	} else {
+		ps = s.rdb.Subscribe(ctx, ProgressChannel(id))
 	}
-	return s.rdb.Subscribe(ctx, ProgressChannel(id))
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return nil, classify(err)
+	}
+	return subscription(ps), nil
 }
 
 // StagedBytes returns Redis' used_memory: an upper bound of the bytes staged there

@@ -64,7 +64,8 @@ return {'ok'}
 //
 // Returns {"ok", ready} for a newly staged or replaced chunk, {"dup", ready} for a
 // repeat, or an error code: {"notfound"}, {"state", status}, {"beyond", total},
-// {"last", total}, {"lastbefore", max_received}, {"recorded"}, {"busy"}.
+// {"last", total}, {"lastbefore", max_received}, {"recorded"}, {"busy"}, or
+// {"nobytes"} when KEYS[5] does not exist (its SET was refused) and nothing was written.
 // ready is 1 when the upload now has every part and can be completed.
 var stageScript = newPubScript(`
 local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'max_received', 'uploaded')
@@ -85,28 +86,32 @@ local part = redis.call('HGET', KEYS[3], ARGV[1])
 local prev = redis.call('HGET', KEYS[2], ARGV[1])
 if part then
   local pcrc = string.match(part, '^[^|]*|([^|]*)|')
-  if pcrc ~= ARGV[2] then redis.call('DEL', KEYS[5]) return {'recorded'} end
   redis.call('DEL', KEYS[5])
+  if pcrc ~= ARGV[2] then return {'recorded'} end
   code = 'dup'
 elseif prev == want and redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('DEL', KEYS[5])
   code = 'dup'
-elseif prev == want then
-  -- The same bytes again after the staged copy expired unuploaded: stage them anew.
-  redis.call('RENAME', KEYS[5], KEYS[4])
 else
-  if prev then
+  -- New bytes (or the same bytes again after the staged copy expired unuploaded):
+  -- every check comes before the first write, so that a refused write (Redis out of
+  -- memory refuses a script's first write) leaves the upload as it was.
+  if redis.call('EXISTS', KEYS[5]) == 0 then return {'nobytes'} end
+  local psize = nil
+  if prev and prev ~= want then
     local lease = redis.call('HGET', KEYS[6], ARGV[1])
     if lease then
       local exp = tonumber(string.match(lease, '|(%d+)$'))
       if exp and exp > tonumber(ARGV[5]) then redis.call('DEL', KEYS[5]) return {'busy'} end
     end
-    local psize = tonumber(string.match(prev, ':(%d+)$'))
-    redis.call('HINCRBY', KEYS[1], 'received_bytes', tonumber(ARGV[3]) - psize)
-  else
+    psize = tonumber(string.match(prev, ':(%d+)$')) or 0
+  end
+  if not prev then
     redis.call('HINCRBY', KEYS[1], 'received', 1)
     redis.call('HINCRBY', KEYS[1], 'received_bytes', ARGV[3])
     if n > maxr then redis.call('HSET', KEYS[1], 'max_received', n) end
+  elseif psize then
+    redis.call('HINCRBY', KEYS[1], 'received_bytes', tonumber(ARGV[3]) - psize)
   end
   redis.call('RENAME', KEYS[5], KEYS[4])
   redis.call('HSET', KEYS[2], ARGV[1], want)

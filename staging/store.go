@@ -1,6 +1,7 @@
 package staging
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
@@ -110,6 +111,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if s.replicaTimeout == 0 {
 		s.replicaTimeout = time.Second
 	}
+	rdb.AddHook(classifyHook{})
 	_, s.cluster = rdb.(*redis.ClusterClient)
 	s.shards = 1
 	if s.cluster {
@@ -295,10 +297,12 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 		wake = "" // published below, on the sharded channel
 	}
 	args := []any{n, crc, len(data), lastArg, now, s.keysTTL(), wake, ref.String(), ProgressChannel(id)}
+	var set *redis.StatusCmd
+	var index *redis.IntCmd
 	var eval *redis.Cmd
 	var wait *redis.Cmd
 	stage := func(p redis.Pipeliner) error {
-		p.Set(ctx, incoming, data, s.chunkTTL)
+		set = p.Set(ctx, incoming, data, s.chunkTTL)
 		// EVAL rather than EVALSHA: a pipeline cannot fall back on NOSCRIPT, and the
 		// script's text is tiny next to the chunk.
 		eval = s.script(stageScript).Eval(ctx, p, keys, args...)
@@ -321,20 +325,32 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 				_, err = node.Pipelined(ctx, stage)
 			}
 		}
+		err = classify(err) // a node's client has no hook of its own
 	} else {
 		_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.ZAddNX(ctx, s.ix(pendingKey, id), pending)
+			index = p.ZAddNX(ctx, s.ix(pendingKey, id), pending)
 			return stage(p)
 		})
 	}
-	if err != nil && (eval == nil || eval.Err() == nil) {
-		return StageResult{}, err
+	if eval == nil || eval.Err() != nil && set.Err() == nil {
+		// The pipeline did not run, or the script failed on its own.
+		return StageResult{}, orErr(classify(evalErr(eval)), err)
+	}
+	if err := set.Err(); err != nil {
+		// The bytes were refused (Redis out of memory, say): the script found no
+		// incoming key and changed nothing.
+		return StageResult{}, classify(err)
 	}
 	res, err := eval.Slice()
 	if err != nil {
-		return StageResult{}, err
+		return StageResult{}, classify(err)
 	}
 	code := res[0].(string)
+	if index != nil && index.Err() != nil && (code == "ok" || code == "dup") {
+		// Staged, but not indexed as pending: refuse the acknowledgement, so that the
+		// client sends the chunk again and its repeat adds the entry.
+		return StageResult{}, classify(index.Err())
+	}
 	if wait != nil && (code == "ok" || code == "dup") {
 		if n, err := wait.Int64(); err != nil || n < int64(s.minReplicas) {
 			return StageResult{}, fmt.Errorf("%w (%d of %d replicas confirmed within %s)", ErrNotReplicated, n, s.minReplicas, s.replicaTimeout)
@@ -361,8 +377,27 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 		return StageResult{}, &PartRecordedError{N: n}
 	case "busy":
 		return StageResult{}, ErrChunkBusy
+	case "nobytes":
+		return StageResult{}, fmt.Errorf("%w: chunk %d's bytes did not reach Redis", ErrUnavailable, n)
 	}
 	return StageResult{}, fmt.Errorf("staging: unexpected stage result %q", code)
+}
+
+func evalErr(c *redis.Cmd) error {
+	if c == nil {
+		return nil
+	}
+	return c.Err()
+}
+
+// orErr returns the first error that is not nil.
+func orErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // graceMs is how long after staging a chunk the sweeper leaves it to the pub/sub
@@ -422,18 +457,30 @@ type Upload struct {
 	Tenant            string
 	HandoffPending    bool
 	Metadata          map[string]string
-	Created, Updated  time.Time
-	Completed         time.Time
+	// Chunks are the received chunks by number, with what the server holds for each.
+	Chunks           []ChunkInfo
+	Created, Updated time.Time
+	Completed        time.Time
+}
+
+// ChunkInfo is what the store holds for one received chunk.
+type ChunkInfo struct {
+	N      uint32
+	Size   int64
+	CRC32C uint32
+	// Stored: the chunk's part (or object) is in S3.
+	Stored bool
 }
 
 // Get reads an upload in one round trip.
 func (s *Store) Get(ctx context.Context, id string) (*Upload, error) {
-	var st, meta *redis.MapStringStringCmd
-	var rec *redis.StringSliceCmd
+	var st, meta, rec *redis.MapStringStringCmd
+	var parts *redis.StringSliceCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		st = p.HGetAll(ctx, stateKey(id))
 		meta = p.HGetAll(ctx, metaKey(id))
-		rec = p.HKeys(ctx, receivedKey(id))
+		rec = p.HGetAll(ctx, receivedKey(id))
+		parts = p.HKeys(ctx, partsKey(id))
 		return nil
 	})
 	if err != nil {
@@ -461,10 +508,20 @@ func (s *Store) Get(ctx context.Context, id string) (*Upload, error) {
 			return nil, fmt.Errorf("staging: upload %s metadata: %w", id, err)
 		}
 	}
-	for _, k := range rec.Val() {
-		u.ReceivedChunks = append(u.ReceivedChunks, toU32(k))
+	stored := make(map[string]bool, len(parts.Val()))
+	for _, k := range parts.Val() {
+		stored[k] = true
 	}
-	slices.Sort(u.ReceivedChunks)
+	for k, v := range rec.Val() {
+		c := ChunkInfo{N: toU32(k), Stored: stored[k]}
+		c.CRC32C, c.Size, _ = parseCRCSize(v)
+		u.Chunks = append(u.Chunks, c)
+	}
+	slices.SortFunc(u.Chunks, func(a, b ChunkInfo) int { return cmp.Compare(a.N, b.N) })
+	u.ReceivedChunks = make([]uint32, len(u.Chunks))
+	for i, c := range u.Chunks {
+		u.ReceivedChunks[i] = c.N
+	}
 	return u, nil
 }
 

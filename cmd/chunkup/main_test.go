@@ -337,6 +337,18 @@ func TestCommandsAgainstServer(t *testing.T) {
 		}
 	})
 
+	t.Run("resume with another file", func(t *testing.T) {
+		fileB, _ := writeRandomFile(t, "other.bin", len(data))
+		code, stdout, stderr := runCLI(t, "upload", "--server", addr, "--resume", up.UploadId, fileB)
+		if code != exitFailure || stdout != "" || !strings.Contains(stderr, "not the one in upload "+up.UploadId) {
+			t.Fatalf("resume of a completed upload with another file: exit %d, stdout %q, stderr %q; want %d and a message that the file is not the upload's", code, stdout, stderr, exitFailure)
+		}
+		requireObject(t, s3c, up.Key, data)
+		if code, _, stderr := runCLI(t, "upload", "--server", addr, "--resume", up.UploadId, file); code != exitOK {
+			t.Fatalf("resume of a completed upload with its own file: exit %d, stderr %q", code, stderr)
+		}
+	})
+
 	t.Run("upload a missing file", func(t *testing.T) {
 		missing := filepath.Join(t.TempDir(), "missing.bin")
 		code, stdout, stderr := runCLI(t, "upload", "--server", addr, missing)

@@ -2,7 +2,10 @@
 // by combining them, for a whole object without reading it again.
 package crc
 
-import "hash/crc32"
+import (
+	"hash"
+	"hash/crc32"
+)
 
 // Table is the Castagnoli table; the standard library uses SSE4.2/ARM64 instructions
 // for it.
@@ -10,6 +13,9 @@ var Table = crc32.MakeTable(crc32.Castagnoli)
 
 // Checksum returns the CRC32C of b.
 func Checksum(b []byte) uint32 { return crc32.Checksum(b, Table) }
+
+// New returns a running CRC32C.
+func New() hash.Hash32 { return crc32.New(Table) }
 
 // castagnoliPoly is the reversed Castagnoli polynomial.
 const castagnoliPoly = 0x82f63b78

@@ -49,6 +49,8 @@ func TestOnCluster(t *testing.T) {
 		{"OutOfOrderOverConcurrentStreams", TestOutOfOrderOverConcurrentStreams},
 		{"LostWakeUp", TestLostWakeUp},
 		{"BadInput", TestBadInput},
+		{"CreateOnStreamThenChunks", TestCreateOnStreamThenChunks},
+		{"ResumeCannotMixInputs", TestResumeCannotMixInputs},
 		// Crashes and races of workers and completers.
 		{"WorkerKilledHoldingClaim", TestWorkerKilledHoldingClaim},
 		{"CompletersRace", TestCompletersRace},

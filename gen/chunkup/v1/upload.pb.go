@@ -131,7 +131,10 @@ type Upload struct {
 	// x-correlation-id request header of CreateUpload, or generated.
 	CorrelationId string `protobuf:"bytes,23,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	// The tenant that owns the upload (empty without authentication).
-	Tenant        string `protobuf:"bytes,24,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,24,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Each chunk received so far, by ascending chunk number (the same numbers as
+	// received_chunks), with the size and CRC32C of the bytes the server holds for it.
+	Chunks        []*ReceivedChunk `protobuf:"bytes,25,rep,name=chunks,proto3" json:"chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -334,6 +337,86 @@ func (x *Upload) GetTenant() string {
 	return ""
 }
 
+func (x *Upload) GetChunks() []*ReceivedChunk {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+// ReceivedChunk is what the server holds for one chunk.
+type ReceivedChunk struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ChunkNumber uint32                 `protobuf:"varint,1,opt,name=chunk_number,json=chunkNumber,proto3" json:"chunk_number,omitempty"`
+	Size        int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// CRC32C (Castagnoli) of the chunk's bytes.
+	Crc32C uint32 `protobuf:"varint,3,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	// True once the chunk is stored in S3 as a part (or as the whole object). Until then
+	// a client may send other bytes for it, which replace the staged ones; after, other
+	// bytes are refused with FAILED_PRECONDITION.
+	Stored        bool `protobuf:"varint,4,opt,name=stored,proto3" json:"stored,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReceivedChunk) Reset() {
+	*x = ReceivedChunk{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReceivedChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReceivedChunk) ProtoMessage() {}
+
+func (x *ReceivedChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReceivedChunk.ProtoReflect.Descriptor instead.
+func (*ReceivedChunk) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ReceivedChunk) GetChunkNumber() uint32 {
+	if x != nil {
+		return x.ChunkNumber
+	}
+	return 0
+}
+
+func (x *ReceivedChunk) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ReceivedChunk) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *ReceivedChunk) GetStored() bool {
+	if x != nil {
+		return x.Stored
+	}
+	return false
+}
+
 type CreateUploadRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// An id chosen by the client that makes CreateUpload idempotent. Optional.
@@ -347,14 +430,24 @@ type CreateUploadRequest struct {
 	// stay within S3's 10,000 parts. Unset means unknown (e.g. a stream from stdin).
 	ExpectedSize *int64 `protobuf:"varint,5,opt,name=expected_size,json=expectedSize,proto3,oneof" json:"expected_size,omitempty"`
 	// Custom metadata stored with the upload and reported in events.
-	Metadata      map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Metadata map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The chunk size the client wants, so that it can send data in the same message as
+	// the create (UploadChunkRequest.create) without waiting for the server's choice.
+	// Accepted when S3's part rules allow it: at least 5 MiB (5242880 bytes), at most the
+	// server's maximum chunk size (64 MiB unless configured otherwise), and large enough
+	// that expected_size needs at most 10,000 chunks; otherwise the create fails with
+	// INVALID_ARGUMENT naming the sizes allowed. Zero lets the server choose: its default
+	// chunk size (8 MiB unless configured otherwise) or, when expected_size would need
+	// more than 10,000 such chunks, expected_size / 10,000 rounded up to a whole MiB.
+	// An upload that fits in one chunk of the chosen size is stored with one PutObject.
+	ChunkSize     int64 `protobuf:"varint,7,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateUploadRequest) Reset() {
 	*x = CreateUploadRequest{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[1]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -366,7 +459,7 @@ func (x *CreateUploadRequest) String() string {
 func (*CreateUploadRequest) ProtoMessage() {}
 
 func (x *CreateUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[1]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -379,7 +472,7 @@ func (x *CreateUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUploadRequest.ProtoReflect.Descriptor instead.
 func (*CreateUploadRequest) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{1}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CreateUploadRequest) GetClientNodeId() string {
@@ -424,6 +517,13 @@ func (x *CreateUploadRequest) GetMetadata() map[string]string {
 	return nil
 }
 
+func (x *CreateUploadRequest) GetChunkSize() int64 {
+	if x != nil {
+		return x.ChunkSize
+	}
+	return 0
+}
+
 type CreateUploadResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Upload        *Upload                `protobuf:"bytes,1,opt,name=upload,proto3" json:"upload,omitempty"`
@@ -433,7 +533,7 @@ type CreateUploadResponse struct {
 
 func (x *CreateUploadResponse) Reset() {
 	*x = CreateUploadResponse{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[2]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +545,7 @@ func (x *CreateUploadResponse) String() string {
 func (*CreateUploadResponse) ProtoMessage() {}
 
 func (x *CreateUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[2]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +558,7 @@ func (x *CreateUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUploadResponse.ProtoReflect.Descriptor instead.
 func (*CreateUploadResponse) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{2}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateUploadResponse) GetUpload() *Upload {
@@ -470,8 +570,10 @@ func (x *CreateUploadResponse) GetUpload() *Upload {
 
 type UploadChunkRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The upload the chunk belongs to. May be empty only after a create request on the
-	// same stream, which then applies.
+	// The upload the chunk belongs to. On a stream whose first message was a create
+	// request, it may be left empty (the created upload applies) and must not name
+	// another upload (INVALID_ARGUMENT). On other streams it is required, and one stream
+	// may carry chunks of several uploads.
 	UploadId string `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
 	// The chunk's number, from 1.
 	ChunkNumber uint32 `protobuf:"varint,2,opt,name=chunk_number,json=chunkNumber,proto3" json:"chunk_number,omitempty"`
@@ -490,7 +592,7 @@ type UploadChunkRequest struct {
 
 func (x *UploadChunkRequest) Reset() {
 	*x = UploadChunkRequest{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[3]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -502,7 +604,7 @@ func (x *UploadChunkRequest) String() string {
 func (*UploadChunkRequest) ProtoMessage() {}
 
 func (x *UploadChunkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[3]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -515,7 +617,7 @@ func (x *UploadChunkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadChunkRequest.ProtoReflect.Descriptor instead.
 func (*UploadChunkRequest) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{3}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *UploadChunkRequest) GetUploadId() string {
@@ -577,7 +679,7 @@ type UploadChunkResponse struct {
 
 func (x *UploadChunkResponse) Reset() {
 	*x = UploadChunkResponse{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[4]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -589,7 +691,7 @@ func (x *UploadChunkResponse) String() string {
 func (*UploadChunkResponse) ProtoMessage() {}
 
 func (x *UploadChunkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[4]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -602,7 +704,7 @@ func (x *UploadChunkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadChunkResponse.ProtoReflect.Descriptor instead.
 func (*UploadChunkResponse) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{4}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *UploadChunkResponse) GetUploadId() string {
@@ -649,7 +751,7 @@ type GetUploadRequest struct {
 
 func (x *GetUploadRequest) Reset() {
 	*x = GetUploadRequest{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[5]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +763,7 @@ func (x *GetUploadRequest) String() string {
 func (*GetUploadRequest) ProtoMessage() {}
 
 func (x *GetUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[5]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +776,7 @@ func (x *GetUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUploadRequest.ProtoReflect.Descriptor instead.
 func (*GetUploadRequest) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{5}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetUploadRequest) GetUploadId() string {
@@ -693,7 +795,7 @@ type GetUploadResponse struct {
 
 func (x *GetUploadResponse) Reset() {
 	*x = GetUploadResponse{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[6]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +807,7 @@ func (x *GetUploadResponse) String() string {
 func (*GetUploadResponse) ProtoMessage() {}
 
 func (x *GetUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[6]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +820,7 @@ func (x *GetUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUploadResponse.ProtoReflect.Descriptor instead.
 func (*GetUploadResponse) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{6}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetUploadResponse) GetUpload() *Upload {
@@ -739,7 +841,7 @@ type AbortUploadRequest struct {
 
 func (x *AbortUploadRequest) Reset() {
 	*x = AbortUploadRequest{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[7]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +853,7 @@ func (x *AbortUploadRequest) String() string {
 func (*AbortUploadRequest) ProtoMessage() {}
 
 func (x *AbortUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[7]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +866,7 @@ func (x *AbortUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUploadRequest.ProtoReflect.Descriptor instead.
 func (*AbortUploadRequest) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{7}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AbortUploadRequest) GetUploadId() string {
@@ -790,7 +892,7 @@ type AbortUploadResponse struct {
 
 func (x *AbortUploadResponse) Reset() {
 	*x = AbortUploadResponse{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[8]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +904,7 @@ func (x *AbortUploadResponse) String() string {
 func (*AbortUploadResponse) ProtoMessage() {}
 
 func (x *AbortUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[8]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +917,7 @@ func (x *AbortUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUploadResponse.ProtoReflect.Descriptor instead.
 func (*AbortUploadResponse) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{8}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AbortUploadResponse) GetUpload() *Upload {
@@ -834,7 +936,7 @@ type WatchUploadRequest struct {
 
 func (x *WatchUploadRequest) Reset() {
 	*x = WatchUploadRequest{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[9]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +948,7 @@ func (x *WatchUploadRequest) String() string {
 func (*WatchUploadRequest) ProtoMessage() {}
 
 func (x *WatchUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[9]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +961,7 @@ func (x *WatchUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchUploadRequest.ProtoReflect.Descriptor instead.
 func (*WatchUploadRequest) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{9}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WatchUploadRequest) GetUploadId() string {
@@ -879,7 +981,7 @@ type WatchUploadResponse struct {
 
 func (x *WatchUploadResponse) Reset() {
 	*x = WatchUploadResponse{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[10]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +993,7 @@ func (x *WatchUploadResponse) String() string {
 func (*WatchUploadResponse) ProtoMessage() {}
 
 func (x *WatchUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[10]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1006,7 @@ func (x *WatchUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchUploadResponse.ProtoReflect.Descriptor instead.
 func (*WatchUploadResponse) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{10}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchUploadResponse) GetProgress() *UploadProgress {
@@ -943,7 +1045,7 @@ type UploadProgress struct {
 
 func (x *UploadProgress) Reset() {
 	*x = UploadProgress{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[11]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1057,7 @@ func (x *UploadProgress) String() string {
 func (*UploadProgress) ProtoMessage() {}
 
 func (x *UploadProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[11]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1070,7 @@ func (x *UploadProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadProgress.ProtoReflect.Descriptor instead.
 func (*UploadProgress) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{11}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UploadProgress) GetUploadId() string {
@@ -1067,7 +1169,7 @@ var File_chunkup_v1_upload_proto protoreflect.FileDescriptor
 const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\n" +
 	"\x17chunkup/v1/upload.proto\x12\n" +
-	"chunkup.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\a\n" +
+	"chunkup.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe0\a\n" +
 	"\x06Upload\x12\x1b\n" +
 	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.chunkup.v1.UploadStateR\x05state\x12\x16\n" +
@@ -1096,17 +1198,25 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"updateTime\x12?\n" +
 	"\rcomplete_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12%\n" +
 	"\x0ecorrelation_id\x18\x17 \x01(\tR\rcorrelationId\x12\x16\n" +
-	"\x06tenant\x18\x18 \x01(\tR\x06tenant\x1a;\n" +
+	"\x06tenant\x18\x18 \x01(\tR\x06tenant\x121\n" +
+	"\x06chunks\x18\x19 \x03(\v2\x19.chunkup.v1.ReceivedChunkR\x06chunks\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc8\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"v\n" +
+	"\rReceivedChunk\x12!\n" +
+	"\fchunk_number\x18\x01 \x01(\rR\vchunkNumber\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\x12\x16\n" +
+	"\x06stored\x18\x04 \x01(\bR\x06stored\"\xe7\x02\n" +
 	"\x13CreateUploadRequest\x12$\n" +
 	"\x0eclient_node_id\x18\x01 \x01(\tR\fclientNodeId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12!\n" +
 	"\fcontent_type\x18\x04 \x01(\tR\vcontentType\x12(\n" +
 	"\rexpected_size\x18\x05 \x01(\x03H\x00R\fexpectedSize\x88\x01\x01\x12I\n" +
-	"\bmetadata\x18\x06 \x03(\v2-.chunkup.v1.CreateUploadRequest.MetadataEntryR\bmetadata\x1a;\n" +
+	"\bmetadata\x18\x06 \x03(\v2-.chunkup.v1.CreateUploadRequest.MetadataEntryR\bmetadata\x12\x1d\n" +
+	"\n" +
+	"chunk_size\x18\a \x01(\x03R\tchunkSize\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x10\n" +
@@ -1184,55 +1294,57 @@ func file_chunkup_v1_upload_proto_rawDescGZIP() []byte {
 }
 
 var file_chunkup_v1_upload_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_chunkup_v1_upload_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_chunkup_v1_upload_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_chunkup_v1_upload_proto_goTypes = []any{
 	(UploadState)(0),              // 0: chunkup.v1.UploadState
 	(*Upload)(nil),                // 1: chunkup.v1.Upload
-	(*CreateUploadRequest)(nil),   // 2: chunkup.v1.CreateUploadRequest
-	(*CreateUploadResponse)(nil),  // 3: chunkup.v1.CreateUploadResponse
-	(*UploadChunkRequest)(nil),    // 4: chunkup.v1.UploadChunkRequest
-	(*UploadChunkResponse)(nil),   // 5: chunkup.v1.UploadChunkResponse
-	(*GetUploadRequest)(nil),      // 6: chunkup.v1.GetUploadRequest
-	(*GetUploadResponse)(nil),     // 7: chunkup.v1.GetUploadResponse
-	(*AbortUploadRequest)(nil),    // 8: chunkup.v1.AbortUploadRequest
-	(*AbortUploadResponse)(nil),   // 9: chunkup.v1.AbortUploadResponse
-	(*WatchUploadRequest)(nil),    // 10: chunkup.v1.WatchUploadRequest
-	(*WatchUploadResponse)(nil),   // 11: chunkup.v1.WatchUploadResponse
-	(*UploadProgress)(nil),        // 12: chunkup.v1.UploadProgress
-	nil,                           // 13: chunkup.v1.Upload.MetadataEntry
-	nil,                           // 14: chunkup.v1.CreateUploadRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*ReceivedChunk)(nil),         // 2: chunkup.v1.ReceivedChunk
+	(*CreateUploadRequest)(nil),   // 3: chunkup.v1.CreateUploadRequest
+	(*CreateUploadResponse)(nil),  // 4: chunkup.v1.CreateUploadResponse
+	(*UploadChunkRequest)(nil),    // 5: chunkup.v1.UploadChunkRequest
+	(*UploadChunkResponse)(nil),   // 6: chunkup.v1.UploadChunkResponse
+	(*GetUploadRequest)(nil),      // 7: chunkup.v1.GetUploadRequest
+	(*GetUploadResponse)(nil),     // 8: chunkup.v1.GetUploadResponse
+	(*AbortUploadRequest)(nil),    // 9: chunkup.v1.AbortUploadRequest
+	(*AbortUploadResponse)(nil),   // 10: chunkup.v1.AbortUploadResponse
+	(*WatchUploadRequest)(nil),    // 11: chunkup.v1.WatchUploadRequest
+	(*WatchUploadResponse)(nil),   // 12: chunkup.v1.WatchUploadResponse
+	(*UploadProgress)(nil),        // 13: chunkup.v1.UploadProgress
+	nil,                           // 14: chunkup.v1.Upload.MetadataEntry
+	nil,                           // 15: chunkup.v1.CreateUploadRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 }
 var file_chunkup_v1_upload_proto_depIdxs = []int32{
 	0,  // 0: chunkup.v1.Upload.state:type_name -> chunkup.v1.UploadState
-	13, // 1: chunkup.v1.Upload.metadata:type_name -> chunkup.v1.Upload.MetadataEntry
-	15, // 2: chunkup.v1.Upload.create_time:type_name -> google.protobuf.Timestamp
-	15, // 3: chunkup.v1.Upload.update_time:type_name -> google.protobuf.Timestamp
-	15, // 4: chunkup.v1.Upload.complete_time:type_name -> google.protobuf.Timestamp
-	14, // 5: chunkup.v1.CreateUploadRequest.metadata:type_name -> chunkup.v1.CreateUploadRequest.MetadataEntry
-	1,  // 6: chunkup.v1.CreateUploadResponse.upload:type_name -> chunkup.v1.Upload
-	2,  // 7: chunkup.v1.UploadChunkRequest.create:type_name -> chunkup.v1.CreateUploadRequest
-	1,  // 8: chunkup.v1.UploadChunkResponse.upload:type_name -> chunkup.v1.Upload
-	1,  // 9: chunkup.v1.GetUploadResponse.upload:type_name -> chunkup.v1.Upload
-	1,  // 10: chunkup.v1.AbortUploadResponse.upload:type_name -> chunkup.v1.Upload
-	12, // 11: chunkup.v1.WatchUploadResponse.progress:type_name -> chunkup.v1.UploadProgress
-	0,  // 12: chunkup.v1.UploadProgress.state:type_name -> chunkup.v1.UploadState
-	15, // 13: chunkup.v1.UploadProgress.update_time:type_name -> google.protobuf.Timestamp
-	2,  // 14: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
-	4,  // 15: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
-	6,  // 16: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
-	8,  // 17: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
-	10, // 18: chunkup.v1.UploadService.WatchUpload:input_type -> chunkup.v1.WatchUploadRequest
-	3,  // 19: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
-	5,  // 20: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
-	7,  // 21: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
-	9,  // 22: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
-	11, // 23: chunkup.v1.UploadService.WatchUpload:output_type -> chunkup.v1.WatchUploadResponse
-	19, // [19:24] is the sub-list for method output_type
-	14, // [14:19] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	14, // 1: chunkup.v1.Upload.metadata:type_name -> chunkup.v1.Upload.MetadataEntry
+	16, // 2: chunkup.v1.Upload.create_time:type_name -> google.protobuf.Timestamp
+	16, // 3: chunkup.v1.Upload.update_time:type_name -> google.protobuf.Timestamp
+	16, // 4: chunkup.v1.Upload.complete_time:type_name -> google.protobuf.Timestamp
+	2,  // 5: chunkup.v1.Upload.chunks:type_name -> chunkup.v1.ReceivedChunk
+	15, // 6: chunkup.v1.CreateUploadRequest.metadata:type_name -> chunkup.v1.CreateUploadRequest.MetadataEntry
+	1,  // 7: chunkup.v1.CreateUploadResponse.upload:type_name -> chunkup.v1.Upload
+	3,  // 8: chunkup.v1.UploadChunkRequest.create:type_name -> chunkup.v1.CreateUploadRequest
+	1,  // 9: chunkup.v1.UploadChunkResponse.upload:type_name -> chunkup.v1.Upload
+	1,  // 10: chunkup.v1.GetUploadResponse.upload:type_name -> chunkup.v1.Upload
+	1,  // 11: chunkup.v1.AbortUploadResponse.upload:type_name -> chunkup.v1.Upload
+	13, // 12: chunkup.v1.WatchUploadResponse.progress:type_name -> chunkup.v1.UploadProgress
+	0,  // 13: chunkup.v1.UploadProgress.state:type_name -> chunkup.v1.UploadState
+	16, // 14: chunkup.v1.UploadProgress.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 15: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
+	5,  // 16: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
+	7,  // 17: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
+	9,  // 18: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
+	11, // 19: chunkup.v1.UploadService.WatchUpload:input_type -> chunkup.v1.WatchUploadRequest
+	4,  // 20: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
+	6,  // 21: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
+	8,  // 22: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
+	10, // 23: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
+	12, // 24: chunkup.v1.UploadService.WatchUpload:output_type -> chunkup.v1.WatchUploadResponse
+	20, // [20:25] is the sub-list for method output_type
+	15, // [15:20] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_chunkup_v1_upload_proto_init() }
@@ -1240,15 +1352,15 @@ func file_chunkup_v1_upload_proto_init() {
 	if File_chunkup_v1_upload_proto != nil {
 		return
 	}
-	file_chunkup_v1_upload_proto_msgTypes[1].OneofWrappers = []any{}
-	file_chunkup_v1_upload_proto_msgTypes[3].OneofWrappers = []any{}
+	file_chunkup_v1_upload_proto_msgTypes[2].OneofWrappers = []any{}
+	file_chunkup_v1_upload_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkup_v1_upload_proto_rawDesc), len(file_chunkup_v1_upload_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,10 +34,13 @@ const (
 //
 // A client creates an upload (or sends the create request as the first message of
 // UploadChunk), then streams chunks numbered from 1. Every chunk except the last must
-// be exactly `chunk_size` bytes, the size the server chose and returned in `Upload`.
-// Each chunk is acknowledged once it is durably staged; acknowledged chunks are never
-// lost. To resume after a broken stream, call GetUpload and send only the chunks that
-// are not in `received_chunks`.
+// be exactly `chunk_size` bytes: the size the client proposed in the create request, or
+// else the one the server chose, returned in `Upload` (see
+// CreateUploadRequest.chunk_size for the rule). Each chunk is acknowledged once it is
+// durably staged; acknowledged chunks are never lost. To resume after a broken stream,
+// call GetUpload and send the chunks that are not in `received_chunks`; `chunks` gives
+// the size and CRC32C of each chunk the server holds, so a client can check that its
+// input is the one it is resuming before it skips them.
 type UploadServiceClient interface {
 	// CreateUpload starts an upload. It is idempotent on `client_node_id`: the same id
 	// returns the same upload.
@@ -133,10 +136,13 @@ type UploadService_WatchUploadClient = grpc.ServerStreamingClient[WatchUploadRes
 //
 // A client creates an upload (or sends the create request as the first message of
 // UploadChunk), then streams chunks numbered from 1. Every chunk except the last must
-// be exactly `chunk_size` bytes, the size the server chose and returned in `Upload`.
-// Each chunk is acknowledged once it is durably staged; acknowledged chunks are never
-// lost. To resume after a broken stream, call GetUpload and send only the chunks that
-// are not in `received_chunks`.
+// be exactly `chunk_size` bytes: the size the client proposed in the create request, or
+// else the one the server chose, returned in `Upload` (see
+// CreateUploadRequest.chunk_size for the rule). Each chunk is acknowledged once it is
+// durably staged; acknowledged chunks are never lost. To resume after a broken stream,
+// call GetUpload and send the chunks that are not in `received_chunks`; `chunks` gives
+// the size and CRC32C of each chunk the server holds, so a client can check that its
+// input is the one it is resuming before it skips them.
 type UploadServiceServer interface {
 	// CreateUpload starts an upload. It is idempotent on `client_node_id`: the same id
 	// returns the same upload.

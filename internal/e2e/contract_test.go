@@ -1,0 +1,271 @@
+package e2e
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chunkup/chunkup/client"
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/crc"
+)
+
+// TestCreateOnStreamThenChunks drives the generated stubs as a client written from the
+// proto alone would: the first message creates the upload with a chunk size of its own
+// and carries chunk 1; the next messages leave upload_id empty. The object is exact.
+func TestCreateOnStreamThenChunks(t *testing.T) {
+	e := newEnv(t)
+	a := e.start(t, e.config())
+	api := e.client(t, a).API()
+	const cs = 5 * MiB
+	data := randomBytes(2*cs+777, 41)
+	stream, err := api.UploadChunk(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := &chunkupv1.UploadChunkRequest{
+		Create:      &chunkupv1.CreateUploadRequest{Name: "three.bin", ExpectedSize: proto.Int64(int64(len(data))), ChunkSize: cs},
+		ChunkNumber: 1, Data: data[:cs], Crc32C: proto.Uint32(crc.Checksum(data[:cs])),
+	}
+	if err := stream.Send(first); err != nil {
+		t.Fatal(err)
+	}
+	created, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.GetUpload().GetUploadId()
+	if id == "" || created.Upload.ChunkSize != cs || created.Upload.TotalChunks != 3 {
+		t.Fatalf("create on stream answered %v; want the new upload with chunk_size %d and 3 chunks", created, cs)
+	}
+	if ack, err := stream.Recv(); err != nil || ack.ChunkNumber != 1 || ack.UploadId != id {
+		t.Fatalf("ack of chunk 1: %v %v", ack, err)
+	}
+	for n, part := range [][]byte{data[cs : 2*cs], data[2*cs:]} {
+		if err := stream.Send(&chunkupv1.UploadChunkRequest{ChunkNumber: uint32(n + 2), Data: part}); err != nil {
+			t.Fatal(err)
+		}
+		ack, err := stream.Recv()
+		if err != nil || ack.ChunkNumber != uint32(n+2) || ack.UploadId != id || ack.Crc32C != crc.Checksum(part) {
+			t.Fatalf("ack of chunk %d: %v %v", n+2, ack, err)
+		}
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("stream end: %v, want EOF", err)
+	}
+	up, err := e.client(t, a).Wait(ctx(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.requireExact(t, up, data)
+}
+
+// TestStreamAfterCreateCarriesOnlyItsUpload: a stream that created an upload refuses a
+// chunk naming another one, and that other upload stays as it was.
+func TestStreamAfterCreateCarriesOnlyItsUpload(t *testing.T) {
+	e := newEnv(t)
+	a := e.start(t, e.config("api"))
+	api := e.client(t, a).API()
+	other, err := api.CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := api.UploadChunk(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&chunkupv1.UploadChunkRequest{Create: &chunkupv1.CreateUploadRequest{}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.Send(&chunkupv1.UploadChunkRequest{UploadId: other.Upload.UploadId, ChunkNumber: 1, Data: []byte("x"), IsLast: true})
+	_, err = stream.Recv()
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "stream of their own") {
+		t.Fatalf("chunk of another upload on a create stream: %v, want INVALID_ARGUMENT saying to use a stream of its own", err)
+	}
+	if got := getUpload(t, e.client(t, a), other.Upload.UploadId); len(got.ReceivedChunks) != 0 {
+		t.Fatalf("the other upload received %v", got.ReceivedChunks)
+	}
+}
+
+// TestProposedChunkSize: a chunk size the client proposes is taken when S3's part rules
+// allow it, and refused with the sizes that are allowed otherwise.
+func TestProposedChunkSize(t *testing.T) {
+	e := newEnv(t)
+	a := e.start(t, e.config("api"))
+	api := e.client(t, a).API()
+	for _, tc := range []struct {
+		name     string
+		expected *int64
+		proposed int64
+		code     codes.Code
+		want     string // chunk size, or part of the message
+	}{
+		{"6 MiB", proto.Int64(100 * MiB), 6 * MiB, codes.OK, ""},
+		{"exactly 5 MiB, size unknown", nil, 5 * MiB, codes.OK, ""},
+		{"under S3's minimum part", proto.Int64(100 * MiB), MiB, codes.InvalidArgument, "use 5242880 to 67108864 bytes"},
+		{"over the server's maximum", nil, 65 * MiB, codes.InvalidArgument, "maximum chunk size is 67108864"},
+		{"too small for 10,000 parts", proto.Int64(100_000 * MiB), 8 * MiB, codes.InvalidArgument, "use 10485760 to"},
+		{"negative", nil, -1, codes.InvalidArgument, "must not be negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := api.CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{ExpectedSize: tc.expected, ChunkSize: tc.proposed})
+			if status.Code(err) != tc.code {
+				t.Fatalf("create: %v, want %v", err, tc.code)
+			}
+			if err != nil {
+				if !strings.Contains(status.Convert(err).Message(), tc.want) {
+					t.Fatalf("message %q does not say %q", status.Convert(err).Message(), tc.want)
+				}
+				return
+			}
+			if r.Upload.ChunkSize != tc.proposed {
+				t.Fatalf("chunk_size %d, want the proposed %d", r.Upload.ChunkSize, tc.proposed)
+			}
+		})
+	}
+}
+
+// TestClientNodeIDConflict: the same create under one client_node_id returns the same
+// upload; another create under it is ALREADY_EXISTS and names what differs.
+func TestClientNodeIDConflict(t *testing.T) {
+	e := newEnv(t)
+	a := e.start(t, e.config("api"))
+	api := e.client(t, a).API()
+	base := &chunkupv1.CreateUploadRequest{ClientNodeId: "node-1", Key: "docs/a.pdf", Name: "a.pdf",
+		ContentType: "application/pdf", ExpectedSize: proto.Int64(10), Metadata: map[string]string{"k": "v"}}
+	first, err := api.CreateUpload(ctx(t), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := api.CreateUpload(ctx(t), base)
+	if err != nil || again.Upload.UploadId != first.Upload.UploadId {
+		t.Fatalf("repeated create: %v %v, want upload %s", again, err, first.Upload.UploadId)
+	}
+	for _, tc := range []struct {
+		field  string
+		change func(*chunkupv1.CreateUploadRequest)
+	}{
+		{"key", func(r *chunkupv1.CreateUploadRequest) { r.Key = "docs/b.pdf" }},
+		{"expected_size", func(r *chunkupv1.CreateUploadRequest) { r.ExpectedSize = proto.Int64(11) }},
+		{"name", func(r *chunkupv1.CreateUploadRequest) { r.Name = "b.pdf" }},
+		{"content_type", func(r *chunkupv1.CreateUploadRequest) { r.ContentType = "image/png" }},
+		{"metadata", func(r *chunkupv1.CreateUploadRequest) { r.Metadata = map[string]string{"k": "w"} }},
+		{"chunk_size", func(r *chunkupv1.CreateUploadRequest) { r.ChunkSize = 6 * MiB }},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			req := proto.Clone(base).(*chunkupv1.CreateUploadRequest)
+			tc.change(req)
+			_, err := api.CreateUpload(ctx(t), req)
+			if status.Code(err) != codes.AlreadyExists || !strings.Contains(status.Convert(err).Message(), "another "+tc.field) {
+				t.Fatalf("create with another %s: %v, want ALREADY_EXISTS naming it", tc.field, err)
+			}
+		})
+	}
+}
+
+// TestResumeCannotMixInputs resumes uploads with inputs other than theirs: the result
+// is either refused (a MismatchError, the upload unchanged) or an object exactly equal
+// to the new input, never a mix of the two.
+func TestResumeCannotMixInputs(t *testing.T) {
+	e := newEnv(t)
+	size := 2*chunk + 1000
+	fileA, fileB := randomBytes(size, 51), randomBytes(size, 52)
+
+	t.Run("staged chunks are replaced", func(t *testing.T) {
+		api := e.start(t, e.config("api")) // no worker: chunk 1 stays staged
+		c := e.client(t, api)
+		up := createAndSend(t, c, fileA, 1)
+		api.Stop()
+		full := e.start(t, e.config())
+		got, err := e.client(t, full).Upload(ctx(t), reader(fileB), client.WithResume(up.UploadId), client.WithSize(int64(size)))
+		if err != nil {
+			t.Fatalf("resume with another file whose chunks are only staged: %v", err)
+		}
+		e.requireExact(t, got, fileB)
+	})
+
+	full := e.start(t, e.config())
+	c := e.client(t, full)
+	t.Run("stored chunks refuse", func(t *testing.T) {
+		up := createAndSend(t, c, fileA, 1, 2)
+		waitFor(t, "chunks stored in S3", func() bool { return getUpload(t, c, up.UploadId).UploadedChunks == 2 })
+		_, err := c.Upload(ctx(t), reader(fileB), client.WithResume(up.UploadId), client.WithSize(int64(size)))
+		var mm *client.MismatchError
+		if !errors.As(err, &mm) || !strings.Contains(err.Error(), "chunk 1 is stored") {
+			t.Fatalf("resume with another file over stored chunks: %v, want a MismatchError naming chunk 1", err)
+		}
+		if got := getUpload(t, c, up.UploadId); got.State != chunkupv1.UploadState_UPLOAD_STATE_ACTIVE || len(got.ReceivedChunks) != 2 {
+			t.Fatalf("after the refused resume: %v with chunks %v; want it ACTIVE with the 2 chunks it had", got.State, got.ReceivedChunks)
+		}
+		done, err := c.Upload(ctx(t), reader(fileA), client.WithResume(up.UploadId), client.WithSize(int64(size)))
+		if err != nil {
+			t.Fatalf("resume with the right file: %v", err)
+		}
+		e.requireExact(t, done, fileA)
+	})
+	t.Run("another size refuses", func(t *testing.T) {
+		up := createAndSend(t, c, fileA, 1)
+		_, err := c.Upload(ctx(t), reader(fileA[:size-1]), client.WithResume(up.UploadId), client.WithSize(int64(size-1)))
+		var mm *client.MismatchError
+		if !errors.As(err, &mm) {
+			t.Fatalf("resume with a shorter file: %v, want a MismatchError", err)
+		}
+	})
+	t.Run("completed upload refuses another file", func(t *testing.T) {
+		up, err := c.Upload(ctx(t), reader(fileA), client.WithSize(int64(size)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Upload(ctx(t), reader(fileB), client.WithResume(up.UploadId))
+		var mm *client.MismatchError
+		if !errors.As(err, &mm) || !strings.Contains(err.Error(), "COMPLETED") {
+			t.Fatalf("resume of a completed upload with another file: %v, want a MismatchError", err)
+		}
+		if _, err := c.Upload(ctx(t), reader(fileA), client.WithResume(up.UploadId)); err != nil {
+			t.Fatalf("resume of a completed upload with its own file: %v", err)
+		}
+	})
+}
+
+// createAndSend creates an upload for data and sends only the chunks numbered ns
+// through the raw stub.
+func createAndSend(t *testing.T, c *client.Client, data []byte, ns ...uint32) *chunkupv1.Upload {
+	t.Helper()
+	r, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(int64(len(data)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := r.Upload
+	stream, err := c.API().UploadChunk(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ns {
+		lo := int64(n-1) * up.ChunkSize
+		hi := min(lo+up.ChunkSize, int64(len(data)))
+		if err := stream.Send(&chunkupv1.UploadChunkRequest{UploadId: up.UploadId, ChunkNumber: n, Data: data[lo:hi]}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatalf("chunk %d: %v", n, err)
+		}
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("stream end: %v", err)
+	}
+	return up
+}
