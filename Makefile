@@ -15,8 +15,9 @@ CACHE ?= $(or $(CHUNKUP_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/chunkup)
 export CHUNKUP_CACHE := $(CACHE)
 BIN := $(CACHE)/bin
 
-# Pinned tool versions. MINIO_VERSION must match testenv.MinIOVersion.
-MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
+# Pinned tool versions. MinIO's is pinned in one place, internal/testenv/minio.version,
+# which testenv (the tests' own build of MinIO) reads too.
+MINIO_VERSION := $(shell cat internal/testenv/minio.version)
 BUF_VERSION := v1.73.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
@@ -87,10 +88,10 @@ deps-minio:
 test: deps
 	$(GO) test -race -timeout 30m $(GO_TEST_FLAGS) ./...
 
-## chaos: the fault-injection suite (internal/chaos, build tag chaos): kill -9 of
+## chaos: the fault-injection suite (test/chaos, build tag chaos): kill -9 of
 ## server, worker and completer processes, Redis restarted, MinIO and Kafka stopped
 chaos: deps
-	$(GO) test -race -tags chaos -timeout 20m -v $(GO_TEST_FLAGS) ./internal/chaos/
+	$(GO) test -race -tags chaos -timeout 20m -v $(GO_TEST_FLAGS) ./test/chaos/
 
 ## bench: chunkup against direct S3 uploads (bench/, about 4 minutes): a table of
 ## ratios, also written to bench-results.json. BENCH_FLAGS passes flags (go run ./bench -h).

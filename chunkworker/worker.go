@@ -7,7 +7,6 @@
 package chunkworker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,43 +15,42 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/internal/retry"
+	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/uploads"
 )
 
-// S3API is the part of the S3 client a worker uses.
-type S3API interface {
-	PutObject(ctx context.Context, in *s3.PutObjectInput, opts ...func(*s3.Options)) (*s3.PutObjectOutput, error)
-	CreateMultipartUpload(ctx context.Context, in *s3.CreateMultipartUploadInput, opts ...func(*s3.Options)) (*s3.CreateMultipartUploadOutput, error)
-	UploadPart(ctx context.Context, in *s3.UploadPartInput, opts ...func(*s3.Options)) (*s3.UploadPartOutput, error)
-	AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, opts ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error)
-	DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, opts ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
+// Objects is the part of the S3 store a worker uses.
+type Objects interface {
+	Put(ctx context.Context, bucket, key, ct string, data []byte) (string, error)
+	CreateMultipart(ctx context.Context, bucket, key, ct string) (string, error)
+	UploadPart(ctx context.Context, bucket, key, uploadID string, n uint32, data []byte) (string, error)
+	Abort(ctx context.Context, bucket, key, uploadID string) error
+	Delete(ctx context.Context, bucket, key string) error
 }
 
-var _ S3API = (*s3.Client)(nil)
+var _ Objects = (*s3store.Store)(nil)
 
-// Store is the part of the staging store a worker uses.
+// Store is the part of the uploads store a worker uses (its Chunks view).
 type Store interface {
 	Now() time.Time
-	SubscribeChunks(ctx context.Context) *staging.Subscription
-	DuePending(ctx context.Context, limit int64) ([]staging.ChunkRef, error)
-	Claim(ctx context.Context, ref staging.ChunkRef, token string, lease time.Duration) (staging.Claim, error)
-	ChunkData(ctx context.Context, ref staging.ChunkRef, lease time.Duration) ([]byte, error)
+	Listen(ctx context.Context) *staging.Subscription
+	Due(ctx context.Context, limit int64) ([]staging.ChunkRef, error)
+	Claim(ctx context.Context, ref staging.ChunkRef, token string, lease time.Duration) (uploads.Claim, error)
+	Data(ctx context.Context, ref staging.ChunkRef, lease time.Duration) ([]byte, error)
+	Hold(ctx context.Context, ref staging.ChunkRef, lease time.Duration) error
 	Renew(ctx context.Context, ref staging.ChunkRef, token string, lease time.Duration) (bool, error)
 	Release(ctx context.Context, ref staging.ChunkRef, token string, retryAt time.Time) error
+	Drop(ctx context.Context, ref staging.ChunkRef) error
 	NoteMultipartAttempt(ctx context.Context, id string) error
 	SetMultipart(ctx context.Context, id, multipartID string) (string, error)
-	Record(ctx context.Context, ref staging.ChunkRef, token, etag string, crc uint32, size int64) (staging.RecordOutcome, bool, error)
-	Defer(ctx context.Context, ref staging.ChunkRef, at time.Time) error
-	DonePending(ctx context.Context, ref staging.ChunkRef) error
-	EnqueueCompletion(ctx context.Context, id string) error
+	Record(ctx context.Context, ref staging.ChunkRef, token, etag string, crc uint32, size int64) (uploads.RecordOutcome, bool, error)
 }
 
-var _ Store = (*staging.Store)(nil)
+var _ Store = (*uploads.Chunks)(nil)
 
 // Ender ends an upload that cannot succeed (see cleanup.Ender).
 type Ender interface {
@@ -87,10 +85,7 @@ type Config struct {
 	// DrainTimeout is how long in-flight uploads may run after Run's context ends before
 	// they are cancelled and their leases released. Zero means 10 s.
 	DrainTimeout time.Duration
-	// OnReady, when set, is called (after the completion is enqueued) when an upload has
-	// all its parts, so an in-process completer can start at once.
-	OnReady func(uploadID string)
-	Logger  *slog.Logger
+	Logger       *slog.Logger
 	// Metrics, when set, records claims and uploaded parts (see internal/metrics).
 	Metrics Metrics
 }
@@ -145,7 +140,7 @@ func (c *Config) setDefaults() {
 type Worker struct {
 	cfg   Config
 	store Store
-	s3    S3API
+	s3    Objects
 	ender Ender
 	work  chan staging.ChunkRef
 	// local carries chunks this process's API has just staged, with their bytes (see
@@ -166,7 +161,7 @@ type Worker struct {
 }
 
 // New returns a Worker.
-func New(store Store, s3c S3API, ender Ender, cfg Config) (*Worker, error) {
+func New(store Store, s3c Objects, ender Ender, cfg Config) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -188,7 +183,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.DrainTimeout, cancelWork) })
 	defer stop()
 
-	ps := w.store.SubscribeChunks(ctx)
+	ps := w.store.Listen(ctx)
 	defer ps.Close()
 
 	var wg sync.WaitGroup
@@ -311,7 +306,7 @@ func (w *Worker) sweepLoop(ctx context.Context) {
 // Sweep offers every chunk whose sweep time has come: chunks whose wake-up was lost,
 // whose worker died, or whose retry is due.
 func (w *Worker) Sweep(ctx context.Context) error {
-	refs, err := w.store.DuePending(ctx, int64(cap(w.work)))
+	refs, err := w.store.Due(ctx, int64(cap(w.work)))
 	if err != nil {
 		return err
 	}
@@ -332,40 +327,23 @@ func (w *Worker) process(ctx context.Context, ref staging.ChunkRef, local *local
 	if w.backingOff(ref) {
 		return
 	}
-	token := staging.NewToken()
+	token := ids.NewToken()
 	c, err := w.store.Claim(ctx, ref, token, w.cfg.Lease)
 	if err != nil {
 		log.Warn("claim chunk", "err", err)
 		return
 	}
-	if c.Outcome != staging.Claimed && c.Outcome != staging.Busy {
+	if c.Outcome != uploads.Claimed && c.Outcome != uploads.Busy {
 		w.clearFailures(ref) // finished or gone elsewhere: nothing to back off from
 	}
 	switch c.Outcome {
-	case staging.AlreadyDone:
-		w.finish(ctx, ref, c.Ready, log)
-		return
-	case staging.Busy:
-		_ = w.store.Defer(ctx, ref, c.Until)
-		return
-	case staging.Gone:
-		_ = w.store.DonePending(ctx, ref)
-		return
-	case staging.Missing:
-		// Not staged (yet): the entry is written before the bytes, and a stage may be in
-		// flight (or retried after a broken one). Dropping the entry now could strand a
-		// chunk that commits a moment later, so look again later; an entry that leads to
-		// nothing (a rejected chunk) goes when its upload ends.
-		_ = w.store.Defer(ctx, ref, w.store.Now().Add(missingRecheck))
-		return
-	case staging.Expired:
+	case uploads.AlreadyDone, uploads.Busy, uploads.Gone, uploads.Missing:
+		return // the store keeps the pending index in step
+	case uploads.Expired:
 		// An acknowledged chunk is gone: the upload can never be exact, so say so.
 		reason := fmt.Sprintf("staged chunk %d expired from Redis before it could be uploaded to S3", ref.N)
 		log.Error("failing upload", "reason", reason)
-		if err := w.ender.End(ctx, ref.UploadID, staging.StatusFailed, reason, ""); err != nil {
-			log.Warn("fail upload", "err", err)
-		}
-		_ = w.store.DonePending(ctx, ref)
+		w.endThenDrop(ctx, ref, reason, log)
 		return
 	}
 
@@ -380,56 +358,44 @@ func (w *Worker) process(ctx context.Context, ref staging.ChunkRef, local *local
 		return
 	}
 	w.clearFailures(ref)
-	outcome, ready, err := w.store.Record(ctx, ref, token, etag, c.CRC32C, c.Size)
+	outcome, _, err := w.store.Record(ctx, ref, token, etag, c.CRC32C, c.Size)
 	if err != nil {
 		log.Warn("record part", "err", err)
-		w.release(ctx, c, time.Time{})
+		if outcome == 0 {
+			w.release(ctx, c, time.Time{})
+		}
 		return
 	}
-	if outcome == staging.Recorded && w.cfg.Metrics != nil {
+	if outcome == uploads.Recorded && w.cfg.Metrics != nil {
 		w.cfg.Metrics.PartUploaded(took)
 	}
 	switch outcome {
-	case staging.Recorded, staging.RecordedBefore:
-		w.finish(ctx, ref, ready, log)
-	case staging.Stale:
-		_ = w.store.Defer(ctx, ref, w.store.Now()) // new bytes arrived: upload them
-	case staging.Ended:
+	case uploads.Ended:
 		if singleObject(c) {
 			// The upload ended while this one-chunk upload's object was being written:
 			// an upload that did not complete leaves no object behind.
-			if _, err := w.s3.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{
-				Bucket: aws.String(c.Bucket), Key: aws.String(c.Key)}); err != nil {
+			if err := w.s3.Delete(context.WithoutCancel(ctx), c.Bucket, c.Key); err != nil {
 				log.Warn("delete the object of an upload that ended meanwhile", "err", err)
 			}
 		}
-		_ = w.store.DonePending(ctx, ref)
-	case staging.LeaseLost:
+	case uploads.LeaseLost:
 		log.Info("lease lost before the part was recorded; another worker has the chunk")
 	}
 }
 
-// finish hands a completed upload to the completers, then drops the chunk from the
-// pending index. In that order: a crash in between leaves the chunk pending, and the
-// next claim finds it done and comes here again.
-func (w *Worker) finish(ctx context.Context, ref staging.ChunkRef, ready bool, log *slog.Logger) {
-	if ready {
-		if err := w.store.EnqueueCompletion(ctx, ref.UploadID); err != nil {
-			log.Warn("enqueue completion", "err", err)
-			return
-		}
-		if w.cfg.OnReady != nil {
-			w.cfg.OnReady(ref.UploadID)
-		}
+// endThenDrop fails ref's upload for reason, then drops ref from the pending index. In
+// that order: a crash in between leaves the chunk pending, and its next claim finds the
+// upload gone.
+func (w *Worker) endThenDrop(ctx context.Context, ref staging.ChunkRef, reason string, log *slog.Logger) {
+	if err := w.ender.End(ctx, ref.UploadID, staging.StatusFailed, reason, ""); err != nil {
+		log.Warn("fail upload", "err", err)
 	}
-	if err := w.store.DonePending(ctx, ref); err != nil {
-		log.Warn("drop pending chunk", "err", err)
-	}
+	_ = w.store.Drop(ctx, ref)
 }
 
 // upload sends a claimed chunk to S3 while keeping its lease alive, and returns the
 // part's (or object's) ETag. Losing the lease cancels the upload.
-func (w *Worker) upload(ctx context.Context, c staging.Claim, local *localChunk) (string, error) {
+func (w *Worker) upload(ctx context.Context, c uploads.Claim, local *localChunk) (string, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	renewDone := make(chan struct{})
 	defer func() {
@@ -460,12 +426,12 @@ func (w *Worker) upload(ctx context.Context, c staging.Claim, local *localChunk)
 		// may have replaced it since; then it is read from Redis like any other). As
 		// reading it would, keep sweeps off it while the lease lasts.
 		data = local.data
-		if err := w.store.Defer(ctx, c.Ref, w.store.Now().Add(w.cfg.Lease)); err != nil {
+		if err := w.store.Hold(ctx, c.Ref, w.cfg.Lease); err != nil {
 			return "", err
 		}
 	} else {
 		var err error
-		if data, err = w.store.ChunkData(ctx, c.Ref, w.cfg.Lease); err != nil {
+		if data, err = w.store.Data(ctx, c.Ref, w.cfg.Lease); err != nil {
 			return "", err
 		}
 		if got := crc.Checksum(data); got != c.CRC32C || int64(len(data)) != c.Size {
@@ -475,14 +441,8 @@ func (w *Worker) upload(ctx context.Context, c staging.Claim, local *localChunk)
 	s3ctx, cancelS3 := context.WithTimeout(ctx, w.cfg.S3Timeout)
 	defer cancelS3()
 	if singleObject(c) {
-		out, err := w.s3.PutObject(s3ctx, &s3.PutObjectInput{
-			Bucket: aws.String(c.Bucket), Key: aws.String(c.Key), Body: bytes.NewReader(data),
-			ContentLength: aws.Int64(int64(len(data))), ContentType: contentType(c.ContentType),
-		})
-		if err != nil {
-			return "", withCause(ctx, fmt.Errorf("put object: %w", err))
-		}
-		return aws.ToString(out.ETag), nil
+		etag, err := w.s3.Put(s3ctx, c.Bucket, c.Key, c.ContentType, data)
+		return etag, withCause(ctx, err)
 	}
 	mpu := c.MultipartID
 	if mpu == "" {
@@ -491,61 +451,43 @@ func (w *Worker) upload(ctx context.Context, c staging.Claim, local *localChunk)
 			return "", withCause(ctx, err)
 		}
 	}
-	out, err := w.s3.UploadPart(s3ctx, &s3.UploadPartInput{
-		Bucket: aws.String(c.Bucket), Key: aws.String(c.Key), UploadId: aws.String(mpu),
-		PartNumber: aws.Int32(int32(c.Ref.N)), Body: bytes.NewReader(data),
-		ContentLength: aws.Int64(int64(len(data))),
-	})
-	if err != nil {
-		return "", withCause(ctx, fmt.Errorf("upload part %d: %w", c.Ref.N, err))
-	}
-	return aws.ToString(out.ETag), nil
+	etag, err := w.s3.UploadPart(s3ctx, c.Bucket, c.Key, mpu, c.Ref.N, data)
+	return etag, withCause(ctx, err)
 }
 
 var errLeaseLost = errors.New("chunk lease lost")
 
 // singleObject reports whether a claimed chunk is a whole one-chunk upload, stored with
 // a single PutObject rather than as a part.
-func singleObject(c staging.Claim) bool { return c.Ref.N == 1 && c.Total == 1 && c.MultipartID == "" }
+func singleObject(c uploads.Claim) bool { return c.Ref.N == 1 && c.Total == 1 && c.MultipartID == "" }
 
 // multipartDecisionWait is how long a worker keeps asking Redis whose multipart upload
 // was recorded before it gives up and aborts its own.
 const multipartDecisionWait = 2 * time.Minute
 
-// missingRecheck is how long a pending chunk whose bytes are not staged waits before it
-// is looked at again.
-const missingRecheck = 30 * time.Second
-
 // withCause replaces a cancellation error by its cause (e.g. a lost lease).
 func withCause(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
 	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 		return fmt.Errorf("%w (%w)", cause, err)
 	}
 	return err
 }
 
-func contentType(ct string) *string {
-	if ct == "" {
-		return nil
-	}
-	return aws.String(ct)
-}
-
 // createMultipart starts the upload's S3 multipart upload. Several workers may race to
 // do so; the first recorded id wins and the others abort theirs.
-func (w *Worker) createMultipart(ctx context.Context, c staging.Claim) (string, error) {
+func (w *Worker) createMultipart(ctx context.Context, c uploads.Claim) (string, error) {
 	// Counted first: should this process die between creating its multipart upload and
 	// recording or aborting it, the completer knows to look for a stray one.
 	if err := w.store.NoteMultipartAttempt(ctx, c.Ref.UploadID); err != nil {
 		return "", fmt.Errorf("count multipart attempt: %w", err)
 	}
-	out, err := w.s3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
-		Bucket: aws.String(c.Bucket), Key: aws.String(c.Key), ContentType: contentType(c.ContentType),
-	})
+	mine, err := w.s3.CreateMultipart(ctx, c.Bucket, c.Key, c.ContentType)
 	if err != nil {
-		return "", fmt.Errorf("create multipart upload: %w", err)
+		return "", err
 	}
-	mine := aws.ToString(out.UploadId)
 	// A failed call may still have recorded ours (a timeout after Redis ran the script),
 	// so ask until Redis answers (it does after an outage) before deciding whose id it
 	// is: aborting ours on a guess could abort the recorded one, and leaving it on a
@@ -573,10 +515,7 @@ func (w *Worker) createMultipart(ctx context.Context, c staging.Claim) (string, 
 		// than leak it (if it was recorded, its upload fails and says why).
 		w.cfg.Logger.Warn("could not record the multipart upload; aborting it", "upload_id", c.Ref.UploadID, "err", err)
 	}
-	_, abortErr := w.s3.AbortMultipartUpload(context.WithoutCancel(ctx), &s3.AbortMultipartUploadInput{
-		Bucket: aws.String(c.Bucket), Key: aws.String(c.Key), UploadId: aws.String(mine),
-	})
-	if abortErr != nil {
+	if abortErr := w.s3.Abort(context.WithoutCancel(ctx), c.Bucket, c.Key, mine); abortErr != nil {
 		w.cfg.Logger.Warn("abort surplus multipart upload", "upload_id", c.Ref.UploadID, "err", abortErr)
 	}
 	return won, err
@@ -584,10 +523,10 @@ func (w *Worker) createMultipart(ctx context.Context, c staging.Claim) (string, 
 
 // failed handles an upload error: a permanent one fails the whole upload with its
 // reason; anything else releases the lease and retries after a backoff.
-func (w *Worker) failed(ctx context.Context, c staging.Claim, err error, log *slog.Logger) {
+func (w *Worker) failed(ctx context.Context, c uploads.Claim, err error, log *slog.Logger) {
 	var se *staging.StateError
 	if errors.As(err, &se) {
-		_ = w.store.DonePending(ctx, c.Ref)
+		_ = w.store.Drop(ctx, c.Ref)
 		return
 	}
 	if errors.Is(err, errLeaseLost) {
@@ -596,21 +535,15 @@ func (w *Worker) failed(ctx context.Context, c staging.Claim, err error, log *sl
 	}
 	if retry.Permanent(err) {
 		log.Error("chunk upload failed permanently; failing the upload", "err", err)
-		if endErr := w.ender.End(ctx, c.Ref.UploadID, staging.StatusFailed, err.Error(), ""); endErr != nil {
-			log.Warn("fail upload", "err", endErr)
-		}
-		_ = w.store.DonePending(ctx, c.Ref)
+		w.endThenDrop(ctx, c.Ref, err.Error(), log)
 		return
 	}
 	f := w.noteFailure(c.Ref)
 	if w.cfg.GiveUpAfter > 0 && w.store.Now().Sub(f.since) >= w.cfg.GiveUpAfter {
 		reason := fmt.Sprintf("chunk %d could not be stored in S3 for %s: %v", c.Ref.N, w.cfg.GiveUpAfter, err)
 		log.Error("giving up on the chunk; failing the upload", "reason", reason)
-		if endErr := w.ender.End(ctx, c.Ref.UploadID, staging.StatusFailed, reason, ""); endErr != nil {
-			log.Warn("fail upload", "err", endErr)
-		}
+		w.endThenDrop(ctx, c.Ref, reason, log)
 		w.clearFailures(c.Ref)
-		_ = w.store.DonePending(ctx, c.Ref)
 		return
 	}
 	n := f.n
@@ -628,7 +561,7 @@ func (w *Worker) failed(ctx context.Context, c staging.Claim, err error, log *sl
 
 // release gives the chunk's lease back (even during shutdown) so it is retried at at,
 // or at once when at is zero.
-func (w *Worker) release(ctx context.Context, c staging.Claim, at time.Time) {
+func (w *Worker) release(ctx context.Context, c uploads.Claim, at time.Time) {
 	if at.IsZero() {
 		at = w.store.Now()
 	}

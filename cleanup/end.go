@@ -11,48 +11,48 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-
-	"github.com/chunkup/chunkup/completion"
+	"github.com/chunkup/chunkup/events"
 	"github.com/chunkup/chunkup/internal/retry"
+	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/uploads"
 )
 
-// S3API is the part of the S3 client that ending an upload needs: aborting its
-// multipart uploads (the recorded one, and any other left for its key, which it lists)
-// and deleting an object a one-chunk upload wrote.
-type S3API interface {
-	AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, opts ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error)
-	ListMultipartUploads(ctx context.Context, in *s3.ListMultipartUploadsInput, opts ...func(*s3.Options)) (*s3.ListMultipartUploadsOutput, error)
-	DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, opts ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
+// Objects is the part of the S3 store that releasing an ended upload needs: aborting
+// its multipart uploads (the recorded one, and any other left for its key) and deleting
+// an object a one-chunk upload wrote.
+type Objects interface {
+	Abort(ctx context.Context, bucket, key, uploadID string) error
+	AbortStrays(ctx context.Context, bucket, key, keep string) ([]string, error)
+	Delete(ctx context.Context, bucket, key string) error
 }
 
-var _ S3API = (*s3.Client)(nil)
+var _ Objects = (*s3store.Store)(nil)
 
-// Store is the part of the staging store that ending an upload needs.
+// Store is the part of the uploads store that ending uploads needs (its Ends view).
 type Store interface {
 	Now() time.Time
-	Get(ctx context.Context, id string) (*staging.Upload, error)
-	End(ctx context.Context, r staging.EndRequest) (staging.EndResult, error)
+	StateTTL() time.Duration
+	Get(ctx context.Context, id string) (*uploads.Upload, error)
+	End(ctx context.Context, r uploads.EndRequest) (uploads.EndResult, error)
+	Released(ctx context.Context, id string) error
+	RetryRelease(ctx context.Context, id string, at time.Time) error
+	DueReleases(ctx context.Context, limit int64) ([]string, error)
+	DueActive(ctx context.Context, limit int64) ([]string, error)
+	ActiveUploads(ctx context.Context, start, count int64) ([]string, error)
+	Recover(ctx context.Context, id string) error
 	DropChunks(ctx context.Context, id string) error
-	IndexRelease(ctx context.Context, id string) error
-	DoneRelease(ctx context.Context, id string) error
 }
 
-var _ Store = (*staging.Store)(nil)
+var _ Store = (*uploads.Ends)(nil)
 
 // Ender ends uploads.
 type Ender struct {
 	Store Store
-	S3    S3API
+	S3    Objects
 	// NodeID names this process in events.
 	NodeID string
-	// OnEvent, when set, is called after an event is recorded, so an in-process
-	// publisher sends it at once.
-	OnEvent func()
-	Logger  *slog.Logger
+	Logger *slog.Logger
 	// Metrics, when set, counts ended uploads by the status they ended in (see
 	// internal/metrics).
 	Metrics interface{ UploadEnded(status string) }
@@ -63,16 +63,16 @@ type Ender struct {
 // and drops its staged chunks. The state change comes first so no worker starts a new
 // part afterwards. Releasing resources is best effort: staged bytes also carry a TTL.
 func (e *Ender) End(ctx context.Context, id string, status staging.Status, reason string, completer string) error {
-	return e.end(ctx, staging.EndRequest{ID: id, Status: status, Reason: reason, Completer: completer})
+	return e.end(ctx, uploads.EndRequest{ID: id, Status: status, Reason: reason, Completer: completer})
 }
 
 // Expire ends upload id as EXPIRED if it has been idle since idleSince or longer; if it
 // was active after that it returns a *staging.ActiveError and changes nothing.
 func (e *Ender) Expire(ctx context.Context, id string, idleSince time.Time, reason string) error {
-	return e.end(ctx, staging.EndRequest{ID: id, Status: staging.StatusExpired, Reason: reason, IdleSince: idleSince})
+	return e.end(ctx, uploads.EndRequest{ID: id, Status: staging.StatusExpired, Reason: reason, IdleSince: idleSince})
 }
 
-func (e *Ender) end(ctx context.Context, r staging.EndRequest) error {
+func (e *Ender) end(ctx context.Context, r uploads.EndRequest) error {
 	u, err := e.Store.Get(ctx, r.ID)
 	if err != nil {
 		return err
@@ -80,20 +80,14 @@ func (e *Ender) end(ctx context.Context, r staging.EndRequest) error {
 	if u.Status.Terminal() {
 		return &staging.StateError{Status: u.Status}
 	}
-	if r.Event, err = completion.EndedEvent(u, r.Status, r.Reason, e.NodeID, e.Store.Now()); err != nil {
+	if r.Event, err = events.Ended(u, r.Status, r.Reason, e.NodeID, e.Store.Now()); err != nil {
 		return err
 	}
-	// Marked first, cleared only once S3 is released: a crash or an S3 outage in between
-	// is retried by the cleanup sweep (Release), so no multipart upload leaks.
-	if err := e.Store.IndexRelease(ctx, r.ID); err != nil {
-		return err
-	}
+	// The store marks the upload for release first, so a crash or an S3 outage before
+	// Released is retried by the cleanup sweep (Release): no multipart upload leaks.
 	res, err := e.Store.End(ctx, r)
 	if err != nil {
 		return err
-	}
-	if e.OnEvent != nil {
-		e.OnEvent()
 	}
 	if e.Metrics != nil {
 		e.Metrics.UploadEnded(string(r.Status))
@@ -101,7 +95,7 @@ func (e *Ender) end(ctx context.Context, r staging.EndRequest) error {
 	log := e.logger().With("upload_id", r.ID, "status", r.Status, "correlation_id", u.CorrelationID)
 	if err := e.release(ctx, r.ID, res); err != nil {
 		log.Warn("release S3 resources; cleanup will retry", "err", err)
-	} else if err := e.Store.DoneRelease(ctx, r.ID); err != nil {
+	} else if err := e.Store.Released(ctx, r.ID); err != nil {
 		log.Warn("clear release mark", "err", err)
 	}
 	if err := e.Store.DropChunks(ctx, r.ID); err != nil {
@@ -114,18 +108,14 @@ func (e *Ender) end(ctx context.Context, r staging.EndRequest) error {
 // release aborts an ended upload's multipart upload, or deletes the object a one-chunk
 // upload already wrote, and then aborts any other multipart upload left for its key: an
 // upload that did not complete leaves nothing in S3.
-func (e *Ender) release(ctx context.Context, id string, res staging.EndResult) error {
+func (e *Ender) release(ctx context.Context, id string, res uploads.EndResult) error {
 	if res.MultipartID != "" {
-		_, err := e.S3.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
-			Bucket: aws.String(res.Bucket), Key: aws.String(res.Key), UploadId: aws.String(res.MultipartID),
-		})
-		var gone *types.NoSuchUpload
-		if err != nil && !errors.As(err, &gone) {
-			return fmt.Errorf("abort multipart upload: %w", err)
+		if err := e.S3.Abort(ctx, res.Bucket, res.Key, res.MultipartID); err != nil {
+			return err
 		}
 	}
 	if res.ObjectWritten {
-		if _, err := e.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(res.Bucket), Key: aws.String(res.Key)}); err != nil {
+		if err := e.S3.Delete(ctx, res.Bucket, res.Key); err != nil {
 			return fmt.Errorf("delete the ended upload's object: %w", err)
 		}
 	}
@@ -137,15 +127,15 @@ func (e *Ender) release(ctx context.Context, id string, res staging.EndResult) e
 // after its request reached S3) leaves one that nothing records. A transient failure is
 // returned, so the release is retried; a permanent one (the store does not allow or
 // support the listing) is only logged, or the release would be retried for ever.
-func (e *Ender) abortStrays(ctx context.Context, id string, res staging.EndResult) error {
+func (e *Ender) abortStrays(ctx context.Context, id string, res uploads.EndResult) error {
 	log := e.logger().With("upload_id", id, "bucket", res.Bucket, "key", res.Key)
-	if !completion.KeyOwnedBy(res.Key, id) {
+	if !s3store.KeyOwnedBy(res.Key, id) {
 		// A key the client chose may be another upload's too, whose multipart upload
 		// this must not abort.
 		log.Debug("not looking for stray multipart uploads under a key the client chose")
 		return nil
 	}
-	aborted, err := completion.AbortStrayMultipart(ctx, e.S3, res.Bucket, res.Key, "")
+	aborted, err := e.S3.AbortStrays(ctx, res.Bucket, res.Key, "")
 	if len(aborted) > 0 {
 		log.Info("aborted stray multipart uploads of an ended upload", "aborted", aborted)
 	}
@@ -169,7 +159,7 @@ func (e *Ender) Release(ctx context.Context, id string) (bool, error) {
 	if !u.Status.Terminal() || u.Status == staging.StatusCompleted {
 		return true, nil // it did not end (the End was refused) or it completed
 	}
-	res := staging.EndResult{MultipartID: u.MultipartID, Bucket: u.Bucket, Key: u.Key,
+	res := uploads.EndResult{MultipartID: u.MultipartID, Bucket: u.Bucket, Key: u.Key,
 		ObjectWritten: u.MultipartID == "" && u.Uploaded > 0}
 	if err := e.release(ctx, id, res); err != nil {
 		return false, err
@@ -183,22 +173,6 @@ func (e *Ender) logger() *slog.Logger {
 	}
 	return slog.Default()
 }
-
-// ExpireStore is the part of the staging store the Expirer uses.
-type ExpireStore interface {
-	Now() time.Time
-	StateTTL() time.Duration
-	DueActive(ctx context.Context, limit int64) ([]string, error)
-	DeferActive(ctx context.Context, id string, at time.Time) error
-	DoneActive(ctx context.Context, id string) error
-	ActiveUploads(ctx context.Context, start, count int64) ([]string, error)
-	Recover(ctx context.Context, id string) error
-	DueReleases(ctx context.Context, limit int64) ([]string, error)
-	DeferRelease(ctx context.Context, id string, at time.Time) error
-	DoneRelease(ctx context.Context, id string) error
-}
-
-var _ ExpireStore = (*staging.Store)(nil)
 
 // ExpirerConfig tunes an Expirer. Zero values mean the documented defaults.
 type ExpirerConfig struct {
@@ -222,12 +196,12 @@ func (c ExpirerConfig) Validate() error {
 // the atomic end step lets exactly one of them expire a given upload.
 type Expirer struct {
 	cfg   ExpirerConfig
-	store ExpireStore
+	store Store
 	ender *Ender
 }
 
 // NewExpirer returns an Expirer.
-func NewExpirer(store ExpireStore, ender *Ender, cfg ExpirerConfig) (*Expirer, error) {
+func NewExpirer(ender *Ender, cfg ExpirerConfig) (*Expirer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -240,7 +214,7 @@ func NewExpirer(store ExpireStore, ender *Ender, cfg ExpirerConfig) (*Expirer, e
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Expirer{cfg: cfg, store: store, ender: ender}, nil
+	return &Expirer{cfg: cfg, store: ender.Store, ender: ender}, nil
 }
 
 // Run recovers, then sweeps every Interval until ctx ends.
@@ -302,21 +276,17 @@ func (x *Expirer) Sweep(ctx context.Context) (int, error) {
 	ttl := x.store.StateTTL()
 	expired := 0
 	for _, id := range ids {
-		now := x.store.Now()
-		err := x.ender.Expire(ctx, id, now.Add(-ttl), "idle for more than "+ttl.String())
+		// The store re-checks the last activity in the same step, and moves the
+		// upload's entry in the active index to when it may next have been idle long
+		// enough (or drops it when the upload ended otherwise).
+		err := x.ender.Expire(ctx, id, x.store.Now().Add(-ttl), "idle for more than "+ttl.String())
 		var active *staging.ActiveError
 		var ended *staging.StateError
 		switch {
 		case err == nil:
 			expired++
-		case errors.As(err, &active):
-			err = x.store.DeferActive(ctx, id, active.LastActivity.Add(ttl))
-		case errors.As(err, &ended), errors.Is(err, staging.ErrNotFound):
-			err = x.store.DoneActive(ctx, id)
-		case errors.Is(err, staging.ErrCompleting):
-			err = x.store.DeferActive(ctx, id, now.Add(ttl))
-		}
-		if err != nil {
+		case errors.As(err, &active), errors.As(err, &ended), errors.Is(err, staging.ErrNotFound), errors.Is(err, staging.ErrCompleting):
+		default:
 			return expired, err
 		}
 	}
@@ -333,10 +303,10 @@ func (x *Expirer) SweepReleases(ctx context.Context) error {
 	for _, id := range ids {
 		done, err := x.ender.Release(ctx, id)
 		if done {
-			err = x.store.DoneRelease(ctx, id)
+			err = x.store.Released(ctx, id)
 		} else if err != nil {
 			x.cfg.Logger.Warn("release S3 resources of an ended upload; will retry", "upload_id", id, "err", err)
-			err = x.store.DeferRelease(ctx, id, x.store.Now().Add(time.Minute))
+			err = x.store.RetryRelease(ctx, id, x.store.Now().Add(time.Minute))
 		}
 		if err != nil {
 			return err

@@ -16,9 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/chunkup/chunkup/app"
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
-	"github.com/chunkup/chunkup/internal/app"
 	"github.com/chunkup/chunkup/internal/testenv"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/internal/retry"
-	"github.com/chunkup/chunkup/staging"
 )
 
 // Progress is how far an upload has come.
@@ -132,7 +132,7 @@ func (c *Client) Upload(ctx context.Context, r io.Reader, opts ...UploadOption) 
 			return err
 		}
 		if cfg.create.ClientNodeId == "" {
-			cfg.create.ClientNodeId = "sdk-" + staging.NewID()
+			cfg.create.ClientNodeId = "sdk-" + ids.New()
 		}
 		r, err := c.api.CreateUpload(ctx, &cfg.create)
 		if err != nil {

@@ -1,8 +1,10 @@
 // Package completion finalizes uploads: when every part of an upload is in S3, exactly
 // one completer (the holder of the upload's completion guard) calls
 // CompleteMultipartUpload with the parts in order and marks the upload COMPLETED with
-// the object's ETag, size and CRC32C. Completions are indexed durably, so a completer
-// that dies mid-way is replaced once its guard's lease runs out.
+// the object's ETag, size and CRC32C, recording its UploadCompleted event in the same
+// step, then hands the upload off (to OCR) if it is a document. Completions are
+// indexed durably, so a completer that dies mid-way is replaced once its guard's lease
+// runs out.
 package completion
 
 import (
@@ -13,41 +15,39 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-
+	"github.com/chunkup/chunkup/events"
 	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/internal/retry"
+	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/uploads"
 )
 
-// S3API is the part of the S3 client a completer uses: completing the multipart
+// Objects is the part of the S3 store a completer uses: completing the multipart
 // upload, and, once the object is there, aborting any other multipart upload left for
-// its key (see AbortStrayMultipart).
-type S3API interface {
-	CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMultipartUploadInput, opts ...func(*s3.Options)) (*s3.CompleteMultipartUploadOutput, error)
-	HeadObject(ctx context.Context, in *s3.HeadObjectInput, opts ...func(*s3.Options)) (*s3.HeadObjectOutput, error)
-	ListMultipartUploads(ctx context.Context, in *s3.ListMultipartUploadsInput, opts ...func(*s3.Options)) (*s3.ListMultipartUploadsOutput, error)
-	AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, opts ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error)
+// its key.
+type Objects interface {
+	Complete(ctx context.Context, bucket, key, uploadID string, parts []s3store.Part, size int64) (string, error)
+	AbortStrays(ctx context.Context, bucket, key, keep string) ([]string, error)
 }
 
-var _ S3API = (*s3.Client)(nil)
+var _ Objects = (*s3store.Store)(nil)
 
-// Store is the part of the staging store a completer uses.
+// Store is the part of the uploads store a completer uses.
 type Store interface {
 	Now() time.Time
-	BeginComplete(ctx context.Context, id, token string, lease time.Duration) (staging.Begin, error)
-	Parts(ctx context.Context, id string, total uint32) ([]staging.Part, error)
-	FinishComplete(ctx context.Context, id, token, etag string, size int64, crc uint32, ev staging.OutboxEvent, handoff bool) error
-	MarkHandedOff(ctx context.Context, id string) (bool, error)
-	Get(ctx context.Context, id string) (*staging.Upload, error)
-	DueCompletions(ctx context.Context, limit int64) ([]string, error)
-	DeferCompletion(ctx context.Context, id string, at time.Time) error
-	DoneCompletion(ctx context.Context, id string) error
+	Begin(ctx context.Context, id, token string, lease time.Duration) (uploads.Begin, error)
+	Parts(ctx context.Context, id string, total uint32) ([]uploads.Part, error)
+	Finish(ctx context.Context, id, token, etag string, size int64, crc uint32, ev staging.OutboxEvent, handoff bool) error
+	HandedOff(ctx context.Context, id string) (bool, error)
+	Retry(ctx context.Context, id string, at time.Time) error
+	Drop(ctx context.Context, id string) error
+	Get(ctx context.Context, id string) (*uploads.Upload, error)
+	Due(ctx context.Context, limit int64) ([]string, error)
 }
 
-var _ Store = (*staging.Store)(nil)
+var _ Store = (*uploads.Completions)(nil)
 
 // Ender fails an upload that cannot be completed (see cleanup.Ender); the completer
 // passes its guard token, so it can end only an upload it is still completing.
@@ -62,7 +62,7 @@ type Handoff interface {
 	// Handoff passes a completed upload on. The completer calls it once per upload, and
 	// records that it did; only a crash between the call and that record makes it call
 	// again, so it must be idempotent per upload id (e.g. a queue that deduplicates).
-	Handoff(ctx context.Context, u *staging.Upload, force bool) error
+	Handoff(ctx context.Context, u *uploads.Upload, force bool) error
 }
 
 // Config tunes a Completer. Zero values mean the documented defaults.
@@ -84,9 +84,6 @@ type Config struct {
 	NodeID string
 	// Handoff, when set, receives completed uploads it wants.
 	Handoff Handoff
-	// OnEvent, when set, is called after an event is recorded in an outbox, so an
-	// in-process publisher sends it at once.
-	OnEvent func()
 	Logger  *slog.Logger
 	// Metrics, when set, counts completed uploads (see internal/metrics; failed ones
 	// are counted where they end, in cleanup.Ender).
@@ -108,20 +105,21 @@ func (c Config) Validate() error {
 type Completer struct {
 	cfg   Config
 	store Store
-	s3    S3API
+	s3    Objects
 	ender Ender
 	// token identifies this completer in guards; it is the same for all its attempts,
 	// so a retry after a transient error does not wait for its own guard to expire.
 	token string
-	ready chan string
+	ready <-chan string
 
 	mu       sync.Mutex
 	inflight map[string]bool
 	failures map[string]int
 }
 
-// New returns a Completer.
-func New(store Store, s3c S3API, ender Ender, cfg Config) (*Completer, error) {
+// New returns a Completer. ready (the process's notify.Hub Ready; nil for none)
+// delivers ids of uploads to complete at once, ahead of the sweep.
+func New(store Store, s3c Objects, ender Ender, ready <-chan string, cfg Config) (*Completer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -147,18 +145,9 @@ func New(store Store, s3c S3API, ender Ender, cfg Config) (*Completer, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Completer{
-		cfg: cfg, store: store, s3: s3c, ender: ender, token: staging.NewToken(),
-		ready: make(chan string, 256), inflight: map[string]bool{}, failures: map[string]int{},
+		cfg: cfg, store: store, s3: s3c, ender: ender, token: ids.NewToken(),
+		ready: ready, inflight: map[string]bool{}, failures: map[string]int{},
 	}, nil
-}
-
-// Notify asks the completer to complete id soon. It never blocks; an upload whose
-// notice is dropped is found by the next sweep.
-func (c *Completer) Notify(id string) {
-	select {
-	case c.ready <- id:
-	default:
-	}
 }
 
 // Run completes uploads as they become ready until ctx ends, then waits for the
@@ -189,7 +178,7 @@ func (c *Completer) Run(ctx context.Context) error {
 		case id := <-c.ready:
 			send(ctx, work, id)
 		case <-t.C:
-			ids, err := c.store.DueCompletions(ctx, 100)
+			ids, err := c.store.Due(ctx, 100)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -224,23 +213,22 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 		c.mu.Unlock()
 	}()
 
-	b, err := c.store.BeginComplete(ctx, id, c.token, c.cfg.Lease)
+	b, err := c.store.Begin(ctx, id, c.token, c.cfg.Lease)
 	if err != nil {
 		return err
 	}
 	switch b.Outcome {
-	case staging.Finished:
+	case uploads.Finished:
 		if b.HandoffPending {
 			if err := c.handoff(ctx, id, false); err != nil {
 				return c.retryLater(ctx, id, err)
 			}
 		}
-		return c.store.DoneCompletion(ctx, id)
-	case staging.NotActive, staging.NotReady:
-		// NotReady: a recorded part or the last chunk will enqueue it again.
-		return c.store.DoneCompletion(ctx, id)
-	case staging.Guarded:
-		return c.store.DeferCompletion(ctx, id, b.Until)
+		return nil
+	case uploads.NotActive, uploads.NotReady, uploads.Guarded:
+		// NotReady: a recorded part or the last chunk will index it again. Guarded:
+		// it is due again when the guard expires.
+		return nil
 	}
 
 	parts, err := c.store.Parts(ctx, id, b.Total)
@@ -271,19 +259,16 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	ev, err := CompletedEvent(u, c.cfg.NodeID, etag, size, sum, c.store.Now())
+	ev, err := events.Completed(u, c.cfg.NodeID, etag, size, sum, c.store.Now())
 	if err != nil {
 		return err
 	}
 	wants := c.cfg.Handoff != nil && c.cfg.Handoff.Wants(u.ContentType)
-	if err := c.store.FinishComplete(ctx, id, c.token, etag, size, sum, ev, wants); errors.Is(err, staging.ErrAlreadyCompleted) {
+	if err := c.store.Finish(ctx, id, c.token, etag, size, sum, ev, wants); errors.Is(err, staging.ErrAlreadyCompleted) {
 		c.cfg.Logger.Info("upload completed by another completer first; nothing more to record", "upload_id", id)
-		return c.store.DoneCompletion(ctx, id)
+		return nil
 	} else if err != nil {
 		return err
-	}
-	if c.cfg.OnEvent != nil {
-		c.cfg.OnEvent()
 	}
 	if c.cfg.Metrics != nil {
 		c.cfg.Metrics.UploadCompleted()
@@ -292,12 +277,12 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 		"etag", etag, "correlation_id", u.CorrelationID)
 	if wants {
 		// The completion index entry stays until the hand-off is recorded, so a crash
-		// here is recovered by the next sweep (BeginComplete reports it pending).
+		// here is recovered by the next sweep (Begin reports it pending).
 		if err := c.handoff(ctx, id, false); err != nil {
 			return c.retryLater(ctx, id, err)
 		}
 	}
-	return c.store.DoneCompletion(ctx, id)
+	return nil
 }
 
 // HandOff passes completed upload id to the Handoff again; with force even if it was
@@ -323,7 +308,7 @@ func (c *Completer) handoff(ctx context.Context, id string, force bool) error {
 	if err := c.cfg.Handoff.Handoff(ctx, u, force); err != nil {
 		return fmt.Errorf("hand off: %w", err)
 	}
-	_, err = c.store.MarkHandedOff(ctx, id)
+	_, err = c.store.HandedOff(ctx, id)
 	return err
 }
 
@@ -332,39 +317,21 @@ func (c *Completer) retryLater(ctx context.Context, id string, err error) error 
 	c.failures[id]++
 	n := c.failures[id]
 	c.mu.Unlock()
-	_ = c.store.DeferCompletion(ctx, id, c.store.Now().Add(retry.Backoff(c.cfg.RetryBase, c.cfg.RetryMax, n)))
+	_ = c.store.Retry(ctx, id, c.store.Now().Add(retry.Backoff(c.cfg.RetryBase, c.cfg.RetryMax, n)))
 	return err
 }
 
-func (c *Completer) completeMultipart(ctx context.Context, b staging.Begin, parts []staging.Part, size int64) (string, error) {
+func (c *Completer) completeMultipart(ctx context.Context, b uploads.Begin, parts []uploads.Part, size int64) (string, error) {
 	// The guard is not renewed while S3 works: it is what lets another completer take
 	// over from one that hangs. Two completions at once are harmless (S3 completes once;
 	// the fenced finish records one), so the call is only bounded.
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.S3Timeout)
 	defer cancel()
-	done := make([]types.CompletedPart, len(parts))
+	ps := make([]s3store.Part, len(parts))
 	for i, p := range parts {
-		done[i] = types.CompletedPart{ETag: aws.String(p.ETag), PartNumber: aws.Int32(int32(p.N))}
+		ps[i] = s3store.Part{N: p.N, ETag: p.ETag}
 	}
-	out, err := c.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
-		Bucket: aws.String(b.Bucket), Key: aws.String(b.Key), UploadId: aws.String(b.MultipartID),
-		MultipartUpload: &types.CompletedMultipartUpload{Parts: done},
-	})
-	if err == nil {
-		return aws.ToString(out.ETag), nil
-	}
-	if !noSuchUpload(err) {
-		return "", fmt.Errorf("complete multipart upload: %w", err)
-	}
-	// An earlier completer may have completed it and died before recording that.
-	head, herr := c.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(b.Bucket), Key: aws.String(b.Key)})
-	if herr != nil {
-		return "", fmt.Errorf("complete multipart upload: %w; and the object is not there: %w", err, herr)
-	}
-	if aws.ToInt64(head.ContentLength) != size {
-		return "", fmt.Errorf("complete multipart upload: %w; the object there has %d bytes, want %d", err, aws.ToInt64(head.ContentLength), size)
-	}
-	return aws.ToString(head.ETag), nil
+	return c.s3.Complete(ctx, b.Bucket, b.Key, b.MultipartID, ps, size)
 }
 
 // strayTimeout bounds the clean-up of stray multipart uploads after a completion, so a
@@ -375,7 +342,7 @@ const strayTimeout = 30 * time.Second
 // besides the one it recorded (a worker killed between creating its own and learning it
 // lost the race leaves one behind). It is best effort: failures are logged, and the
 // completion goes on.
-func (c *Completer) abortStrays(ctx context.Context, id string, b staging.Begin) {
+func (c *Completer) abortStrays(ctx context.Context, id string, b uploads.Begin) {
 	log := c.cfg.Logger.With("upload_id", id, "bucket", b.Bucket, "key", b.Key)
 	if c.s3 == nil {
 		return
@@ -387,7 +354,7 @@ func (c *Completer) abortStrays(ctx context.Context, id string, b staging.Begin)
 	if b.MultipartAttempts <= recorded {
 		return // every multipart upload ever created for it is the recorded one
 	}
-	if !KeyOwnedBy(b.Key, id) {
+	if !s3store.KeyOwnedBy(b.Key, id) {
 		// A key the client chose may be another upload's too: its multipart uploads
 		// cannot be told apart, so none is aborted.
 		log.Debug("not looking for stray multipart uploads under a key the client chose")
@@ -395,7 +362,7 @@ func (c *Completer) abortStrays(ctx context.Context, id string, b staging.Begin)
 	}
 	ctx, cancel := context.WithTimeout(ctx, min(c.cfg.S3Timeout, strayTimeout))
 	defer cancel()
-	aborted, err := AbortStrayMultipart(ctx, c.s3, b.Bucket, b.Key, b.MultipartID)
+	aborted, err := c.s3.AbortStrays(ctx, b.Bucket, b.Key, b.MultipartID)
 	if len(aborted) > 0 {
 		log.Info("aborted stray multipart uploads of a completed upload", "aborted", aborted, "kept", b.MultipartID)
 	}
@@ -410,7 +377,7 @@ func (c *Completer) failed(ctx context.Context, id string, err error) error {
 		if endErr := c.ender.End(ctx, id, staging.StatusFailed, err.Error(), c.token); endErr != nil {
 			return endErr
 		}
-		return c.store.DoneCompletion(ctx, id)
+		return c.store.Drop(ctx, id)
 	}
 	return c.retryLater(ctx, id, err)
 }

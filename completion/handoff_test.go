@@ -10,8 +10,11 @@ import (
 
 	"github.com/chunkup/chunkup/completion"
 	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/stagingtest"
+	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 // recordingHandoff takes image uploads, failing the first call (as a process killed
@@ -25,7 +28,7 @@ type recordingHandoff struct {
 
 func (h *recordingHandoff) Wants(ct string) bool { return strings.HasPrefix(ct, "image/") }
 
-func (h *recordingHandoff) Handoff(_ context.Context, u *staging.Upload, force bool) error {
+func (h *recordingHandoff) Handoff(_ context.Context, u *uploads.Upload, force bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls = append(h.calls, u.ID)
@@ -41,10 +44,10 @@ func (h *recordingHandoff) Handoff(_ context.Context, u *staging.Upload, force b
 
 // readyUpload makes a one-chunk upload of content type ct whose part is recorded, so it
 // is ready to complete (a one-chunk upload needs no S3 call to complete).
-func readyUpload(t *testing.T, ctx context.Context, s *staging.Store, ct string) string {
+func readyUpload(t *testing.T, ctx context.Context, s *uploads.Store, ct string) string {
 	t.Helper()
-	id := staging.NewID()
-	if _, err := s.Create(ctx, staging.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 8, ExpectedSize: 3, Total: 1, ContentType: ct}); err != nil {
+	id := ids.New()
+	if _, err := s.Create(ctx, uploads.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 8, ExpectedSize: 3, Total: 1, ContentType: ct}); err != nil {
 		t.Fatal(err)
 	}
 	data := []byte("abc")
@@ -52,27 +55,20 @@ func readyUpload(t *testing.T, ctx context.Context, s *staging.Store, ct string)
 		t.Fatal(err)
 	}
 	ref := staging.ChunkRef{UploadID: id, N: 1}
-	if c, err := s.Claim(ctx, ref, "w", time.Minute); err != nil || c.Outcome != staging.Claimed {
+	if c, err := s.Chunks().Claim(ctx, ref, "w", time.Minute); err != nil || c.Outcome != uploads.Claimed {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
-	if _, ready, err := s.Record(ctx, ref, "w", `"etag"`, crc.Checksum(data), 3); err != nil || !ready {
+	if _, ready, err := s.Chunks().Record(ctx, ref, "w", `"etag"`, crc.Checksum(data), 3); err != nil || !ready {
 		t.Fatalf("record: ready=%v %v", ready, err)
-	}
-	if err := s.EnqueueCompletion(ctx, id); err != nil {
-		t.Fatal(err)
 	}
 	return id
 }
 
 func TestHandoffAtMostOnceUnlessForced(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := staging.New(testenv.StartRedis(t).Client(t), staging.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := testenv.Context(t, 30*time.Second)
+	s := stagingtest.Open(t, testenv.StartRedis(t).Client(t), staging.Config{}).Uploads
 	h := &recordingHandoff{fail: 1}
-	c, err := completion.New(s, nil, nil, completion.Config{Handoff: h, RetryBase: time.Millisecond, RetryMax: time.Millisecond})
+	c, err := completion.New(s.Completions(), nil, nil, nil, completion.Config{Handoff: h, RetryBase: time.Millisecond, RetryMax: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +104,7 @@ func TestHandoffAtMostOnceUnlessForced(t *testing.T) {
 	if u, _ := s.Get(ctx, img); u.HandoffPending {
 		t.Fatal("hand-off still pending after success")
 	}
-	if due, _ := s.DueCompletions(ctx, 10); len(due) != 0 {
+	if due, _ := s.Completions().Due(ctx, 10); len(due) != 0 {
 		t.Fatalf("completions still indexed: %v", due)
 	}
 	// Forcing reprocesses on purpose.
@@ -120,10 +116,10 @@ func TestHandoffAtMostOnceUnlessForced(t *testing.T) {
 	}
 }
 
-func waitDue(t *testing.T, ctx context.Context, s *staging.Store, id string) {
+func waitDue(t *testing.T, ctx context.Context, s *uploads.Store, id string) {
 	t.Helper()
 	for {
-		due, err := s.DueCompletions(ctx, 10)
+		due, err := s.Completions().Due(ctx, 10)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,8 +14,12 @@ import (
 
 	"github.com/chunkup/chunkup/completion"
 	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/internal/testenv"
+	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/stagingtest"
+	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 const strayBucket = "bkt"
@@ -40,9 +44,9 @@ func createMPU(t *testing.T, ctx context.Context, s3c *s3.Client, key string, pa
 // workerMPU opens a multipart upload for upload id's key as a worker does: it counts
 // the attempt first (see staging.Begin.MultipartAttempts). A worker killed next leaves
 // it behind.
-func workerMPU(t *testing.T, ctx context.Context, store *staging.Store, s3c *s3.Client, id, key string, part bool) string {
+func workerMPU(t *testing.T, ctx context.Context, store *uploads.Store, s3c *s3.Client, id, key string, part bool) string {
 	t.Helper()
-	if err := store.NoteMultipartAttempt(ctx, id); err != nil {
+	if err := store.Chunks().NoteMultipartAttempt(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	return createMPU(t, ctx, s3c, key, part)
@@ -61,15 +65,15 @@ func (l *listCounter) ListMultipartUploads(ctx context.Context, in *s3.ListMulti
 
 // readyMultipart makes upload id at key, of two chunks whose parts are in a multipart
 // upload recorded on it, ready to complete. It returns the multipart id and the parts.
-func readyMultipart(t *testing.T, ctx context.Context, store *staging.Store, s3c *s3.Client, id, key string) (string, []types.CompletedPart, int64) {
+func readyMultipart(t *testing.T, ctx context.Context, store *uploads.Store, s3c *s3.Client, id, key string) (string, []types.CompletedPart, int64) {
 	t.Helper()
 	chunks := [][]byte{bytes.Repeat([]byte{'a'}, 5<<20), []byte("tail")}
 	size := int64(len(chunks[0]) + len(chunks[1]))
-	if _, err := store.Create(ctx, staging.NewUpload{ID: id, Bucket: strayBucket, Key: key, ChunkSize: 5 << 20, ExpectedSize: size, Total: 2}); err != nil {
+	if _, err := store.Create(ctx, uploads.NewUpload{ID: id, Bucket: strayBucket, Key: key, ChunkSize: 5 << 20, ExpectedSize: size, Total: 2}); err != nil {
 		t.Fatal(err)
 	}
 	mpu := workerMPU(t, ctx, store, s3c, id, key, false)
-	if got, err := store.SetMultipart(ctx, id, mpu); err != nil || got != mpu {
+	if got, err := store.Chunks().SetMultipart(ctx, id, mpu); err != nil || got != mpu {
 		t.Fatalf("set multipart: %q %v", got, err)
 	}
 	var parts []types.CompletedPart
@@ -79,7 +83,7 @@ func readyMultipart(t *testing.T, ctx context.Context, store *staging.Store, s3c
 			t.Fatal(err)
 		}
 		ref := staging.ChunkRef{UploadID: id, N: n}
-		if c, err := store.Claim(ctx, ref, "w", time.Minute); err != nil || c.Outcome != staging.Claimed {
+		if c, err := store.Chunks().Claim(ctx, ref, "w", time.Minute); err != nil || c.Outcome != uploads.Claimed {
 			t.Fatalf("claim: %+v %v", c, err)
 		}
 		out, err := s3c.UploadPart(ctx, &s3.UploadPartInput{Bucket: aws.String(strayBucket), Key: aws.String(key),
@@ -87,13 +91,10 @@ func readyMultipart(t *testing.T, ctx context.Context, store *staging.Store, s3c
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o, _, err := store.Record(ctx, ref, "w", aws.ToString(out.ETag), crc.Checksum(data), int64(len(data))); err != nil || o != staging.Recorded {
+		if o, _, err := store.Chunks().Record(ctx, ref, "w", aws.ToString(out.ETag), crc.Checksum(data), int64(len(data))); err != nil || o != uploads.Recorded {
 			t.Fatalf("record: %v %v", o, err)
 		}
 		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(int32(n))})
-	}
-	if err := store.EnqueueCompletion(ctx, id); err != nil {
-		t.Fatal(err)
 	}
 	return mpu, parts, size
 }
@@ -113,17 +114,13 @@ func (e noEnder) End(_ context.Context, id string, _ staging.Status, reason stri
 // A neighbouring key and a key the client chose (which another upload may share) are
 // left alone.
 func TestCompletionAbortsStrayMultipartUploads(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := testenv.Context(t, 2*time.Minute)
 	minio := testenv.StartMinIO(t)
 	minio.CreateBucket(t, strayBucket)
 	s3c := minio.Client(t)
-	store, err := staging.New(testenv.StartRedis(t).Client(t), staging.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := stagingtest.Open(t, testenv.StartRedis(t).Client(t), staging.Config{}).Uploads
 	counter := &listCounter{Client: s3c}
-	c, err := completion.New(store, counter, noEnder{t}, completion.Config{})
+	c, err := completion.New(store.Completions(), s3store.New(counter), noEnder{t}, nil, completion.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +139,7 @@ func TestCompletionAbortsStrayMultipartUploads(t *testing.T) {
 	}
 
 	t.Run("completed", func(t *testing.T) {
-		id := staging.NewID()
+		id := ids.New()
 		key := "uploads/" + id + "/f.bin"
 		_, _, size := readyMultipart(t, ctx, store, s3c, id, key)
 		workerMPU(t, ctx, store, s3c, id, key, true)
@@ -161,7 +158,7 @@ func TestCompletionAbortsStrayMultipartUploads(t *testing.T) {
 	})
 
 	t.Run("completed before, found by HeadObject", func(t *testing.T) {
-		id := staging.NewID()
+		id := ids.New()
 		key := "tenant/uploads/" + id + "/f.bin"
 		mpu, parts, size := readyMultipart(t, ctx, store, s3c, id, key)
 		// A first completer completed it in S3 and died before recording that.
@@ -179,7 +176,7 @@ func TestCompletionAbortsStrayMultipartUploads(t *testing.T) {
 	t.Run("every attempt recorded", func(t *testing.T) {
 		// The common case: one worker created the multipart upload and recorded it, so
 		// no other can exist, and S3 is not asked.
-		id := staging.NewID()
+		id := ids.New()
 		_, _, size := readyMultipart(t, ctx, store, s3c, id, "uploads/"+id+"/f.bin")
 		before := counter.lists.Load()
 		complete(id, size)
@@ -189,7 +186,7 @@ func TestCompletionAbortsStrayMultipartUploads(t *testing.T) {
 	})
 
 	t.Run("key chosen by the client", func(t *testing.T) {
-		id := staging.NewID()
+		id := ids.New()
 		key := "shared/f.bin"
 		_, _, size := readyMultipart(t, ctx, store, s3c, id, key)
 		other := createMPU(t, ctx, s3c, key, false) // maybe another upload's, to the same key
@@ -198,24 +195,4 @@ func TestCompletionAbortsStrayMultipartUploads(t *testing.T) {
 			t.Errorf("multipart uploads for the client's key %v, want %s left alone", open, other)
 		}
 	})
-}
-
-func TestKeyOwnedBy(t *testing.T) {
-	for _, tc := range []struct {
-		key, id string
-		want    bool
-	}{
-		{"uploads/ID1/f.bin", "ID1", true},
-		{"tenant/uploads/ID1/f.bin", "ID1", true},
-		{"ID1", "ID1", true},
-		{"uploads/ID1", "ID1", true},
-		{"uploads/ID12/f.bin", "ID1", false},
-		{"uploads/xID1/f.bin", "ID1", false},
-		{"my/key", "ID1", false},
-		{"uploads//f.bin", "", false},
-	} {
-		if got := completion.KeyOwnedBy(tc.key, tc.id); got != tc.want {
-			t.Errorf("KeyOwnedBy(%q, %q) = %v, want %v", tc.key, tc.id, got, tc.want)
-		}
-	}
 }

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/internal/testdocs"
 	"github.com/chunkup/chunkup/ocr"
-	"github.com/chunkup/chunkup/staging"
 )
 
 // BenchmarkQueueThroughput measures jobs per second through the whole queue (enqueue,
@@ -30,7 +30,7 @@ func BenchmarkQueueThroughput(b *testing.B) {
 	start := time.Now()
 	for range b.N {
 		u := *obj
-		u.ID = staging.NewID() // a distinct document of the same object
+		u.ID = ids.New() // a distinct document of the same object
 		if err := q.Handoff(ctx, &u, false); err != nil {
 			b.Fatal(err)
 		}

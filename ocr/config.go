@@ -45,9 +45,6 @@ type Config struct {
 	Rules Rules
 	// NodeID names this process in events.
 	NodeID string
-	// OnEvent, when set, is called after an event is recorded in an outbox, so an
-	// in-process publisher sends it at once.
-	OnEvent func()
 	// Metrics, when set, counts finished jobs by outcome (succeeded, retried, dead,
 	// released).
 	Metrics JobMetrics
@@ -114,9 +111,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.OnEvent == nil {
-		c.OnEvent = func() {}
 	}
 	if c.Metrics == nil {
 		c.Metrics = noMetrics{}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/chunkup/chunkup/internal/testdocs"
 	"github.com/chunkup/chunkup/ocr"
-	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/documents"
 )
 
 func TestParseTSV(t *testing.T) {
@@ -51,16 +51,16 @@ func TestEvaluate(t *testing.T) {
 		rules ocr.Rules
 		res   *ocr.Result
 		score int
-		want  staging.DocStatus
+		want  documents.Status
 	}{
-		{"confident", ocr.Rules{}, page("a b c d", 4, 92), 92, staging.DocAutoApproved},
-		{"too few words", ocr.Rules{}, page("a", 1, 90), 30, staging.DocNeedsReview},
-		{"nothing read", ocr.Rules{}, page("", 0, 0), 0, staging.DocAutoRejected},
-		{"low confidence", ocr.Rules{}, page("a b c", 3, 50), 50, staging.DocNeedsReview},
-		{"below reject", ocr.Rules{}, page("a b c", 3, 20), 20, staging.DocAutoRejected},
-		{"pattern found", ocr.Rules{RequiredPatterns: []string{`(?i)invoice`, `\d{5}`}}, page("INVOICE 12345 due", 3, 90), 90, staging.DocAutoApproved},
-		{"pattern missing", ocr.Rules{RequiredPatterns: []string{`(?i)invoice`, `\d{5}`}}, page("INVOICE due now", 3, 90), 45, staging.DocNeedsReview},
-		{"custom thresholds", ocr.Rules{ApproveScore: 95, RejectScore: 91}, page("a b c", 3, 93), 93, staging.DocNeedsReview},
+		{"confident", ocr.Rules{}, page("a b c d", 4, 92), 92, documents.AutoApproved},
+		{"too few words", ocr.Rules{}, page("a", 1, 90), 30, documents.NeedsReview},
+		{"nothing read", ocr.Rules{}, page("", 0, 0), 0, documents.AutoRejected},
+		{"low confidence", ocr.Rules{}, page("a b c", 3, 50), 50, documents.NeedsReview},
+		{"below reject", ocr.Rules{}, page("a b c", 3, 20), 20, documents.AutoRejected},
+		{"pattern found", ocr.Rules{RequiredPatterns: []string{`(?i)invoice`, `\d{5}`}}, page("INVOICE 12345 due", 3, 90), 90, documents.AutoApproved},
+		{"pattern missing", ocr.Rules{RequiredPatterns: []string{`(?i)invoice`, `\d{5}`}}, page("INVOICE due now", 3, 90), 45, documents.NeedsReview},
+		{"custom thresholds", ocr.Rules{ApproveScore: 95, RejectScore: 91}, page("a b c", 3, 93), 93, documents.NeedsReview},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,7 +72,7 @@ func TestEvaluate(t *testing.T) {
 			if got.Score != tc.score || got.Decision != tc.want {
 				t.Fatalf("got score %d %s (%v), want %d %s", got.Score, got.Decision, got.Reasons, tc.score, tc.want)
 			}
-			if got.Decision == staging.DocAutoApproved && len(got.Reasons) > 0 {
+			if got.Decision == documents.AutoApproved && len(got.Reasons) > 0 {
 				t.Fatalf("approved with reasons %v", got.Reasons)
 			}
 		})

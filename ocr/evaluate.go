@@ -6,7 +6,7 @@ import (
 	"math"
 	"regexp"
 
-	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/documents"
 )
 
 // Rules is the automatic evaluation's rule set. Zero values mean the documented
@@ -88,7 +88,7 @@ func NewEvaluator(rules Rules) (*Evaluator, error) {
 }
 
 // Evaluate scores r and decides.
-func (e *Evaluator) Evaluate(r *Result) staging.Evaluation {
+func (e *Evaluator) Evaluate(r *Result) documents.Evaluation {
 	mean, words, text := r.MeanConfidence(), r.Words(), r.Text()
 	score := mean
 	var reasons []string
@@ -111,14 +111,14 @@ func (e *Evaluator) Evaluate(r *Result) staging.Evaluation {
 		reasons = append(reasons, fmt.Sprintf("mean confidence %.1f below %.1f", mean, e.rules.MinMeanConfidence))
 	}
 	s := int(math.Round(max(0, min(100, score))))
-	ev := staging.Evaluation{Score: s, Reasons: reasons}
+	ev := documents.Evaluation{Score: s, Reasons: reasons}
 	switch {
 	case s >= e.rules.ApproveScore && len(reasons) == 0:
-		ev.Decision = staging.DocAutoApproved
+		ev.Decision = documents.AutoApproved
 	case s < e.rules.RejectScore:
-		ev.Decision = staging.DocAutoRejected
+		ev.Decision = documents.AutoRejected
 	default:
-		ev.Decision = staging.DocNeedsReview
+		ev.Decision = documents.NeedsReview
 	}
 	return ev
 }

@@ -13,18 +13,24 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/ocr"
+	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/documents"
+	"github.com/chunkup/chunkup/staging/ocrqueue"
+	"github.com/chunkup/chunkup/staging/stagingtest"
+	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 const bucket = "ocr-test"
 
 // env is a real Redis and MinIO with a store on a settable clock.
 type env struct {
-	store *staging.Store
-	s3    *s3.Client
-	clk   *testenv.Clock
+	stores *stagingtest.Stores
+	s3     *s3.Client
+	clk    *testenv.Clock
 }
 
 func newEnv(t testing.TB) *env {
@@ -33,11 +39,8 @@ func newEnv(t testing.TB) *env {
 	m := testenv.StartMinIO(t)
 	m.CreateBucket(t, bucket)
 	clk := testenv.NewClock(time.Unix(1_800_000_000, 0))
-	s, err := staging.New(r.Client(t), staging.Config{Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{store: s, s3: m.Client(t), clk: clk}
+	s := stagingtest.Open(t, r.Client(t), staging.Config{Now: clk.Now})
+	return &env{stores: s, s3: m.Client(t), clk: clk}
 }
 
 func ctxT(t testing.TB) context.Context {
@@ -61,15 +64,15 @@ func (e *env) config() ocr.Config {
 
 // upload puts data in MinIO and returns a completed upload of it, as the completer
 // hands it off.
-func (e *env) upload(t testing.TB, contentType string, data []byte) *staging.Upload {
+func (e *env) upload(t testing.TB, contentType string, data []byte) *uploads.Upload {
 	t.Helper()
-	id := staging.NewID()
+	id := ids.New()
 	key := "docs/" + id
 	if _, err := e.s3.PutObject(ctxT(t), &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key),
 		Body: bytes.NewReader(data)}); err != nil {
 		t.Fatal(err)
 	}
-	return &staging.Upload{ID: id, Status: staging.StatusCompleted, Bucket: bucket, Key: key,
+	return &uploads.Upload{ID: id, Status: staging.StatusCompleted, Bucket: bucket, Key: key,
 		ContentType: contentType, CorrelationID: "corr-" + id, Size: int64(len(data))}
 }
 
@@ -89,7 +92,7 @@ func (e *env) object(t testing.TB, key string) []byte {
 
 func (e *env) queue(t testing.TB, cfg ocr.Config) *ocr.Queue {
 	t.Helper()
-	q, err := ocr.NewQueue(e.store, cfg)
+	q, err := ocr.NewQueue(e.stores.Jobs, e.stores.Docs, e.stores.Uploads, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +101,7 @@ func (e *env) queue(t testing.TB, cfg ocr.Config) *ocr.Queue {
 
 func (e *env) worker(t testing.TB, engine ocr.Engine, cfg ocr.Config) *ocr.Worker {
 	t.Helper()
-	w, err := ocr.NewWorker(e.store, e.s3, engine, cfg)
+	w, err := ocr.NewWorker(e.stores.Jobs, e.stores.Docs, s3store.New(e.s3), engine, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +110,7 @@ func (e *env) worker(t testing.TB, engine ocr.Engine, cfg ocr.Config) *ocr.Worke
 
 func (e *env) reaper(t testing.TB, cfg ocr.Config) *ocr.Reaper {
 	t.Helper()
-	r, err := ocr.NewReaper(e.store, cfg)
+	r, err := ocr.NewReaper(e.stores.Jobs, e.stores.Docs, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,9 +118,9 @@ func (e *env) reaper(t testing.TB, cfg ocr.Config) *ocr.Reaper {
 }
 
 // runOne fetches the next job and runs it; it fails the test if none is pending.
-func (e *env) runOne(t testing.TB, w *ocr.Worker) *staging.Job {
+func (e *env) runOne(t testing.TB, w *ocr.Worker) *ocrqueue.Job {
 	t.Helper()
-	j, err := e.store.FetchJob(ctxT(t), time.Second, time.Minute)
+	j, err := e.stores.Jobs.Fetch(ctxT(t), time.Second, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,18 +131,18 @@ func (e *env) runOne(t testing.TB, w *ocr.Worker) *staging.Job {
 	return j
 }
 
-func (e *env) stats(t testing.TB) staging.QueueStats {
+func (e *env) stats(t testing.TB) ocrqueue.Stats {
 	t.Helper()
-	st, err := e.store.QueueStats(ctxT(t))
+	st, err := e.stores.Jobs.Stats(ctxT(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st
 }
 
-func (e *env) doc(t testing.TB, id string) *staging.Document {
+func (e *env) doc(t testing.TB, id string) *documents.Document {
 	t.Helper()
-	d, err := e.store.Document(ctxT(t), id)
+	d, err := e.stores.Docs.Get(ctxT(t), id)
 	if err != nil {
 		t.Fatalf("document %s: %v", id, err)
 	}
@@ -149,7 +152,7 @@ func (e *env) doc(t testing.TB, id string) *staging.Document {
 // docEvents returns the statuses of the document events waiting in id's outbox.
 func (e *env) docEvents(t testing.TB, id string) []staging.OutboxEvent {
 	t.Helper()
-	evs, _, err := e.store.OutboxEvents(ctxT(t), id)
+	evs, _, err := e.stores.Outbox.Events(ctxT(t), id)
 	if err != nil {
 		t.Fatal(err)
 	}

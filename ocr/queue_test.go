@@ -9,7 +9,8 @@ import (
 
 	"github.com/chunkup/chunkup/internal/testdocs"
 	"github.com/chunkup/chunkup/ocr"
-	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/documents"
+	"github.com/chunkup/chunkup/staging/ocrqueue"
 )
 
 // TestFailingEngineBacksOffThenDeadLetters: a job whose engine fails is retried after
@@ -74,7 +75,7 @@ func TestFailingEngineBacksOffThenDeadLetters(t *testing.T) {
 		}
 	}
 	d := e.doc(t, u.ID)
-	if d.Status != staging.DocFailed || !d.MaxRetriesExceeded || !strings.Contains(d.Error, "engine exploded") || d.ErrorTime.IsZero() {
+	if d.Status != documents.Failed || !d.MaxRetriesExceeded || !strings.Contains(d.Error, "engine exploded") || d.ErrorTime.IsZero() {
 		t.Fatalf("document %+v, want failed with max_retries_exceeded", d)
 	}
 
@@ -82,17 +83,17 @@ func TestFailingEngineBacksOffThenDeadLetters(t *testing.T) {
 	if err := q.Requeue(ctxT(t), j.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Requeue(ctxT(t), j.ID); !errors.Is(err, staging.ErrJobNotFound) {
+	if err := q.Requeue(ctxT(t), j.ID); !errors.Is(err, ocrqueue.ErrJobNotFound) {
 		t.Fatalf("second requeue: %v, want ErrJobNotFound", err)
 	}
 	if st := e.stats(t); st.Dead != 0 || st.Pending != 1 {
 		t.Fatalf("after requeue: %+v", st)
 	}
 	e.runOne(t, e.worker(t, &countingEngine{}, cfg))
-	if d := e.doc(t, u.ID); d.Status != staging.DocAutoApproved || d.Error != "" || d.Eval == nil || d.OCR == nil {
+	if d := e.doc(t, u.ID); d.Status != documents.AutoApproved || d.Error != "" || d.Eval == nil || d.OCR == nil {
 		t.Fatalf("document after requeue: %+v, want auto_approved", d)
 	}
-	if st := e.stats(t); st != (staging.QueueStats{}) {
+	if st := e.stats(t); st != (ocrqueue.Stats{}) {
 		t.Fatalf("queue not empty: %+v", st)
 	}
 }
@@ -147,7 +148,7 @@ func TestSameDocumentOnceUnlessForced(t *testing.T) {
 	if eng.Calls() != 2 {
 		t.Fatalf("engine ran %d times, want 2 (once, then forced)", eng.Calls())
 	}
-	if d := e.doc(t, u.ID); d.Status != staging.DocAutoApproved {
+	if d := e.doc(t, u.ID); d.Status != documents.AutoApproved {
 		t.Fatalf("document %s after forced reprocess", d.Status)
 	}
 }
@@ -177,13 +178,13 @@ func TestMismatchedFileFailsAtOnce(t *testing.T) {
 			}
 			e.runOne(t, w)
 			d := e.doc(t, u.ID)
-			if d.Status != staging.DocFailed || d.MaxRetriesExceeded || !strings.Contains(d.Error, tc.want) {
+			if d.Status != documents.Failed || d.MaxRetriesExceeded || !strings.Contains(d.Error, tc.want) {
 				t.Fatalf("document %s max_retries=%v error %q, want failed at once with %q", d.Status, d.MaxRetriesExceeded, d.Error, tc.want)
 			}
 			if st := e.stats(t); st.Delayed != 0 || st.Pending != 0 {
 				t.Fatalf("a permanent failure was retried: %+v", st)
 			}
-			job, err := e.store.Job(ctxT(t), d.JobID)
+			job, err := e.stores.Jobs.Job(ctxT(t), d.JobID)
 			if err != nil || job.Died.IsZero() || job.Attempts != 1 || len(job.Errors) != 1 {
 				t.Fatalf("job %+v %v, want dead after one attempt", job, err)
 			}
@@ -206,7 +207,7 @@ func TestReaperReclaimsExpiredLease(t *testing.T) {
 	if err := q.Handoff(ctxT(t), u, false); err != nil {
 		t.Fatal(err)
 	}
-	stale, err := e.store.FetchJob(ctxT(t), time.Second, cfg.Lease)
+	stale, err := e.stores.Jobs.Fetch(ctxT(t), time.Second, cfg.Lease)
 	if err != nil || stale == nil {
 		t.Fatalf("fetch: %v %v", stale, err)
 	}
@@ -224,7 +225,7 @@ func TestReaperReclaimsExpiredLease(t *testing.T) {
 	if st := e.stats(t); st.InFlight != 0 || st.Pending != 1 {
 		t.Fatalf("after the lease expired: %+v, want the job pending again", st)
 	}
-	if ok, err := e.store.RenewJob(ctxT(t), stale.ID, stale.Token, cfg.Lease); err != nil || ok {
+	if ok, err := e.stores.Jobs.Renew(ctxT(t), stale.ID, stale.Token, cfg.Lease); err != nil || ok {
 		t.Fatalf("stale renew: %v %v, want refused", ok, err)
 	}
 	eng := &countingEngine{}
@@ -232,17 +233,17 @@ func TestReaperReclaimsExpiredLease(t *testing.T) {
 	if j.Token <= stale.Token || j.Attempts != 1 {
 		t.Fatalf("reclaimed job token %d attempts %d, want token > %d and 1 attempt counted", j.Token, j.Attempts, stale.Token)
 	}
-	if ok, err := e.store.AckJob(ctxT(t), stale.ID, stale.Token); err != nil || ok {
+	if ok, err := e.stores.Jobs.Ack(ctxT(t), stale.ID, stale.Token); err != nil || ok {
 		t.Fatalf("stale ack: %v %v, want refused", ok, err)
 	}
-	_, err = e.store.TransitionDocument(ctxT(t), u.ID, time.Hour, staging.DocChange{
-		From: []staging.DocStatus{staging.DocAutoApproved}, To: staging.DocFailed,
-		Fence: staging.Fence{Hold: true, Token: stale.Token}})
-	var fe *staging.FencedError
+	_, err = e.stores.Docs.Transition(ctxT(t), u.ID, time.Hour, documents.Change{
+		From: []documents.Status{documents.AutoApproved}, To: documents.Failed,
+		Fence: documents.Fence{Hold: true, Token: stale.Token}})
+	var fe *documents.FencedError
 	if !errors.As(err, &fe) {
 		t.Fatalf("stale document change: %v, want a FencedError", err)
 	}
-	if d := e.doc(t, u.ID); d.Status != staging.DocAutoApproved || eng.Calls() != 1 {
+	if d := e.doc(t, u.ID); d.Status != documents.AutoApproved || eng.Calls() != 1 {
 		t.Fatalf("document %s, engine calls %d", d.Status, eng.Calls())
 	}
 }
@@ -261,28 +262,28 @@ func TestRecoverDocumentsLeftProcessing(t *testing.T) {
 	}
 	// A worker takes the document and dies; its job is dead-lettered by a reclaim whose
 	// process died before failing the document (simulated by the raw store call).
-	j, err := e.store.FetchJob(ctxT(t), time.Second, cfg.Lease)
+	j, err := e.stores.Jobs.Fetch(ctxT(t), time.Second, cfg.Lease)
 	if err != nil || j == nil {
 		t.Fatal(j, err)
 	}
-	if err := e.store.MarkProcessing(ctxT(t), u.ID); err != nil {
+	if err := e.stores.Jobs.MarkProcessing(ctxT(t), u.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.TransitionDocument(ctxT(t), u.ID, time.Hour, staging.DocChange{
-		From: []staging.DocStatus{staging.DocUploaded}, To: staging.DocProcessing, Fence: staging.Fence{Start: true, Token: j.Token}}); err != nil {
+	if _, err := e.stores.Docs.Transition(ctxT(t), u.ID, time.Hour, documents.Change{
+		From: []documents.Status{documents.Uploaded}, To: documents.Processing, Fence: documents.Fence{Start: true, Token: j.Token}}); err != nil {
 		t.Fatal(err)
 	}
 	e.clk.Add(cfg.Lease + time.Second)
-	if got, err := e.store.ReclaimJobs(ctxT(t), cfg.Lease, 1, 10); err != nil || len(got) != 1 || !got[0].Dead {
+	if got, err := e.stores.Jobs.Reclaim(ctxT(t), cfg.Lease, 1, 10); err != nil || len(got) != 1 || !got[0].Dead {
 		t.Fatalf("reclaim: %+v %v", got, err)
 	}
 	if err := r.Recover(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	if d := e.doc(t, u.ID); d.Status != staging.DocFailed || !d.MaxRetriesExceeded {
+	if d := e.doc(t, u.ID); d.Status != documents.Failed || !d.MaxRetriesExceeded {
 		t.Fatalf("document %s max_retries=%v after recovery, want failed", d.Status, d.MaxRetriesExceeded)
 	}
-	if ids, _ := e.store.ProcessingDocuments(ctxT(t), 0, 10); len(ids) != 0 {
+	if ids, _ := e.stores.Jobs.ProcessingDocuments(ctxT(t), 0, 10); len(ids) != 0 {
 		t.Fatalf("still indexed as processing: %v", ids)
 	}
 }

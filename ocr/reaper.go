@@ -5,41 +5,42 @@ import (
 	"errors"
 	"time"
 
-	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/events"
+	"github.com/chunkup/chunkup/staging/documents"
+	"github.com/chunkup/chunkup/staging/ocrqueue"
 )
 
-// ReaperStore is the part of the staging store the reaper uses.
-type ReaperStore interface {
+// ReaperJobs is the part of the job queue the reaper uses.
+type ReaperJobs interface {
 	Now() time.Time
-	PromoteJobs(ctx context.Context, limit int) (int, error)
-	ReclaimJobs(ctx context.Context, lease time.Duration, maxAttempts, limit int) ([]staging.Reclaimed, error)
-	Document(ctx context.Context, id string) (*staging.Document, error)
-	TransitionDocument(ctx context.Context, id string, ttl time.Duration, c staging.DocChange) (*staging.Document, error)
+	Promote(ctx context.Context, limit int) (int, error)
+	Reclaim(ctx context.Context, lease time.Duration, maxAttempts, limit int) ([]ocrqueue.Reclaimed, error)
 	UnmarkProcessing(ctx context.Context, docID string) error
 	ProcessingDocuments(ctx context.Context, start, count int64) ([]string, error)
 	DocumentJob(ctx context.Context, docID string) (string, bool, error)
-	Job(ctx context.Context, id string) (*staging.Job, error)
-	EnqueueJob(ctx context.Context, j staging.NewJob) (string, bool, error)
+	Job(ctx context.Context, id string) (*ocrqueue.Job, error)
+	Enqueue(ctx context.Context, j ocrqueue.NewJob) (string, bool, error)
 }
 
-var _ ReaperStore = (*staging.Store)(nil)
+var _ ReaperJobs = (*ocrqueue.Queue)(nil)
 
 // Reaper keeps the queue moving: it promotes retries whose backoff is over, reclaims
 // jobs whose worker died (lease expired), dead-letters those out of attempts and marks
 // their documents failed. At start it recovers documents left processing.
 type Reaper struct {
 	cfg    Config
-	store  ReaperStore
+	store  ReaperJobs
+	docs   Docs
 	health *health
 }
 
 // NewReaper returns a Reaper.
-func NewReaper(store ReaperStore, cfg Config) (*Reaper, error) {
+func NewReaper(jobs ReaperJobs, docs Docs, cfg Config) (*Reaper, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Reaper{cfg: cfg, store: store, health: &health{log: cfg.Logger, what: "OCR reaper"}}, nil
+	return &Reaper{cfg: cfg, store: jobs, docs: docs, health: &health{log: cfg.Logger, what: "OCR reaper"}}, nil
 }
 
 // Run recovers documents left processing, then ticks every ReapInterval until ctx ends.
@@ -74,7 +75,7 @@ func (r *Reaper) Run(ctx context.Context) error {
 // Tick promotes due retries and reclaims expired leases once.
 func (r *Reaper) Tick(ctx context.Context) error {
 	for {
-		n, err := r.store.PromoteJobs(ctx, 100)
+		n, err := r.store.Promote(ctx, 100)
 		if err != nil {
 			return err
 		}
@@ -83,7 +84,7 @@ func (r *Reaper) Tick(ctx context.Context) error {
 		}
 	}
 	for {
-		got, err := r.store.ReclaimJobs(ctx, r.cfg.Lease, r.cfg.MaxAttempts, 100)
+		got, err := r.store.Reclaim(ctx, r.cfg.Lease, r.cfg.MaxAttempts, 100)
 		for _, j := range got {
 			log := r.cfg.Logger.With("job_id", j.JobID, "document_id", j.DocumentID, "attempts", j.Attempts)
 			if !j.Dead {
@@ -103,15 +104,14 @@ func (r *Reaper) Tick(ctx context.Context) error {
 }
 
 func (r *Reaper) failDocument(ctx context.Context, docID, jobID, msg string, attempts int) {
-	c := staging.DocChange{
-		From: []staging.DocStatus{staging.DocUploaded, staging.DocProcessing, staging.DocOCRCompleted, staging.DocAIEvaluated},
-		To:   staging.DocFailed, Failure: &msg, MaxRetriesExceeded: true, Attempts: &attempts, JobID: &jobID,
+	c := documents.Change{
+		From: []documents.Status{documents.Uploaded, documents.Processing, documents.OCRCompleted, documents.AIEvaluated},
+		To:   documents.Failed, Failure: &msg, MaxRetriesExceeded: true, Attempts: &attempts, JobID: &jobID,
 	}
-	if _, err := r.store.TransitionDocument(ctx, docID, r.cfg.DocumentTTL, withEvent(r.cfg.NodeID, r.cfg.Now(), c)); err != nil {
+	if _, err := r.docs.Transition(ctx, docID, r.cfg.DocumentTTL, events.WithDocumentEvent(r.cfg.NodeID, r.cfg.Now(), c)); err != nil {
 		r.cfg.Logger.Warn("mark document failed", "document_id", docID, "err", err)
 		return
 	}
-	r.cfg.OnEvent()
 	_ = r.store.UnmarkProcessing(ctx, docID)
 }
 
@@ -146,15 +146,15 @@ func (r *Reaper) Recover(ctx context.Context) error {
 }
 
 func (r *Reaper) recoverOne(ctx context.Context, id string, requeued, failed *int) (kept bool, err error) {
-	d, err := r.store.Document(ctx, id)
-	if errors.Is(err, staging.ErrDocumentNotFound) {
+	d, err := r.docs.Get(ctx, id)
+	if errors.Is(err, documents.ErrNotFound) {
 		return false, r.store.UnmarkProcessing(ctx, id)
 	}
 	if err != nil {
 		return true, err
 	}
 	switch d.Status {
-	case staging.DocUploaded, staging.DocProcessing, staging.DocOCRCompleted, staging.DocAIEvaluated:
+	case documents.Uploaded, documents.Processing, documents.OCRCompleted, documents.AIEvaluated:
 	default:
 		return false, r.store.UnmarkProcessing(ctx, id)
 	}
@@ -169,7 +169,7 @@ func (r *Reaper) recoverOne(ctx context.Context, id string, requeued, failed *in
 			return false, nil
 		}
 	}
-	if _, _, err := r.store.EnqueueJob(ctx, staging.NewJob{DocumentID: id, CorrelationID: d.CorrelationID, Bucket: d.Bucket,
+	if _, _, err := r.store.Enqueue(ctx, ocrqueue.NewJob{DocumentID: id, CorrelationID: d.CorrelationID, Bucket: d.Bucket,
 		Key: d.Key, ContentType: d.ContentType, Tenant: d.Tenant, Force: true, DedupeTTL: r.cfg.DocumentTTL}); err != nil {
 		return true, err
 	}

@@ -13,7 +13,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/events"
+	"github.com/chunkup/chunkup/internal/ids"
+	"github.com/chunkup/chunkup/staging/documents"
 )
 
 // WebhookPath is where the verification webhook is mounted.
@@ -25,10 +27,10 @@ const ServiceKeyHeader = "x-service-key"
 // WebhookStore is the part of the staging store the webhook uses.
 type WebhookStore interface {
 	Now() time.Time
-	TransitionDocument(ctx context.Context, id string, ttl time.Duration, c staging.DocChange) (*staging.Document, error)
+	Transition(ctx context.Context, id string, ttl time.Duration, c documents.Change) (*documents.Document, error)
 }
 
-var _ WebhookStore = (*staging.Store)(nil)
+var _ WebhookStore = (*documents.Store)(nil)
 
 // WebhookConfig configures the verification webhook.
 type WebhookConfig struct {
@@ -38,7 +40,6 @@ type WebhookConfig struct {
 	// DocumentTTL is the documents' TTL, refreshed on every change. Zero means 30 days.
 	DocumentTTL time.Duration
 	NodeID      string
-	OnEvent     func()
 	Logger      *slog.Logger
 }
 
@@ -67,16 +68,13 @@ type VerificationResponse struct {
 }
 
 // decidable are the statuses an external decision is accepted from.
-var decidable = []staging.DocStatus{staging.DocNeedsReview, staging.DocAutoApproved, staging.DocAutoRejected}
+var decidable = []documents.Status{documents.NeedsReview, documents.AutoApproved, documents.AutoRejected}
 
 // NewWebhookHandler returns the handler of POST /internal/verification/result, which
 // records an external reviewer's decision on a document.
 func NewWebhookHandler(store WebhookStore, cfg WebhookConfig) http.Handler {
 	if cfg.DocumentTTL == 0 {
 		cfg.DocumentTTL = 30 * 24 * time.Hour
-	}
-	if cfg.OnEvent == nil {
-		cfg.OnEvent = func() {}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -113,20 +111,20 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.answer(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	to := staging.DocApproved
+	to := documents.Approved
 	if req.VerificationResult == "rejected" {
-		to = staging.DocRejected
+		to = documents.Rejected
 	}
-	v := &staging.Verification{UserID: req.UserID, Result: req.VerificationResult, Decision: req.Decision,
+	v := &documents.Verification{UserID: req.UserID, Result: req.VerificationResult, Decision: req.Decision,
 		Metadata: string(req.Metadata), Time: h.store.Now()}
 	if req.Score != nil {
 		v.Score = *req.Score
 	}
-	c := withEvent(h.cfg.NodeID, h.store.Now(), staging.DocChange{From: decidable, To: to, Verification: v})
-	_, err = h.store.TransitionDocument(r.Context(), req.DocumentID, h.cfg.DocumentTTL, c)
-	var se *staging.DocStateError
+	c := events.WithDocumentEvent(h.cfg.NodeID, h.store.Now(), documents.Change{From: decidable, To: to, Verification: v})
+	_, err = h.store.Transition(r.Context(), req.DocumentID, h.cfg.DocumentTTL, c)
+	var se *documents.StateError
 	switch {
-	case errors.Is(err, staging.ErrDocumentNotFound):
+	case errors.Is(err, documents.ErrNotFound):
 		h.answer(w, http.StatusNotFound, fmt.Sprintf("document %s not found", req.DocumentID))
 		return
 	case errors.As(err, &se):
@@ -137,7 +135,6 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.answer(w, http.StatusServiceUnavailable, "could not record the decision; retry later")
 		return
 	}
-	h.cfg.OnEvent()
 	h.cfg.Logger.Info("verification recorded", "document_id", req.DocumentID, "result", req.VerificationResult, "user_id", req.UserID)
 	h.answer(w, http.StatusOK, fmt.Sprintf("document %s %s", req.DocumentID, to))
 }
@@ -158,7 +155,7 @@ func parseVerification(body io.Reader) (*VerificationRequest, error) {
 	switch {
 	case req.DocumentID == "":
 		return nil, errors.New("documentId is required")
-	case !staging.ValidID(req.DocumentID):
+	case !ids.Valid(req.DocumentID):
 		return nil, fmt.Errorf("documentId %q is not a document id (26 lowercase base32 characters)", req.DocumentID)
 	case req.UserID == "":
 		return nil, errors.New("userId is required")

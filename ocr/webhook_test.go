@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/internal/testdocs"
 	"github.com/chunkup/chunkup/ocr"
-	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/documents"
 )
 
 const serviceKey = "s3cret-key"
@@ -26,7 +27,7 @@ func (e *env) reviewable(t *testing.T) string {
 		t.Fatal(err)
 	}
 	e.runOne(t, e.worker(t, &countingEngine{}, cfg))
-	if d := e.doc(t, u.ID); d.Status != staging.DocNeedsReview {
+	if d := e.doc(t, u.ID); d.Status != documents.NeedsReview {
 		t.Fatalf("document %s, want needs_review", d.Status)
 	}
 	return u.ID
@@ -54,7 +55,7 @@ func TestWebhook(t *testing.T) {
 	e := newEnv(t)
 	id := e.reviewable(t)
 	other := e.reviewable(t)
-	h := ocr.NewWebhookHandler(e.store, ocr.WebhookConfig{ServiceKey: serviceKey, Logger: testLogger()})
+	h := ocr.NewWebhookHandler(e.stores.Docs, ocr.WebhookConfig{ServiceKey: serviceKey, Logger: testLogger()})
 	good := `{"documentId":"` + id + `","userId":"u-7","verificationResult":"approved","score":91.5,"decision":"looks right","metadata":{"reviewer":"ann","n":2}}`
 	tests := []struct {
 		name, key, body string
@@ -70,7 +71,7 @@ func TestWebhook(t *testing.T) {
 		{"bad score", serviceKey, `{"documentId":"` + id + `","userId":"u","verificationResult":"approved","score":101}`, http.StatusBadRequest, "score"},
 		{"metadata not object", serviceKey, `{"documentId":"` + id + `","userId":"u","verificationResult":"approved","metadata":[1]}`, http.StatusBadRequest, "metadata"},
 		{"bad id", serviceKey, `{"documentId":"../x","userId":"u","verificationResult":"approved"}`, http.StatusBadRequest, "not a document id"},
-		{"unknown document", serviceKey, `{"documentId":"` + staging.NewID() + `","userId":"u","verificationResult":"approved"}`, http.StatusNotFound, "not found"},
+		{"unknown document", serviceKey, `{"documentId":"` + ids.New() + `","userId":"u","verificationResult":"approved"}`, http.StatusNotFound, "not found"},
 	}
 	before := len(e.docEvents(t, id))
 	for _, tc := range tests {
@@ -79,7 +80,7 @@ func TestWebhook(t *testing.T) {
 			if code != tc.code || resp.Success || !strings.Contains(resp.Message, tc.msg) {
 				t.Fatalf("got %d %+v, want %d with %q", code, resp, tc.code, tc.msg)
 			}
-			if d := e.doc(t, id); d.Status != staging.DocNeedsReview || d.Verification != nil {
+			if d := e.doc(t, id); d.Status != documents.NeedsReview || d.Verification != nil {
 				t.Fatalf("a refused call changed the document: %+v", d)
 			}
 			if n := len(e.docEvents(t, id)); n != before {
@@ -93,7 +94,7 @@ func TestWebhook(t *testing.T) {
 		t.Fatalf("right key: %d %+v", code, resp)
 	}
 	d := e.doc(t, id)
-	if d.Status != staging.DocApproved || d.Verification == nil || d.Verification.UserID != "u-7" ||
+	if d.Status != documents.Approved || d.Verification == nil || d.Verification.UserID != "u-7" ||
 		d.Verification.Score != 91.5 || !strings.Contains(d.Verification.Metadata, `"reviewer":"ann"`) {
 		t.Fatalf("document after the decision: %+v %+v", d, d.Verification)
 	}
@@ -118,14 +119,14 @@ func TestWebhook(t *testing.T) {
 	if code, _ := post(t, h, serviceKey, `{"documentId":"`+other+`","userId":"u","verificationResult":"rejected"}`); code != http.StatusOK {
 		t.Fatalf("reject: %d", code)
 	}
-	if d := e.doc(t, other); d.Status != staging.DocRejected {
+	if d := e.doc(t, other); d.Status != documents.Rejected {
 		t.Fatalf("other document %s, want rejected", d.Status)
 	}
 }
 
 func TestWebhookDisabledWithoutKey(t *testing.T) {
 	e := newEnv(t)
-	h := ocr.NewWebhookHandler(e.store, ocr.WebhookConfig{Logger: testLogger()})
+	h := ocr.NewWebhookHandler(e.stores.Docs, ocr.WebhookConfig{Logger: testLogger()})
 	code, resp := post(t, h, "anything", `{}`)
 	if code != http.StatusServiceUnavailable || !strings.Contains(resp.Message, "CHUNKUP_SERVICE_INTERNAL_KEY") {
 		t.Fatalf("got %d %+v, want 503 naming the setting", code, resp)

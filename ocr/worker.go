@@ -1,7 +1,6 @@
 package ocr
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,35 +11,43 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
+	"github.com/chunkup/chunkup/events"
 	"github.com/chunkup/chunkup/internal/retry"
-	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/s3store"
+	"github.com/chunkup/chunkup/staging/documents"
+	"github.com/chunkup/chunkup/staging/ocrqueue"
 )
 
-// S3API is the part of the S3 client a worker uses.
-type S3API interface {
-	GetObject(ctx context.Context, in *s3.GetObjectInput, opts ...func(*s3.Options)) (*s3.GetObjectOutput, error)
-	PutObject(ctx context.Context, in *s3.PutObjectInput, opts ...func(*s3.Options)) (*s3.PutObjectOutput, error)
+// Objects is the part of the S3 store a worker uses: reading a document, writing its
+// OCR result beside it.
+type Objects interface {
+	Open(ctx context.Context, bucket, key string) (io.ReadCloser, int64, error)
+	Put(ctx context.Context, bucket, key, ct string, data []byte) (string, error)
 }
 
-var _ S3API = (*s3.Client)(nil)
+var _ Objects = (*s3store.Store)(nil)
 
-// WorkerStore is the part of the staging store a worker uses.
-type WorkerStore interface {
+// WorkerJobs is the part of the job queue a worker uses.
+type WorkerJobs interface {
 	Now() time.Time
-	FetchJob(ctx context.Context, block, lease time.Duration) (*staging.Job, error)
-	RenewJob(ctx context.Context, id string, token int64, lease time.Duration) (bool, error)
-	AckJob(ctx context.Context, id string, token int64) (bool, error)
-	FailJob(ctx context.Context, id string, token int64, msg string, mode staging.FailMode, due time.Time, maxAttempts int) (staging.FailOutcome, error)
-	TransitionDocument(ctx context.Context, id string, ttl time.Duration, c staging.DocChange) (*staging.Document, error)
-	RecordDocumentFailure(ctx context.Context, id string, ttl time.Duration, token int64, attempts int, msg string) error
+	Fetch(ctx context.Context, block, lease time.Duration) (*ocrqueue.Job, error)
+	Renew(ctx context.Context, id string, token int64, lease time.Duration) (bool, error)
+	Ack(ctx context.Context, id string, token int64) (bool, error)
+	Fail(ctx context.Context, id string, token int64, msg string, mode ocrqueue.FailMode, due time.Time, maxAttempts int) (ocrqueue.FailOutcome, error)
 	MarkProcessing(ctx context.Context, docID string) error
 	UnmarkProcessing(ctx context.Context, docID string) error
 }
 
-var _ WorkerStore = (*staging.Store)(nil)
+var _ WorkerJobs = (*ocrqueue.Queue)(nil)
+
+// Docs is the part of the document store that moves documents along.
+type Docs interface {
+	Get(ctx context.Context, id string) (*documents.Document, error)
+	Transition(ctx context.Context, id string, ttl time.Duration, c documents.Change) (*documents.Document, error)
+	RecordFailure(ctx context.Context, id string, ttl time.Duration, token int64, attempts int, msg string) error
+}
+
+var _ Docs = (*documents.Store)(nil)
 
 // ResultSuffix is appended to an object's key to name its OCR result in S3.
 const ResultSuffix = ".ocr.json"
@@ -50,8 +57,9 @@ const ResultSuffix = ".ocr.json"
 // release) at the end.
 type Worker struct {
 	cfg    Config
-	store  WorkerStore
-	s3     S3API
+	store  WorkerJobs
+	docs   Docs
+	s3     Objects
 	engine Engine
 	eval   *Evaluator
 	health *health
@@ -60,7 +68,7 @@ type Worker struct {
 }
 
 // NewWorker returns a Worker running engine.
-func NewWorker(store WorkerStore, s3c S3API, engine Engine, cfg Config) (*Worker, error) {
+func NewWorker(jobs WorkerJobs, docs Docs, s3c Objects, engine Engine, cfg Config) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -72,7 +80,7 @@ func NewWorker(store WorkerStore, s3c S3API, engine Engine, cfg Config) (*Worker
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{cfg: cfg, store: store, s3: s3c, engine: engine, eval: ev,
+	return &Worker{cfg: cfg, store: jobs, docs: docs, s3: s3c, engine: engine, eval: ev,
 		health: &health{log: cfg.Logger, what: "OCR worker"}}, nil
 }
 
@@ -89,8 +97,8 @@ func (w *Worker) Run(ctx context.Context) error {
 
 func (w *Worker) loop(ctx context.Context) {
 	for ctx.Err() == nil {
-		job, err := w.store.FetchJob(ctx, w.cfg.FetchBlock, w.cfg.Lease)
-		var mal *staging.MalformedJobError
+		job, err := w.store.Fetch(ctx, w.cfg.FetchBlock, w.cfg.Lease)
+		var mal *ocrqueue.MalformedJobError
 		switch {
 		case errors.As(err, &mal):
 			w.cfg.Logger.Error("malformed OCR job dead-lettered", "job_id", mal.JobID, "reason", mal.Reason)
@@ -110,7 +118,7 @@ func (w *Worker) loop(ctx context.Context) {
 }
 
 // Run1 runs one leased job and settles it.
-func (w *Worker) Run1(ctx context.Context, job *staging.Job) {
+func (w *Worker) Run1(ctx context.Context, job *ocrqueue.Job) {
 	log := w.cfg.Logger.With("job_id", job.ID, "document_id", job.DocumentID, "correlation_id", job.CorrelationID,
 		"attempt", job.Attempts+1)
 	jctx, cancel := context.WithCancelCause(ctx)
@@ -127,7 +135,7 @@ func (w *Worker) Run1(ctx context.Context, job *staging.Job) {
 	}
 	if err == nil {
 		w.cfg.Metrics.OCRJob("succeeded")
-		if ok, aerr := w.store.AckJob(sctx, job.ID, job.Token); aerr != nil || !ok {
+		if ok, aerr := w.store.Ack(sctx, job.ID, job.Token); aerr != nil || !ok {
 			log.Warn("OCR job done but not acknowledged; it may run again (harmlessly)", "err", aerr, "lease_held", ok)
 		}
 		return
@@ -143,13 +151,13 @@ func (w *Worker) Run1(ctx context.Context, job *staging.Job) {
 		if ctx.Err() != nil {
 			due = now
 		}
-		if _, ferr := w.store.FailJob(sctx, job.ID, job.Token, err.Error(), staging.FailRelease, due, w.cfg.MaxAttempts); ferr != nil {
+		if _, ferr := w.store.Fail(sctx, job.ID, job.Token, err.Error(), ocrqueue.FailRelease, due, w.cfg.MaxAttempts); ferr != nil {
 			log.Warn("release OCR job", "err", ferr)
 		}
 		log.Warn("OCR job released: a dependency is unavailable; not counted as an attempt", "err", err)
 		w.cfg.Metrics.OCRJob("released")
 	case failPermanent:
-		if _, ferr := w.store.FailJob(sctx, job.ID, job.Token, err.Error(), staging.FailDead, now, w.cfg.MaxAttempts); ferr != nil {
+		if _, ferr := w.store.Fail(sctx, job.ID, job.Token, err.Error(), ocrqueue.FailDead, now, w.cfg.MaxAttempts); ferr != nil {
 			log.Warn("dead-letter OCR job", "err", ferr)
 			return
 		}
@@ -157,7 +165,7 @@ func (w *Worker) Run1(ctx context.Context, job *staging.Job) {
 		w.cfg.Metrics.OCRJob("dead")
 		w.failDocument(sctx, job, err.Error(), false, job.Attempts+1, log)
 	default:
-		out, ferr := w.store.FailJob(sctx, job.ID, job.Token, err.Error(), staging.FailRetry,
+		out, ferr := w.store.Fail(sctx, job.ID, job.Token, err.Error(), ocrqueue.FailRetry,
 			now.Add(w.cfg.Backoff(job.Attempts+1)), w.cfg.MaxAttempts)
 		if ferr != nil {
 			log.Warn("retry OCR job", "err", ferr)
@@ -171,7 +179,7 @@ func (w *Worker) Run1(ctx context.Context, job *staging.Job) {
 		}
 		log.Warn("OCR job failed; will retry", "err", err, "attempts", out.Attempts)
 		w.cfg.Metrics.OCRJob("retried")
-		if derr := w.store.RecordDocumentFailure(sctx, job.DocumentID, w.cfg.DocumentTTL, job.Token, out.Attempts, err.Error()); derr != nil {
+		if derr := w.docs.RecordFailure(sctx, job.DocumentID, w.cfg.DocumentTTL, job.Token, out.Attempts, err.Error()); derr != nil {
 			log.Debug("record failure on document", "err", derr)
 		}
 	}
@@ -180,7 +188,7 @@ func (w *Worker) Run1(ctx context.Context, job *staging.Job) {
 // keepLease renews job's lease every Lease/3 until stop is called, and cancels the job
 // with errLeaseLost when the lease is lost or has run out without a renewal (Redis
 // unreachable), so its subprocesses are killed before another worker takes over.
-func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, job *staging.Job, log *slog.Logger) (stop func()) {
+func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, job *ocrqueue.Job, log *slog.Logger) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -195,7 +203,7 @@ func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, 
 				return
 			case <-t.C:
 			}
-			ok, err := w.store.RenewJob(ctx, job.ID, job.Token, w.cfg.Lease)
+			ok, err := w.store.Renew(ctx, job.ID, job.Token, w.cfg.Lease)
 			switch {
 			case err == nil && ok:
 				until = w.cfg.Now().Add(w.cfg.Lease)
@@ -212,31 +220,30 @@ func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, 
 	return func() { close(done); wg.Wait() }
 }
 
-func (w *Worker) failDocument(ctx context.Context, job *staging.Job, msg string, maxRetries bool, attempts int, log *slog.Logger) {
-	c := staging.DocChange{
-		From: []staging.DocStatus{staging.DocUploaded, staging.DocProcessing, staging.DocOCRCompleted, staging.DocAIEvaluated},
-		To:   staging.DocFailed, Failure: &msg, MaxRetriesExceeded: maxRetries, Attempts: &attempts, JobID: &job.ID,
+func (w *Worker) failDocument(ctx context.Context, job *ocrqueue.Job, msg string, maxRetries bool, attempts int, log *slog.Logger) {
+	c := documents.Change{
+		From: []documents.Status{documents.Uploaded, documents.Processing, documents.OCRCompleted, documents.AIEvaluated},
+		To:   documents.Failed, Failure: &msg, MaxRetriesExceeded: maxRetries, Attempts: &attempts, JobID: &job.ID,
 	}
-	if _, err := w.store.TransitionDocument(ctx, job.DocumentID, w.cfg.DocumentTTL, withEvent(w.cfg.NodeID, w.cfg.Now(), c)); err != nil {
+	if _, err := w.docs.Transition(ctx, job.DocumentID, w.cfg.DocumentTTL, events.WithDocumentEvent(w.cfg.NodeID, w.cfg.Now(), c)); err != nil {
 		log.Warn("mark document failed", "err", err)
 		return
 	}
-	w.cfg.OnEvent()
 	_ = w.store.UnmarkProcessing(ctx, job.DocumentID)
 }
 
 // startable are the statuses a job may (re)start a document from without force: a
 // redelivered job resumes a document it left half-way.
-var startable = []staging.DocStatus{staging.DocUploaded, staging.DocProcessing, staging.DocOCRCompleted,
-	staging.DocAIEvaluated, staging.DocFailed}
+var startable = []documents.Status{documents.Uploaded, documents.Processing, documents.OCRCompleted,
+	documents.AIEvaluated, documents.Failed}
 
-var allStatuses = []staging.DocStatus{staging.DocUploaded, staging.DocProcessing, staging.DocOCRCompleted,
-	staging.DocAIEvaluated, staging.DocAutoApproved, staging.DocAutoRejected, staging.DocNeedsReview,
-	staging.DocApproved, staging.DocRejected, staging.DocFailed}
+var allStatuses = []documents.Status{documents.Uploaded, documents.Processing, documents.OCRCompleted,
+	documents.AIEvaluated, documents.AutoApproved, documents.AutoRejected, documents.NeedsReview,
+	documents.Approved, documents.Rejected, documents.Failed}
 
 // process runs one job: take the document, download, validate, recognize, store the
 // result, evaluate, decide. Each document change is fenced by the job's token.
-func (w *Worker) process(ctx context.Context, job *staging.Job, log *slog.Logger) error {
+func (w *Worker) process(ctx context.Context, job *ocrqueue.Job, log *slog.Logger) error {
 	ttl := w.cfg.DocumentTTL
 	if err := w.store.MarkProcessing(ctx, job.DocumentID); err != nil {
 		return outage(err)
@@ -246,11 +253,11 @@ func (w *Worker) process(ctx context.Context, job *staging.Job, log *slog.Logger
 		from = allStatuses
 	}
 	clear, attempts := "", job.Attempts
-	start := staging.DocChange{From: from, To: staging.DocProcessing, Fence: staging.Fence{Start: true, Token: job.Token},
+	start := documents.Change{From: from, To: documents.Processing, Fence: documents.Fence{Start: true, Token: job.Token},
 		JobID: &job.ID, Attempts: &attempts, Failure: &clear}
-	if _, err := w.store.TransitionDocument(ctx, job.DocumentID, ttl, withEvent(w.cfg.NodeID, w.cfg.Now(), start)); err != nil {
-		var se *staging.DocStateError
-		var fe *staging.FencedError
+	if _, err := w.docs.Transition(ctx, job.DocumentID, ttl, events.WithDocumentEvent(w.cfg.NodeID, w.cfg.Now(), start)); err != nil {
+		var se *documents.StateError
+		var fe *documents.FencedError
 		switch {
 		case errors.As(err, &se):
 			log.Info("document already processed; duplicate job done", "status", se.Status)
@@ -259,13 +266,12 @@ func (w *Worker) process(ctx context.Context, job *staging.Job, log *slog.Logger
 		case errors.As(err, &fe):
 			log.Info("document taken over by a newer job; this one is stale", "err", err)
 			return nil
-		case errors.Is(err, staging.ErrDocumentNotFound):
+		case errors.Is(err, documents.ErrNotFound):
 			_ = w.store.UnmarkProcessing(ctx, job.DocumentID)
 			return Permanent(fmt.Errorf("document %s not found (expired?)", job.DocumentID))
 		}
 		return outage(err)
 	}
-	w.cfg.OnEvent()
 
 	data, err := w.download(ctx, job)
 	if err != nil {
@@ -286,28 +292,27 @@ func (w *Worker) process(ctx context.Context, job *staging.Job, log *slog.Logger
 	if err != nil {
 		return err
 	}
-	hold := staging.Fence{Hold: true, Token: job.Token}
-	steps := []staging.DocChange{
-		{From: []staging.DocStatus{staging.DocProcessing}, To: staging.DocOCRCompleted, Fence: hold, OCR: sum},
+	hold := documents.Fence{Hold: true, Token: job.Token}
+	steps := []documents.Change{
+		{From: []documents.Status{documents.Processing}, To: documents.OCRCompleted, Fence: hold, OCR: sum},
 	}
 	ev := w.eval.Evaluate(res)
 	steps = append(steps,
-		staging.DocChange{From: []staging.DocStatus{staging.DocOCRCompleted}, To: staging.DocAIEvaluated, Fence: hold, Eval: &ev},
-		staging.DocChange{From: []staging.DocStatus{staging.DocAIEvaluated}, To: ev.Decision, Fence: hold, Eval: &ev})
+		documents.Change{From: []documents.Status{documents.OCRCompleted}, To: documents.AIEvaluated, Fence: hold, Eval: &ev},
+		documents.Change{From: []documents.Status{documents.AIEvaluated}, To: ev.Decision, Fence: hold, Eval: &ev})
 	for _, c := range steps {
-		if _, err := w.store.TransitionDocument(ctx, job.DocumentID, ttl, withEvent(w.cfg.NodeID, w.cfg.Now(), c)); err != nil {
-			var fe *staging.FencedError
+		if _, err := w.docs.Transition(ctx, job.DocumentID, ttl, events.WithDocumentEvent(w.cfg.NodeID, w.cfg.Now(), c)); err != nil {
+			var fe *documents.FencedError
 			if errors.As(err, &fe) {
 				log.Info("document taken over by a newer job; stopping", "err", err)
 				return nil
 			}
-			var se *staging.DocStateError
+			var se *documents.StateError
 			if errors.As(err, &se) {
 				return Permanent(fmt.Errorf("document moved to %s while this job held it: %w", se.Status, err))
 			}
 			return outage(err)
 		}
-		w.cfg.OnEvent()
 	}
 	_ = w.store.UnmarkProcessing(ctx, job.DocumentID)
 	w.Processed.Add(1)
@@ -316,16 +321,16 @@ func (w *Worker) process(ctx context.Context, job *staging.Job, log *slog.Logger
 	return nil
 }
 
-func (w *Worker) download(ctx context.Context, job *staging.Job) ([]byte, error) {
-	out, err := w.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key)})
+func (w *Worker) download(ctx context.Context, job *ocrqueue.Job) ([]byte, error) {
+	body, size, err := w.s3.Open(ctx, job.Bucket, job.Key)
 	if err != nil {
 		return nil, s3Err("get object", err)
 	}
-	defer out.Body.Close()
-	if out.ContentLength != nil && *out.ContentLength > w.cfg.MaxFileSize {
-		return nil, Permanent(fmt.Errorf("file is %d bytes, above the OCR limit of %d", *out.ContentLength, w.cfg.MaxFileSize))
+	defer body.Close()
+	if size > w.cfg.MaxFileSize {
+		return nil, Permanent(fmt.Errorf("file is %d bytes, above the OCR limit of %d", size, w.cfg.MaxFileSize))
 	}
-	data, err := io.ReadAll(io.LimitReader(out.Body, w.cfg.MaxFileSize+1))
+	data, err := io.ReadAll(io.LimitReader(body, w.cfg.MaxFileSize+1))
 	if err != nil {
 		return nil, outage(fmt.Errorf("read object: %w", err))
 	}
@@ -357,7 +362,7 @@ type resultDoc struct {
 	Pages          []Page    `json:"pages"`
 }
 
-func (w *Worker) storeResult(ctx context.Context, job *staging.Job, res *Result) (*staging.OCRSummary, error) {
+func (w *Worker) storeResult(ctx context.Context, job *ocrqueue.Job, res *Result) (*documents.OCRSummary, error) {
 	doc := resultDoc{DocumentID: job.DocumentID, JobID: job.ID, Engine: w.engine.Name(), Time: w.cfg.Now().UTC(),
 		Text: res.Text(), Words: res.Words(), MeanConfidence: res.MeanConfidence(), Pages: res.Pages}
 	if doc.Pages == nil {
@@ -368,11 +373,10 @@ func (w *Worker) storeResult(ctx context.Context, job *staging.Job, res *Result)
 		return nil, err
 	}
 	key := job.Key + ResultSuffix
-	if _, err := w.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(key),
-		Body: bytes.NewReader(b), ContentType: aws.String("application/json")}); err != nil {
+	if _, err := w.s3.Put(ctx, job.Bucket, key, "application/json", b); err != nil {
 		return nil, s3Err("put OCR result", err)
 	}
-	sum := &staging.OCRSummary{ResultKey: key, Pages: len(res.Pages), Words: res.Words(), MeanConfidence: res.MeanConfidence()}
+	sum := &documents.OCRSummary{ResultKey: key, Pages: len(res.Pages), Words: res.Words(), MeanConfidence: res.MeanConfidence()}
 	for _, p := range res.Pages {
 		sum.PageConfidence = append(sum.PageConfidence, p.Confidence)
 	}

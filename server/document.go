@@ -7,17 +7,18 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/chunkup/chunkup/events"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
-	"github.com/chunkup/chunkup/ocr"
-	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/internal/ids"
+	"github.com/chunkup/chunkup/staging/documents"
 )
 
-// DocumentStore is the part of the staging store the document service uses.
+// DocumentStore is the part of the document store the document service uses.
 type DocumentStore interface {
-	Document(ctx context.Context, id string) (*staging.Document, error)
+	Get(ctx context.Context, id string) (*documents.Document, error)
 }
 
-var _ DocumentStore = (*staging.Store)(nil)
+var _ DocumentStore = (*documents.Store)(nil)
 
 // DocumentService serves documents' OCR and review state.
 type DocumentService struct {
@@ -36,16 +37,16 @@ func RegisterDocumentService(gs *grpc.Server, svc *DocumentService) {
 // GetDocument returns a document.
 func (s *DocumentService) GetDocument(ctx context.Context, req *chunkupv1.GetDocumentRequest) (*chunkupv1.GetDocumentResponse, error) {
 	id := req.GetDocumentId()
-	if !staging.ValidID(id) {
+	if !ids.Valid(id) {
 		return nil, status.Errorf(codes.InvalidArgument, "document_id %s is not a document id: it is the upload id, 26 lowercase base32 characters", quote(id))
 	}
-	d, err := s.store.Document(ctx, id)
+	d, err := s.store.Get(ctx, id)
 	if err != nil {
 		return nil, toStatus(id, err)
 	}
 	if d.Tenant != TenantFrom(ctx) {
 		// Another tenant's document does not exist for the caller.
-		return nil, toStatus(id, staging.ErrDocumentNotFound)
+		return nil, toStatus(id, documents.ErrNotFound)
 	}
-	return &chunkupv1.GetDocumentResponse{Document: ocr.DocumentProto(d)}, nil
+	return &chunkupv1.GetDocumentResponse{Document: events.DocumentProto(d)}, nil
 }

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/documents"
+	"github.com/chunkup/chunkup/staging/ocrqueue"
 )
 
 // toStatus turns a domain error into the gRPC status a client sees. It is the only place
@@ -32,8 +34,8 @@ func toStatus(id string, err error) error {
 		oor  *staging.OutOfRangeError
 		last *staging.LastChunkError
 		rec  *staging.PartRecordedError
-		dst  *staging.DocStateError
-		fen  *staging.FencedError
+		dst  *documents.StateError
+		fen  *documents.FencedError
 	)
 	// Messages name the upload when there is one, so a client juggling several
 	// uploads knows which one a failure belongs to.
@@ -66,9 +68,9 @@ func toStatus(id string, err error) error {
 		return status.Errorf(codes.Aborted, "upload %s: %v and cannot be replaced now; retry", id, err)
 	case errors.Is(err, staging.ErrCompleting):
 		return status.Errorf(codes.FailedPrecondition, "upload %s is being completed and can no longer be aborted", id)
-	case errors.Is(err, staging.ErrDocumentNotFound):
+	case errors.Is(err, documents.ErrNotFound):
 		return status.Errorf(codes.NotFound, "document %s not found: only completed image and PDF uploads handed to OCR are documents (it may also have expired)", quote(id))
-	case errors.Is(err, staging.ErrJobNotFound):
+	case errors.Is(err, ocrqueue.ErrJobNotFound):
 		return status.Errorf(codes.NotFound, "OCR job %s not found", quote(id))
 	case errors.As(err, &dst):
 		return status.Errorf(codes.FailedPrecondition, "document %s: %v", id, dst)

@@ -20,22 +20,30 @@ import (
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/outbox"
+	"github.com/chunkup/chunkup/staging/uploads"
 )
 
-// Store is the part of the staging store the service uses.
+// Store is the part of the uploads store the service uses.
 type Store interface {
 	ClaimClientNodeID(ctx context.Context, tenant, clientNodeID, id string) (string, error)
-	Create(ctx context.Context, u staging.NewUpload) (bool, error)
-	Params(ctx context.Context, id string) (staging.Params, error)
-	Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (staging.StageResult, error)
-	Get(ctx context.Context, id string) (*staging.Upload, error)
-	EnqueueCompletion(ctx context.Context, id string) error
-	SubscribeProgress(ctx context.Context, id string) (*staging.Subscription, error)
+	Create(ctx context.Context, u uploads.NewUpload) (bool, error)
+	Params(ctx context.Context, id string) (uploads.Params, error)
+	Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (uploads.StageResult, error)
+	Get(ctx context.Context, id string) (*uploads.Upload, error)
 	StagedBytes(ctx context.Context) (int64, error)
 }
 
-var _ Store = (*staging.Store)(nil)
+var _ Store = (*uploads.Store)(nil)
+
+// Progress subscribes to an upload's progress notices (see outbox.Outbox.Progress).
+type Progress interface {
+	Progress(ctx context.Context, id string) (*staging.Subscription, error)
+}
+
+var _ Progress = (*outbox.Outbox)(nil)
 
 // Ender ends an upload and releases its resources (see cleanup.Ender).
 type Ender interface {
@@ -69,14 +77,7 @@ type Config struct {
 	// BudgetWait is how long a stream waits for the budget before it fails with
 	// RESOURCE_EXHAUSTED. Zero means 30 s.
 	BudgetWait time.Duration
-	// OnReady, when set, is called when a chunk makes an upload ready to complete (the
-	// completion is enqueued durably first), so an in-process completer starts at once.
-	OnReady func(uploadID string)
-	// Local, when set, is a worker in this process that takes a staged chunk straight
-	// from the bytes the stream received, instead of reading them back from Redis (which
-	// keeps the durable copy). Zero: every chunk goes through Redis.
-	Local  LocalWorker
-	Logger *slog.Logger
+	Logger     *slog.Logger
 	// Observe sets up metrics and tracing of the API (see observe.go). Zero: none.
 	Observe Observability
 }
@@ -88,6 +89,20 @@ type LocalWorker interface {
 	// once staging is over: with the chunk's bytes and CRC-32C if they were staged, or
 	// with nil if not (an error, or a duplicate). It must not block.
 	Expect(ref staging.ChunkRef) func(data []byte, crc uint32)
+}
+
+// Deps are what the service is built on.
+type Deps struct {
+	// Store holds the uploads. Required.
+	Store Store
+	// Progress carries progress notices to watchers. Required.
+	Progress Progress
+	// Ender ends uploads (abort). Required.
+	Ender Ender
+	// Local, when set, is a worker in this process that takes a staged chunk straight
+	// from the bytes the stream received, instead of reading them back from Redis (which
+	// keeps the durable copy). Nil: every chunk goes through Redis.
+	Local LocalWorker
 }
 
 // Validate checks the configuration.
@@ -143,7 +158,9 @@ type UploadService struct {
 	chunkupv1.UnimplementedUploadServiceServer
 	cfg      Config
 	store    Store
+	progress Progress
 	ender    Ender
+	local    LocalWorker
 	streams  *streamCounter
 	budget   *budgetGate
 	draining chan struct{}
@@ -153,12 +170,16 @@ type UploadService struct {
 var _ chunkupv1.UploadServiceServer = (*UploadService)(nil)
 
 // NewUploadService returns the upload service.
-func NewUploadService(store Store, ender Ender, cfg Config) (*UploadService, error) {
+func NewUploadService(d Deps, cfg Config) (*UploadService, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if d.Store == nil || d.Progress == nil || d.Ender == nil {
+		return nil, errors.New("server: the upload service needs a store, a progress channel and an ender")
+	}
 	cfg.setDefaults()
-	s := &UploadService{cfg: cfg, store: store, ender: ender, draining: make(chan struct{}),
+	store := d.Store
+	s := &UploadService{cfg: cfg, store: store, progress: d.Progress, ender: d.Ender, local: d.Local, draining: make(chan struct{}),
 		streams: &streamCounter{limit: cfg.MaxStreamsPerTenant, open: map[string]int{}}}
 	if cfg.StagedBytesBudget > 0 {
 		s.budget = &budgetGate{budget: cfg.StagedBytesBudget, maxWait: cfg.BudgetWait,
@@ -204,7 +225,7 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 		return nil, err
 	}
 	tenant := TenantFrom(ctx)
-	id := staging.NewID()
+	id := ids.New()
 	if req.ClientNodeId != "" {
 		if id, err = s.store.ClaimClientNodeID(ctx, tenant, req.ClientNodeId, id); err != nil {
 			return nil, err
@@ -214,7 +235,7 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 	if len(key) > maxKeyLen {
 		return nil, invalidf("key has %d bytes with the tenant's prefix; at most %d are allowed", len(key), maxKeyLen)
 	}
-	nu := staging.NewUpload{
+	nu := uploads.NewUpload{
 		ID: id, Bucket: s.cfg.Bucket, Key: key,
 		ChunkSize: chunkSize, ExpectedSize: expected, NodeID: s.cfg.NodeID, Name: req.Name,
 		ContentType: req.ContentType, ClientNodeID: req.ClientNodeId, Metadata: req.Metadata,
@@ -243,7 +264,7 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 
 // differingField names the first parameter in which a repeated create differs from the
 // upload its client_node_id names, or returns "".
-func differingField(up *staging.Upload, nu staging.NewUpload, proposedChunkSize int64) string {
+func differingField(up *uploads.Upload, nu uploads.NewUpload, proposedChunkSize int64) string {
 	switch {
 	case up.Key != nu.Key:
 		return "key"
@@ -263,7 +284,7 @@ func differingField(up *staging.Upload, nu staging.NewUpload, proposedChunkSize 
 
 // get reads an upload the caller's tenant owns: another tenant's upload does not exist
 // for it (NOT_FOUND, the same as a missing one, so ids cannot be probed).
-func (s *UploadService) get(ctx context.Context, id string) (*staging.Upload, error) {
+func (s *UploadService) get(ctx context.Context, id string) (*uploads.Upload, error) {
 	up, err := s.store.Get(ctx, id)
 	if err != nil {
 		return nil, err
@@ -312,7 +333,7 @@ func (s *UploadService) UploadChunk(stream chunkupv1.UploadService_UploadChunkSe
 		}
 	}()
 
-	params := map[string]staging.Params{} // immutable per upload, read once per stream
+	params := map[string]uploads.Params{} // immutable per upload, read once per stream
 	first := true
 	created := "" // the upload a create request on this stream made
 	for {
@@ -378,7 +399,7 @@ func (s *UploadService) createOnStream(ctx context.Context, stream chunkupv1.Upl
 	return nil
 }
 
-func (s *UploadService) stage(ctx context.Context, req *chunkupv1.UploadChunkRequest, params map[string]staging.Params) (*chunkupv1.UploadChunkResponse, error) {
+func (s *UploadService) stage(ctx context.Context, req *chunkupv1.UploadChunkRequest, params map[string]uploads.Params) (*chunkupv1.UploadChunkResponse, error) {
 	id := req.UploadId
 	if err := validID(id); err != nil {
 		return nil, err
@@ -410,8 +431,8 @@ func (s *UploadService) stage(ctx context.Context, req *chunkupv1.UploadChunkReq
 	}
 	last := req.IsLast || (p.Total > 0 && n == p.Total)
 	var handOver func([]byte, uint32)
-	if s.cfg.Local != nil {
-		handOver = s.cfg.Local.Expect(staging.ChunkRef{UploadID: id, N: n})
+	if s.local != nil {
+		handOver = s.local.Expect(staging.ChunkRef{UploadID: id, N: n})
 	}
 	res, err := s.store.Stage(ctx, id, n, req.Data, sum, last)
 	if handOver != nil {
@@ -425,16 +446,6 @@ func (s *UploadService) stage(ctx context.Context, req *chunkupv1.UploadChunkReq
 		return nil, err
 	}
 	s.cfg.Observe.chunkStaged(res.Duplicate)
-	if res.Ready {
-		// The last chunk arrived after every part was already in S3 (e.g. is_last on a
-		// repeat): no worker will see a new part, so the completion starts here.
-		if err := s.store.EnqueueCompletion(ctx, id); err != nil {
-			return nil, err
-		}
-		if s.cfg.OnReady != nil {
-			s.cfg.OnReady(id)
-		}
-	}
 	return &chunkupv1.UploadChunkResponse{UploadId: id, ChunkNumber: n, Crc32C: sum, Duplicate: res.Duplicate}, nil
 }
 
@@ -450,14 +461,14 @@ func CorrelationID(ctx context.Context) string {
 			return v[0]
 		}
 	}
-	return staging.NewID()
+	return ids.New()
 }
 
 func validID(id string) error {
 	if id == "" {
 		return invalidf("upload_id is required: create an upload first, or send a create request in the first message")
 	}
-	if !staging.ValidID(id) {
+	if !ids.Valid(id) {
 		return invalidf("upload_id %s is not a chunkup upload id (26 characters a-z, 2-7)", quote(id))
 	}
 	return nil
@@ -519,7 +530,7 @@ var states = map[staging.Status]chunkupv1.UploadState{
 	staging.StatusExpired:    chunkupv1.UploadState_UPLOAD_STATE_EXPIRED,
 }
 
-func toProto(u *staging.Upload) *chunkupv1.Upload {
+func toProto(u *uploads.Upload) *chunkupv1.Upload {
 	return &chunkupv1.Upload{
 		UploadId: u.ID, State: states[u.Status], Bucket: u.Bucket, Key: u.Key,
 		ChunkSize: u.ChunkSize, ExpectedSize: u.ExpectedSize, TotalChunks: u.Total,
@@ -533,7 +544,7 @@ func toProto(u *staging.Upload) *chunkupv1.Upload {
 	}
 }
 
-func receivedChunks(cs []staging.ChunkInfo) []*chunkupv1.ReceivedChunk {
+func receivedChunks(cs []uploads.ChunkInfo) []*chunkupv1.ReceivedChunk {
 	if len(cs) == 0 {
 		return nil
 	}

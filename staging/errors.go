@@ -1,14 +1,9 @@
 package staging
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"syscall"
-
-	"github.com/redis/go-redis/v9"
+	"time"
 )
 
 // ErrNotFound means no upload has the id (or it has been cleaned up).
@@ -73,54 +68,17 @@ var ErrUnavailable = errors.New("staging store unavailable")
 // chunks.
 var ErrFull = errors.New("staging store out of memory")
 
-// classify wraps a Redis error in ErrUnavailable or ErrFull when it is one of those
-// refusals; other errors (and redis.Nil) are returned as they are.
-func classify(err error) error {
-	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrFull) {
-		return err
-	}
-	switch {
-	case redis.IsOOMError(err):
-		return fmt.Errorf("%w: %w", ErrFull, err)
-	case unavailable(err):
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return err
-}
+// ActiveError means an upload that was to expire has been active since.
+type ActiveError struct{ LastActivity time.Time }
 
-func unavailable(err error) bool {
-	var ne net.Error
-	switch {
-	case errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted),
-		errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return true
-	}
-	return redis.IsLoadingError(err) || redis.IsMasterDownError(err) || redis.IsClusterDownError(err) ||
-		redis.IsTryAgainError(err) || redis.IsReadOnlyError(err) || redis.IsMaxClientsError(err) ||
-		redis.IsNoReplicasError(err)
-}
+func (e *ActiveError) Error() string { return "upload active since " + e.LastActivity.String() }
 
-// classifyHook makes every command's error pass through classify, so that callers of
-// the store see ErrUnavailable and ErrFull whichever method they called.
-type classifyHook struct{}
+// ErrGuardLost means another completer took over; the caller must stop.
+var ErrGuardLost = errors.New("completion guard lost")
 
-func (classifyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+// ErrAlreadyCompleted means another completer recorded the completion first (its event
+// is the one in the outbox); the caller has nothing left to do.
+var ErrAlreadyCompleted = errors.New("upload already completed")
 
-func (classifyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		return classify(next(ctx, cmd))
-	}
-}
-
-func (classifyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, c := range cmds {
-			if e := c.Err(); e != nil {
-				c.SetErr(classify(e))
-			}
-		}
-		return classify(err)
-	}
-}
+// ErrChunkMissing means a claimed chunk's bytes are no longer in Redis.
+var ErrChunkMissing = errors.New("staged chunk is missing")

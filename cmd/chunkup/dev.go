@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/chunkup/chunkup/internal/app"
+	"github.com/chunkup/chunkup/app"
 	"github.com/chunkup/chunkup/internal/devenv"
-	"github.com/chunkup/chunkup/internal/s3x"
+	"github.com/chunkup/chunkup/s3store"
 )
 
 // dev runs the whole system in this process with embedded dependencies.
@@ -43,7 +43,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer env.Close()
 	a, err := app.New(ctx, app.Config{
 		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, RedisURL: env.RedisURL, Bucket: *bucket,
-		S3:           s3x.Config{Endpoint: env.S3Endpoint, AccessKey: "chunkup-dev", SecretKey: "chunkup-dev"},
+		S3:           s3store.Config{Endpoint: env.S3Endpoint, AccessKey: "chunkup-dev", SecretKey: "chunkup-dev"},
 		KafkaBrokers: []string{env.KafkaAddr}, KafkaTopic: *topic, NodeID: "dev", Logger: logger,
 	})
 	if err != nil {

@@ -29,8 +29,7 @@ import (
 // finds the object's bytes under --data, and resumes a half-sent upload with
 // `chunkup upload --resume`.
 func TestDevMode(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := testenv.Context(t, 3*time.Minute)
 	bin := testenv.BuildBinary(t, "github.com/chunkup/chunkup/cmd/chunkup")
 	data := t.TempDir()
 	port := func() string { return fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) }

@@ -12,7 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/chunkup/chunkup/completion"
+	"github.com/chunkup/chunkup/events"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 )
 
@@ -27,7 +27,7 @@ type eventLine struct {
 	Event         json.RawMessage `json:"event"`
 }
 
-func events(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("events", "events [flags]")
 	fs.SetOutput(stderr)
 	brokers := fs.String("brokers", "CHUNKUP_KAFKA_BROKERS", "", "Kafka bootstrap brokers, comma-separated")
@@ -54,7 +54,7 @@ func events(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 			return fmt.Errorf("read events from %s: %w", *brokers, err)
 		}
-		h := completion.HeadersOf(m.Headers)
+		h := events.HeadersOf(m.Headers)
 		line := eventLine{Type: h.Type, EventID: h.ID, CorrelationID: h.CorrelationID,
 			Key: string(m.Key), Partition: m.Partition, Offset: m.Offset, Event: m.Value}
 		if !json.Valid(m.Value) {

@@ -1,14 +1,17 @@
 // Command chunkup runs the chunkup service and talks to it.
 //
-//	chunkup serve                      run every role (or --roles api,worker,completer)
+//	chunkup serve                      run every role (or --roles api,worker,completer,…)
 //	chunkup dev                        run everything with embedded Redis, S3 and Kafka
-//	chunkup upload --server ADDR FILE  upload a file and print the final upload
+//	chunkup upload --server ADDR FILE  upload files and print the final uploads
 //	chunkup status --server ADDR ID    print an upload's state
 //	chunkup abort  --server ADDR ID    abort an upload
 //	chunkup watch  --server ADDR ID    print an upload's progress until it ends
 //	chunkup events --brokers B         print events from Kafka as JSON lines
+//	chunkup ocr …                      OCR documents: status, stats, dead letters, reprocessing
+//	chunkup apikey TENANT              make an API key and its --api-keys entry
 //
-// main only turns flags into configurations and wires packages together.
+// main only turns flags into configurations and wires packages together (app does the
+// assembly).
 package main
 
 import (
@@ -29,10 +32,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/chunkup/chunkup/app"
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
-	"github.com/chunkup/chunkup/internal/app"
-	"github.com/chunkup/chunkup/internal/s3x"
+	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/server"
 )
 
@@ -85,7 +88,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "watch":
 		err = watch(ctx, args[1:], stdout, stderr)
 	case "events":
-		err = events(ctx, args[1:], stdout, stderr)
+		err = eventsCmd(ctx, args[1:], stdout, stderr)
 	case "apikey":
 		err = apikey(args[1:], stdout, stderr)
 	case "ocr":
@@ -213,7 +216,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Auth: authCfg, TLS: server.TLSConfig{CertFile: *tlsCert, KeyFile: *tlsKey, ClientCAFile: *tlsClientCA},
 		RatePerTenant: rate, RateBurst: *rateBurst,
 		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, RedisURL: *redisURL, Bucket: *bucket,
-		S3:     s3x.Config{Endpoint: *s3Endpoint, Region: *s3Region, MaxAttempts: *s3Attempts},
+		S3:     s3store.Config{Endpoint: *s3Endpoint, Region: *s3Region, MaxAttempts: *s3Attempts},
 		NodeID: *nodeID, ShutdownTimeout: *shutdown, Logger: logger, Pprof: *pprofOn,
 	}
 	for r := range strings.SplitSeq(*roles, ",") {

@@ -19,9 +19,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/chunkup/chunkup/app"
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
-	"github.com/chunkup/chunkup/internal/app"
 	"github.com/chunkup/chunkup/internal/testenv"
 )
 
@@ -133,8 +133,7 @@ func startServer(t *testing.T) (addr string, s3c *s3.Client) {
 	t.Helper()
 	r := testenv.StartRedis(t)
 	m := testenv.StartMinIO(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testenv.Context(t, time.Minute)
 	a, err := app.New(ctx, app.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "off", RedisURL: r.URL(),
 		S3: m.S3Config(), Bucket: bucket, ShutdownTimeout: 5 * time.Second,
@@ -191,8 +190,7 @@ func parseUpload(t *testing.T, line string, keys ...string) *chunkupv1.Upload {
 // requireObject checks that MinIO holds exactly data at key.
 func requireObject(t *testing.T, s3c *s3.Client, key string, data []byte) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testenv.Context(t, time.Minute)
 	out, err := s3c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 	if err != nil {
 		t.Fatalf("get object %s: %v", key, err)
@@ -292,8 +290,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testenv.Context(t, time.Minute)
 		created, err := c.API().CreateUpload(ctx, &chunkupv1.CreateUploadRequest{Name: "never.bin"})
 		if err != nil {
 			t.Fatal(err)

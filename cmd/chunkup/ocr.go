@@ -6,15 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/chunkup/chunkup/app"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
-	"github.com/chunkup/chunkup/internal/app"
 	"github.com/chunkup/chunkup/ocr"
-	"github.com/chunkup/chunkup/staging"
 )
 
 const ocrUsage = `usage: chunkup ocr COMMAND [flags]
@@ -126,21 +125,11 @@ func ocrStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func adminQueue(fs *flagSet) func() (*ocr.Queue, func(), error) {
 	redisURL := fs.String("redis-url", "CHUNKUP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
 	return func() (*ocr.Queue, func(), error) {
-		rdb, _, err := app.NewRedisClient(*redisURL)
-		if err != nil {
-			return nil, nil, usageError{fmt.Errorf("redis url: %w", err)}
+		q, done, err := app.OCRAdmin(*redisURL)
+		if err != nil && strings.HasPrefix(err.Error(), "redis url:") {
+			return nil, nil, usageError{err}
 		}
-		s, err := staging.New(rdb, staging.Config{})
-		if err != nil {
-			rdb.Close()
-			return nil, nil, err
-		}
-		q, err := ocr.NewQueue(s, ocr.Config{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			rdb.Close()
-			return nil, nil, err
-		}
-		return q, func() { rdb.Close() }, nil
+		return q, done, err
 	}
 }
 

@@ -2,36 +2,34 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/ocrqueue"
+	"github.com/chunkup/chunkup/staging/stagingtest"
 )
 
 // TestOCRAdminCommands drives `chunkup ocr stats`, `ocr dead list` and `ocr dead
 // requeue` against a real Redis holding a dead-lettered job.
 func TestOCRAdminCommands(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testenv.Context(t, time.Minute)
 	r := testenv.StartRedis(t)
-	store, err := staging.New(r.Client(t), staging.Config{})
+	store := stagingtest.Open(t, r.Client(t), staging.Config{}).Jobs
+	doc := ids.New()
+	id, _, err := store.Enqueue(ctx, ocrqueue.NewJob{DocumentID: doc, CorrelationID: "corr-1", Bucket: "b", Key: "k", ContentType: "image/png"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := staging.NewID()
-	id, _, err := store.EnqueueJob(ctx, staging.NewJob{DocumentID: doc, CorrelationID: "corr-1", Bucket: "b", Key: "k", ContentType: "image/png"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	job, err := store.FetchJob(ctx, time.Second, time.Minute)
+	job, err := store.Fetch(ctx, time.Second, time.Minute)
 	if err != nil || job == nil || job.ID != id {
 		t.Fatalf("fetch: %+v %v", job, err)
 	}
-	if _, err := store.FailJob(ctx, job.ID, job.Token, "not a PNG", staging.FailDead, time.Now(), 3); err != nil {
+	if _, err := store.Fail(ctx, job.ID, job.Token, "not a PNG", ocrqueue.FailDead, time.Now(), 3); err != nil {
 		t.Fatal(err)
 	}
 

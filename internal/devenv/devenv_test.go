@@ -9,18 +9,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chunkup/chunkup/app"
 	"github.com/chunkup/chunkup/client"
-	"github.com/chunkup/chunkup/internal/app"
 	"github.com/chunkup/chunkup/internal/devenv"
-	"github.com/chunkup/chunkup/internal/s3x"
+	"github.com/chunkup/chunkup/internal/testenv"
+	"github.com/chunkup/chunkup/s3store"
 )
 
 // TestEmbeddedRedis runs chunkup on the in-process Redis and S3 store that `chunkup
 // dev` falls back to when redis-server is not installed: the scripts and pub/sub all
 // work there too, and a multipart upload lands on disk exactly.
 func TestEmbeddedRedis(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := testenv.Context(t, 2*time.Minute)
 	env, err := devenv.Start(ctx, devenv.Config{DataDir: t.TempDir(), Redis: devenv.RedisEmbedded})
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +30,7 @@ func TestEmbeddedRedis(t *testing.T) {
 		t.Fatalf("redis kind %q", env.RedisKind)
 	}
 	a, err := app.New(ctx, app.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "off", RedisURL: env.RedisURL, Bucket: "dev",
-		S3: s3x.Config{Endpoint: env.S3Endpoint, AccessKey: "k", SecretKey: "s"}, KafkaBrokers: []string{env.KafkaAddr}})
+		S3: s3store.Config{Endpoint: env.S3Endpoint, AccessKey: "k", SecretKey: "s"}, KafkaBrokers: []string{env.KafkaAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}

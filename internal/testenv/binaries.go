@@ -2,16 +2,22 @@ package testenv
 
 import (
 	"debug/buildinfo"
+	_ "embed"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // MinIOVersion is the version of github.com/minio/minio that the tests run, as `go
-// install` spells it. The Makefile pins the same one.
-const MinIOVersion = "v0.0.0-20260212201848-7aac2a2c5b7c"
+// install` spells it. It is pinned in one place, the file minio.version beside this
+// one, which the Makefile reads too.
+var MinIOVersion = strings.TrimSpace(minioVersionFile)
+
+//go:embed minio.version
+var minioVersionFile string
 
 // minioModule is MinIO's module and main package path.
 const minioModule = "github.com/minio/minio"

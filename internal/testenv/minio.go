@@ -10,14 +10,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
-	"github.com/chunkup/chunkup/internal/s3x"
+	"github.com/chunkup/chunkup/s3store"
 )
 
 // The fixed credentials of every MinIO that StartMinIO starts.
@@ -44,8 +43,7 @@ type MinIO struct {
 	certsDir string
 	console  string // console host:port
 
-	mu sync.Mutex
-	p  *proc
+	daemon
 }
 
 // StartMinIO starts a single-drive MinIO server on free 127.0.0.1 ports with its own data
@@ -94,14 +92,13 @@ func StartMinIO(t TB) *MinIO {
 }
 
 func (m *MinIO) start() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.p != nil && !m.p.exited() {
-		return nil
-	}
+	return m.launch(m.run)
+}
+
+func (m *MinIO) run() (*proc, error) {
 	log, err := os.OpenFile(m.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer log.Close()
 	args := []string{"server",
@@ -112,7 +109,7 @@ func (m *MinIO) start() error {
 	}
 	p, err := startProc(m.bin, args, minioEnv(), log, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	client := &http.Client{Timeout: 2 * time.Second}
 	live := m.Endpoint + "/minio/health/live"
@@ -130,10 +127,9 @@ func (m *MinIO) start() error {
 	client.CloseIdleConnections()
 	if err != nil {
 		p.kill()
-		return err
+		return nil, err
 	}
-	m.p = p
-	return nil
+	return p, nil
 }
 
 // minioEnv is the test binary's environment without MINIO_* settings, plus the test
@@ -153,17 +149,17 @@ func minioEnv() []string {
 	)
 }
 
-// S3Config is the s3x configuration for this server.
-func (m *MinIO) S3Config() s3x.Config {
-	return s3x.Config{Endpoint: m.Endpoint, Region: m.Region, AccessKey: m.AccessKey, SecretKey: m.SecretKey}
+// S3Config is the s3store configuration for this server.
+func (m *MinIO) S3Config() s3store.Config {
+	return s3store.Config{Endpoint: m.Endpoint, Region: m.Region, AccessKey: m.AccessKey, SecretKey: m.SecretKey}
 }
 
-// Client returns an S3 client for this server, built by s3x.New like chunkup's own.
+// Client returns an S3 client for this server, built by s3store.NewClient like chunkup's own.
 func (m *MinIO) Client(t TB) *s3.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := s3x.New(ctx, m.S3Config())
+	c, err := s3store.NewClient(ctx, m.S3Config())
 	if err != nil {
 		t.Fatalf("testenv: s3 client: %v", err)
 	}
@@ -182,27 +178,6 @@ func (m *MinIO) CreateBucket(t TB, name string) {
 	}
 }
 
-// Stop shuts the server down with SIGTERM and waits for it to exit (SIGKILL after 15 s).
-// It does nothing if the server is not running.
-func (m *MinIO) Stop() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.p != nil {
-		m.p.stop(stopGrace)
-		m.p = nil
-	}
-}
-
-// Kill kills the server with SIGKILL, as a crash would, and waits for it to exit.
-func (m *MinIO) Kill() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.p != nil {
-		m.p.kill()
-		m.p = nil
-	}
-}
-
 // Start starts a stopped or killed server again on the same ports and data directory,
 // and waits until it is live. It does nothing if the server is running. t reports a
 // failure to start; the server still lives as long as the test that started it first.
@@ -218,17 +193,6 @@ func (m *MinIO) Restart(t TB) {
 	t.Helper()
 	m.Stop()
 	m.Start(t)
-}
-
-// Pid is the running server's process id, or 0 while it is stopped (to read its CPU
-// time and memory from /proc, say).
-func (m *MinIO) Pid() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.p == nil || m.p.exited() {
-		return 0
-	}
-	return m.p.pid()
 }
 
 // OpenMultipart lists the ids of the multipart uploads the server holds for exactly

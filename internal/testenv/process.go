@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -200,10 +201,19 @@ func goCommand() string {
 	return "go"
 }
 
-// WaitReady polls http://httpAddr/readyz until it answers 200 (a chunkup process is
-// ready), and fails t if p exits first or a minute passes.
+// WaitReady waits until p answers 200 on http://httpAddr/readyz (see Ready), and fails
+// the test if it does not within a minute.
 func WaitReady(t TB, p *Process, httpAddr string) {
 	t.Helper()
+	if err := Ready(p, httpAddr); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+}
+
+// Ready waits until p answers 200 on http://httpAddr/readyz. It returns an error if p
+// exits first (wrapping ErrAddrInUse when it could not bind an address) or is not ready
+// within a minute.
+func Ready(p *Process, httpAddr string) error {
 	hc := &http.Client{Timeout: 2 * time.Second}
 	defer hc.CloseIdleConnections()
 	err := waitFor(time.Minute, p.Done(), func() error {
@@ -217,7 +227,19 @@ func WaitReady(t TB, p *Process, httpAddr string) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("testenv: %s not ready: %v", p.Name, err)
+	if err == nil {
+		return nil
 	}
+	select {
+	case <-p.Done():
+		_ = p.Wait() // its output is all in
+		if strings.Contains(p.Stderr(), "address already in use") {
+			return fmt.Errorf("%s exited before it was ready: %w (%v)", p.Name, ErrAddrInUse, err)
+		}
+	default:
+	}
+	return fmt.Errorf("%s not ready: %w", p.Name, err)
 }
+
+// ErrAddrInUse says a process could not bind one of its addresses.
+var ErrAddrInUse = errors.New("address already in use")

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,8 +31,7 @@ type Redis struct {
 	bin  string
 	args []string
 
-	mu sync.Mutex
-	p  *proc // the running server, nil when stopped
+	daemon
 }
 
 type redisConfig struct {
@@ -114,27 +112,25 @@ func StartRedis(t TB, opts ...RedisOption) *Redis {
 }
 
 func (r *Redis) start() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.p != nil && !r.p.exited() {
-		return nil
-	}
+	return r.launch(r.run)
+}
+
+func (r *Redis) run() (*proc, error) {
 	log, err := os.OpenFile(r.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer log.Close() // the child has its own copy
 	args := append([]string{"--port", strconv.Itoa(r.Port)}, r.args...)
 	p, err := startProc(r.bin, args, os.Environ(), log, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := waitFor(startTimeout, p.done, func() error { return redisPing(r.Addr) }); err != nil {
 		p.kill()
-		return err
+		return nil, err
 	}
-	r.p = p
-	return nil
+	return p, nil
 }
 
 // redisPing sends PING over a fresh connection and expects +PONG (not -LOADING, which a
@@ -169,28 +165,6 @@ func (r *Redis) Client(t TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: r.Addr})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-// Stop shuts the server down with SIGTERM and waits for it to exit (SIGKILL after 15 s).
-// It does nothing if the server is not running.
-func (r *Redis) Stop() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.p != nil {
-		r.p.stop(stopGrace)
-		r.p = nil
-	}
-}
-
-// Kill kills the server with SIGKILL, as a crash would, and waits for it to exit. Without
-// WithAOF its data is lost.
-func (r *Redis) Kill() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.p != nil {
-		r.p.kill()
-		r.p = nil
-	}
 }
 
 // Start starts a stopped or killed server again on the same port and directory, and

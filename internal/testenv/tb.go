@@ -1,10 +1,12 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TB is the part of testing.TB that testenv uses. testing.TB satisfies it; Main
@@ -109,4 +111,12 @@ func (t *mainTB) cleanup() {
 	for i := len(cs) - 1; i >= 0; i-- {
 		cs[i]()
 	}
+}
+
+// Context returns a context that ends after d or when the test ends.
+func Context(t TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }

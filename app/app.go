@@ -1,0 +1,502 @@
+// Package app assembles a chunkup process from its configuration: it connects to Redis
+// and S3, opens the stores, builds the roles asked for (api, worker, completer,
+// publisher, cleanup, ocr) from their packages, wires the in-process wake-ups between
+// them (internal/notify), and runs them until the context ends, then shuts down
+// gracefully. cmd/chunkup only turns flags into a Config; tests start the same App in
+// process.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/chunkup/chunkup/chunkworker"
+	"github.com/chunkup/chunkup/cleanup"
+	"github.com/chunkup/chunkup/completion"
+	"github.com/chunkup/chunkup/events"
+	"github.com/chunkup/chunkup/internal/metrics"
+	"github.com/chunkup/chunkup/internal/notify"
+	"github.com/chunkup/chunkup/internal/tracing"
+	"github.com/chunkup/chunkup/s3store"
+	"github.com/chunkup/chunkup/server"
+	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/documents"
+	"github.com/chunkup/chunkup/staging/ocrqueue"
+	"github.com/chunkup/chunkup/staging/outbox"
+	"github.com/chunkup/chunkup/staging/uploads"
+)
+
+// The roles a process can run.
+const (
+	RoleAPI       = "api"
+	RoleWorker    = "worker"
+	RoleCompleter = "completer"
+	RolePublisher = "publisher"
+	RoleCleanup   = "cleanup"
+)
+
+// AllRoles is the default: every role in one process.
+var AllRoles = []string{RoleAPI, RoleWorker, RoleCompleter, RolePublisher, RoleCleanup, RoleOCR}
+
+// Config configures a process. Zero values mean the documented defaults.
+type Config struct {
+	// GRPCAddr is where the API listens. Zero means 127.0.0.1:7070; port 0 picks one.
+	GRPCAddr string
+	// HTTPAddr serves /healthz and /readyz. Zero means 127.0.0.1:7071; "off" disables it.
+	HTTPAddr string
+	// RedisURL locates Redis. Zero means redis://127.0.0.1:6379/0.
+	RedisURL string
+	// S3 locates S3; Bucket is created if missing. Zero Bucket means "chunkup".
+	S3     s3store.Config
+	Bucket string
+	// KafkaBrokers receive events on KafkaTopic (zero: "chunkup.uploads"). Without
+	// brokers the publisher role is off and events wait in Redis outboxes.
+	KafkaBrokers []string
+	KafkaTopic   string
+	// Roles to run. Zero means AllRoles.
+	Roles []string
+	// NodeID names the process. Zero means hostname-pid.
+	NodeID string
+	// ShutdownTimeout bounds graceful shutdown. Zero means 20 s.
+	ShutdownTimeout time.Duration
+	// Pprof serves Go's profiles under /debug/pprof/ on HTTPAddr. Off by default: the
+	// profiles reveal internals, so turn it on only where HTTPAddr is private.
+	Pprof bool
+
+	// Auth says who may call the API. Its zero value lets everyone in (development
+	// only; the process warns loudly).
+	Auth server.AuthConfig
+	// TLS secures gRPC (and with a client CA, requires client certificates).
+	TLS server.TLSConfig
+	// RatePerTenant limits each tenant's calls per second (zero: no limit), with bursts
+	// of RateBurst (zero: twice the rate).
+	RatePerTenant float64
+	RateBurst     int
+
+	// The roles' configurations. Where a field the App knows (a bucket, a node id, a
+	// logger, metrics) is left zero, the App fills it; a field set is kept.
+	Staging   staging.Config
+	Server    server.Config
+	Worker    chunkworker.Config
+	Completer completion.Config
+	Publisher events.PublisherConfig
+	Expirer   cleanup.ExpirerConfig
+	// Handoff receives completed uploads for further processing (OCR). Optional; set to
+	// the OCR queue when OCR.Enabled and unset.
+	Handoff completion.Handoff
+	// OCR configures the OCR pipeline (see ocr.go).
+	OCR    OCRConfig
+	Logger *slog.Logger
+	// Observe configures metrics and tracing (see observe.go).
+	Observe ObserveConfig
+}
+
+// Validate checks the configuration and the configurations of every role.
+func (c *Config) Validate() error {
+	for _, r := range c.Roles {
+		if !slices.Contains(AllRoles, r) {
+			return fmt.Errorf("unknown role %q (roles: %s)", r, strings.Join(AllRoles, ", "))
+		}
+	}
+	if c.ShutdownTimeout < 0 {
+		return errors.New("shutdown timeout must not be negative")
+	}
+	if rdb, _, err := NewRedisClient(c.redisURL()); err != nil {
+		return fmt.Errorf("redis url: %w", err)
+	} else {
+		rdb.Close()
+	}
+	srv := c.Server
+	srv.Bucket = c.bucket()
+	if c.RatePerTenant < 0 || c.RateBurst < 0 {
+		return errors.New("rate limits must not be negative")
+	}
+	return errors.Join(c.S3.Validate(), c.Auth.Validate(), c.TLS.Validate(), c.Staging.Validate(), srv.Validate(), c.Worker.Validate(),
+		c.Completer.Validate(), c.Publisher.Validate(), c.Expirer.Validate(), c.OCR.validate())
+}
+
+func (c *Config) redisURL() string {
+	if c.RedisURL == "" {
+		return "redis://127.0.0.1:6379/0"
+	}
+	return c.RedisURL
+}
+
+func (c *Config) bucket() string {
+	if c.Bucket == "" {
+		return "chunkup"
+	}
+	return c.Bucket
+}
+
+func (c *Config) has(role string) bool { return len(c.Roles) == 0 || slices.Contains(c.Roles, role) }
+
+// App is a running chunkup process.
+type App struct {
+	cfg     Config
+	log     *slog.Logger
+	rdb     redis.UniversalClient
+	s3      *s3store.Store
+	hub     *notify.Hub
+	outbox  *outbox.Outbox
+	uploads *uploads.Store
+	docs    *documents.Store
+	jobs    *ocrqueue.Queue
+	grpcLis net.Listener
+	httpLis net.Listener
+	grpc    *grpc.Server
+	api     *server.UploadService
+	health  interface {
+		SetServingStatus(string, healthpb.HealthCheckResponse_ServingStatus)
+	}
+	http      *http.Server
+	worker    *chunkworker.Worker
+	completer *completion.Completer
+	publisher *events.Publisher
+	kafka     interface{ Close() error }
+	expirer   *cleanup.Expirer
+	ocr       *ocrParts // nil when OCR is disabled
+	// metrics and the tracer the App made itself (see observe.go)
+	metrics       *metrics.Set
+	observability server.Observability
+	ownTracing    *tracing.Provider
+}
+
+// New connects to Redis and S3, makes sure the bucket exists, and binds the listeners,
+// so addresses are known (and clients can connect) before Run.
+func New(ctx context.Context, cfg Config) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.GRPCAddr == "" {
+		cfg.GRPCAddr = "127.0.0.1:7070"
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = "127.0.0.1:7071"
+	}
+	if cfg.NodeID == "" {
+		host, _ := os.Hostname()
+		cfg.NodeID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 20 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &App{cfg: cfg, log: cfg.Logger.With("node_id", cfg.NodeID)}
+	ok := false
+	defer func() {
+		if !ok {
+			a.Close()
+		}
+	}()
+
+	var where string
+	var err error
+	if a.rdb, where, err = NewRedisClient(cfg.redisURL()); err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	if err := a.rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("redis at %s: %w", where, err)
+	}
+	a.warnRedisConfig(ctx)
+	a.hub = notify.NewHub()
+	if err := a.openStores(); err != nil {
+		return nil, err
+	}
+	if err := a.setupObservability(ctx, &cfg); err != nil {
+		return nil, err
+	}
+	client, err := s3store.NewClient(ctx, cfg.S3)
+	if err != nil {
+		return nil, err
+	}
+	a.s3 = s3store.New(client)
+	if err := a.s3.EnsureBucket(ctx, cfg.bucket()); err != nil {
+		return nil, err
+	}
+	if cfg.has(RolePublisher) {
+		if len(cfg.KafkaBrokers) == 0 {
+			a.log.Warn("no Kafka brokers configured: events wait in Redis outboxes until a publisher with brokers runs")
+		} else {
+			topic := cfg.KafkaTopic
+			if topic == "" {
+				topic = "chunkup.uploads"
+			}
+			w := events.NewKafkaWriter(cfg.KafkaBrokers, topic)
+			a.kafka = w
+			pc := cfg.Publisher
+			if pc.Logger == nil {
+				pc.Logger = a.log.With("role", RolePublisher)
+			}
+			if a.publisher, err = events.NewPublisher(a.outbox, w, a.hub.Events(), pc); err != nil {
+				return nil, err
+			}
+		}
+	}
+	ender := &cleanup.Ender{Store: a.uploads.Ends(), S3: a.s3, NodeID: cfg.NodeID, Logger: a.log, Metrics: a.metrics}
+	if cfg.has(RoleCleanup) {
+		ec := cfg.Expirer
+		if ec.Logger == nil {
+			ec.Logger = a.log.With("role", RoleCleanup)
+		}
+		if a.expirer, err = cleanup.NewExpirer(ender, ec); err != nil {
+			return nil, err
+		}
+	}
+
+	if err := a.setupOCR(); err != nil {
+		return nil, err
+	}
+	if cfg.Handoff == nil && a.ocr != nil {
+		cfg.Handoff = a.ocr.queue
+	}
+	if cfg.has(RoleCompleter) {
+		cc := cfg.Completer
+		if cc.NodeID == "" {
+			cc.NodeID = cfg.NodeID
+		}
+		if cc.Handoff == nil {
+			cc.Handoff = cfg.Handoff
+		}
+		if cc.Logger == nil {
+			cc.Logger = a.log.With("role", RoleCompleter)
+		}
+		if cc.Metrics == nil {
+			cc.Metrics = a.metrics
+		}
+		if a.completer, err = completion.New(a.uploads.Completions(), a.s3, ender, a.hub.Ready(), cc); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.has(RoleWorker) {
+		wc := cfg.Worker
+		if wc.Logger == nil {
+			wc.Logger = a.log.With("role", RoleWorker)
+		}
+		if wc.Metrics == nil {
+			wc.Metrics = a.metrics
+		}
+		if a.worker, err = chunkworker.New(a.uploads.Chunks(), a.s3, ender, wc); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.has(RoleAPI) {
+		sc := cfg.Server
+		if sc.Bucket == "" {
+			sc.Bucket = cfg.bucket()
+		}
+		if sc.NodeID == "" {
+			sc.NodeID = cfg.NodeID
+		}
+		if sc.Logger == nil {
+			sc.Logger = a.log.With("role", RoleAPI)
+		}
+		if sc.Observe == (server.Observability{}) {
+			sc.Observe = a.observability
+		}
+		deps := server.Deps{Store: a.uploads, Progress: a.outbox, Ender: ender}
+		if a.worker != nil {
+			deps.Local = a.worker // the local fast path: chunks go to S3 from memory
+		}
+		svc, err := server.NewUploadService(deps, sc)
+		if err != nil {
+			return nil, err
+		}
+		guard := server.Guard{RatePerTenant: cfg.RatePerTenant, RateBurst: cfg.RateBurst}
+		if cfg.Auth.Enabled() {
+			if guard.Auth, err = server.NewAuthenticator(cfg.Auth); err != nil {
+				return nil, err
+			}
+		} else {
+			a.log.Warn("AUTHENTICATION IS OFF: every caller is let in as the empty tenant. Configure API keys or JWT verification for anything but development.")
+		}
+		opts := guard.ServerOptions()
+		if cfg.TLS.Enabled() {
+			creds, err := cfg.TLS.ServerOption()
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, creds)
+		} else if cfg.Auth.Enabled() {
+			a.log.Warn("gRPC without TLS: credentials travel in clear text; terminate TLS in front of chunkup or configure a certificate")
+		}
+		gs, hs := server.NewGRPCServer(svc, sc.Logger, opts...)
+		a.grpc, a.health, a.api = gs, hs, svc
+		a.registerDocuments()
+		if a.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			return nil, fmt.Errorf("grpc listen: %w", err)
+		}
+	}
+	if cfg.HTTPAddr != "off" {
+		if a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return nil, fmt.Errorf("http listen: %w", err)
+		}
+		a.http = &http.Server{
+			Handler: a.withWebhook(server.NewHTTPHandler(map[string]server.Pinger{
+				"redis": func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() },
+			})),
+			ReadHeaderTimeout: 5 * time.Second,
+		}
+		a.http.Handler = a.withMetrics(a.http.Handler) // GET /metrics
+	}
+	ok = true
+	return a, nil
+}
+
+// warnRedisConfig warns when Redis may evict staged chunks or lose them on restart.
+func (a *App) warnRedisConfig(ctx context.Context) {
+	if v, err := a.rdb.ConfigGet(ctx, "maxmemory-policy").Result(); err == nil && v["maxmemory-policy"] != "noeviction" {
+		a.log.Warn("REDIS MAY EVICT STAGED CHUNKS: maxmemory-policy is not noeviction; acknowledged chunks can be lost",
+			"maxmemory-policy", v["maxmemory-policy"])
+	}
+	aof, err1 := a.rdb.ConfigGet(ctx, "appendonly").Result()
+	save, err2 := a.rdb.ConfigGet(ctx, "save").Result()
+	if err1 == nil && err2 == nil && aof["appendonly"] != "yes" && save["save"] == "" {
+		a.log.Warn("Redis persistence is off (no AOF, no RDB snapshots): a Redis restart loses staged chunks")
+	}
+}
+
+// openStores opens the stores of the Redis keyspace, all on one client.
+func (a *App) openStores() error {
+	cfg := a.cfg.Staging
+	var err error
+	if a.outbox, err = outbox.New(a.rdb, cfg, a.hub); err != nil {
+		return err
+	}
+	if a.uploads, err = uploads.New(a.rdb, cfg, a.outbox, a.hub); err != nil {
+		return err
+	}
+	if a.docs, err = documents.New(a.rdb, cfg, a.outbox); err != nil {
+		return err
+	}
+	a.jobs, err = ocrqueue.New(a.rdb, cfg)
+	return err
+}
+
+// GRPCAddr is the API's address, or "" without the api role.
+func (a *App) GRPCAddr() string {
+	if a.grpcLis == nil {
+		return ""
+	}
+	return a.grpcLis.Addr().String()
+}
+
+// HTTPAddr is the health endpoint's address, or "" when off.
+func (a *App) HTTPAddr() string {
+	if a.httpLis == nil {
+		return ""
+	}
+	return a.httpLis.Addr().String()
+}
+
+// Uploads is the process's uploads store.
+func (a *App) Uploads() *uploads.Store { return a.uploads }
+
+// Outbox is the process's outbox store.
+func (a *App) Outbox() *outbox.Outbox { return a.outbox }
+
+// Jobs is the process's OCR job queue store.
+func (a *App) Jobs() *ocrqueue.Queue { return a.jobs }
+
+// Run serves until ctx ends, then shuts down: it stops accepting calls, gives streams
+// and in-flight parts ShutdownTimeout to finish, releases what is left, and returns.
+func (a *App) Run(ctx context.Context) error {
+	defer a.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	if a.http != nil {
+		wg.Go(func() {
+			if err := a.http.Serve(a.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("http: %w", err)
+			}
+		})
+	}
+	if a.grpc != nil {
+		a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		wg.Go(func() {
+			if err := a.grpc.Serve(a.grpcLis); err != nil {
+				errc <- fmt.Errorf("grpc: %w", err)
+			}
+		})
+	}
+	if a.worker != nil {
+		wg.Go(func() { _ = a.worker.Run(ctx) })
+	}
+	if a.completer != nil {
+		wg.Go(func() { _ = a.completer.Run(ctx) })
+	}
+	if a.publisher != nil {
+		// Events recorded while shutting down wait in their outbox for the next publisher.
+		wg.Go(func() { _ = a.publisher.Run(ctx) })
+	}
+	if a.expirer != nil {
+		wg.Go(func() { _ = a.expirer.Run(ctx) })
+	}
+	a.runOCR(ctx, &wg)
+	a.log.Info("chunkup running", "grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "roles", a.cfg.Roles)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	cancel() // stops the worker and completer loops, which drain in-flight work
+	a.log.Info("shutting down")
+	if a.grpc != nil {
+		a.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+		a.api.Drain() // open streams end after their chunk and resume elsewhere
+		done := make(chan struct{})
+		go func() { a.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(a.cfg.ShutdownTimeout):
+			a.grpc.Stop() // streams still open end UNAVAILABLE; clients resume elsewhere
+		}
+	}
+	if a.http != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = a.http.Shutdown(sctx)
+		cancel()
+	}
+	wg.Wait()
+	return runErr
+}
+
+// Close releases connections. Run calls it.
+func (a *App) Close() {
+	defer a.closeObservability()
+	if a.grpcLis != nil {
+		_ = a.grpcLis.Close()
+	}
+	if a.httpLis != nil {
+		_ = a.httpLis.Close()
+	}
+	if a.kafka != nil {
+		_ = a.kafka.Close()
+	}
+	if a.rdb != nil {
+		_ = a.rdb.Close()
+	}
+}
+
+// Completer is the process's completer, or nil without that role.
+func (a *App) Completer() *completion.Completer { return a.completer }
+
+var _ server.LocalWorker = (*chunkworker.Worker)(nil)

@@ -1,0 +1,239 @@
+// Package s3store is chunkup's side of S3: the one client configuration (NewClient),
+// and the lifecycle of an upload's object behind one narrow interface to the AWS
+// client (API): a one-chunk upload's single PutObject; a multipart upload's creation,
+// parts, completion (with the HeadObject check when a retried completion finds the
+// multipart upload gone), abort, and the clean-up of stray multipart uploads; deleting
+// an object; reading one back. Every role that talks to S3 does it through a Store.
+package s3store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+)
+
+// API is the part of the AWS S3 client chunkup uses.
+type API interface {
+	PutObject(ctx context.Context, in *s3.PutObjectInput, opts ...func(*s3.Options)) (*s3.PutObjectOutput, error)
+	GetObject(ctx context.Context, in *s3.GetObjectInput, opts ...func(*s3.Options)) (*s3.GetObjectOutput, error)
+	HeadObject(ctx context.Context, in *s3.HeadObjectInput, opts ...func(*s3.Options)) (*s3.HeadObjectOutput, error)
+	DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, opts ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
+	CreateMultipartUpload(ctx context.Context, in *s3.CreateMultipartUploadInput, opts ...func(*s3.Options)) (*s3.CreateMultipartUploadOutput, error)
+	UploadPart(ctx context.Context, in *s3.UploadPartInput, opts ...func(*s3.Options)) (*s3.UploadPartOutput, error)
+	CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMultipartUploadInput, opts ...func(*s3.Options)) (*s3.CompleteMultipartUploadOutput, error)
+	AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, opts ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error)
+	ListMultipartUploads(ctx context.Context, in *s3.ListMultipartUploadsInput, opts ...func(*s3.Options)) (*s3.ListMultipartUploadsOutput, error)
+	HeadBucket(ctx context.Context, in *s3.HeadBucketInput, opts ...func(*s3.Options)) (*s3.HeadBucketOutput, error)
+	CreateBucket(ctx context.Context, in *s3.CreateBucketInput, opts ...func(*s3.Options)) (*s3.CreateBucketOutput, error)
+}
+
+var _ API = (*s3.Client)(nil)
+
+// Store does chunkup's S3 operations.
+type Store struct{ api API }
+
+// New returns a Store calling api.
+func New(api API) *Store { return &Store{api: api} }
+
+func contentType(ct string) *string {
+	if ct == "" {
+		return nil
+	}
+	return aws.String(ct)
+}
+
+// EnsureBucket creates bucket unless it exists.
+func (s *Store) EnsureBucket(ctx context.Context, bucket string) error {
+	if _, err := s.api.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(bucket)}); err == nil {
+		return nil
+	}
+	_, err := s.api.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)})
+	var owned *types.BucketAlreadyOwnedByYou
+	if err != nil && !errors.As(err, &owned) {
+		return fmt.Errorf("create bucket %s: %w", bucket, err)
+	}
+	return nil
+}
+
+// Put stores data as the whole object bucket/key (a one-chunk upload) and returns its
+// ETag.
+func (s *Store) Put(ctx context.Context, bucket, key, ct string, data []byte) (string, error) {
+	out, err := s.api.PutObject(ctx, &s3.PutObjectInput{
+		Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader(data),
+		ContentLength: aws.Int64(int64(len(data))), ContentType: contentType(ct),
+	})
+	if err != nil {
+		return "", fmt.Errorf("put object: %w", err)
+	}
+	return aws.ToString(out.ETag), nil
+}
+
+// CreateMultipart starts a multipart upload for bucket/key and returns its id.
+func (s *Store) CreateMultipart(ctx context.Context, bucket, key, ct string) (string, error) {
+	out, err := s.api.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
+		Bucket: aws.String(bucket), Key: aws.String(key), ContentType: contentType(ct),
+	})
+	if err != nil {
+		return "", fmt.Errorf("create multipart upload: %w", err)
+	}
+	return aws.ToString(out.UploadId), nil
+}
+
+// UploadPart stores data as part n of multipart upload uploadID and returns its ETag.
+func (s *Store) UploadPart(ctx context.Context, bucket, key, uploadID string, n uint32, data []byte) (string, error) {
+	out, err := s.api.UploadPart(ctx, &s3.UploadPartInput{
+		Bucket: aws.String(bucket), Key: aws.String(key), UploadId: aws.String(uploadID),
+		PartNumber: aws.Int32(int32(n)), Body: bytes.NewReader(data), ContentLength: aws.Int64(int64(len(data))),
+	})
+	if err != nil {
+		return "", fmt.Errorf("upload part %d: %w", n, err)
+	}
+	return aws.ToString(out.ETag), nil
+}
+
+// Part is a part of a multipart upload to complete.
+type Part struct {
+	N    uint32
+	ETag string
+}
+
+// Complete completes multipart upload uploadID from parts (in order) and returns the
+// object's ETag. An earlier completer may have completed it and died before recording
+// that: when S3 says the multipart upload is gone, the object is accepted if it has
+// the expected size.
+func (s *Store) Complete(ctx context.Context, bucket, key, uploadID string, parts []Part, size int64) (string, error) {
+	done := make([]types.CompletedPart, len(parts))
+	for i, p := range parts {
+		done[i] = types.CompletedPart{ETag: aws.String(p.ETag), PartNumber: aws.Int32(int32(p.N))}
+	}
+	out, err := s.api.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+		Bucket: aws.String(bucket), Key: aws.String(key), UploadId: aws.String(uploadID),
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: done},
+	})
+	if err == nil {
+		return aws.ToString(out.ETag), nil
+	}
+	if !NoSuchUpload(err) {
+		return "", fmt.Errorf("complete multipart upload: %w", err)
+	}
+	head, herr := s.api.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if herr != nil {
+		return "", fmt.Errorf("complete multipart upload: %w; and the object is not there: %w", err, herr)
+	}
+	if aws.ToInt64(head.ContentLength) != size {
+		return "", fmt.Errorf("complete multipart upload: %w; the object there has %d bytes, want %d", err, aws.ToInt64(head.ContentLength), size)
+	}
+	return aws.ToString(head.ETag), nil
+}
+
+// Abort aborts multipart upload uploadID; one that is gone already counts as aborted.
+func (s *Store) Abort(ctx context.Context, bucket, key, uploadID string) error {
+	_, err := s.api.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
+		Bucket: aws.String(bucket), Key: aws.String(key), UploadId: aws.String(uploadID),
+	})
+	if err != nil && !NoSuchUpload(err) {
+		return fmt.Errorf("abort multipart upload: %w", err)
+	}
+	return nil
+}
+
+// Delete deletes object bucket/key.
+func (s *Store) Delete(ctx context.Context, bucket, key string) error {
+	if _, err := s.api.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)}); err != nil {
+		return fmt.Errorf("delete object: %w", err)
+	}
+	return nil
+}
+
+// Open reads object bucket/key and returns its body and size.
+func (s *Store) Open(ctx context.Context, bucket, key string) (io.ReadCloser, int64, error) {
+	out, err := s.api.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if err != nil {
+		return nil, 0, fmt.Errorf("get object: %w", err)
+	}
+	return out.Body, aws.ToInt64(out.ContentLength), nil
+}
+
+// KeyOwnedBy reports whether object key belongs to upload id alone: one of its
+// "/"-separated segments is the id, as in every default key (prefix/ID/name, with or
+// without a tenant in front). A key a client chose may be shared by another upload at
+// the same moment, so its multipart uploads cannot be told apart and AbortStrays must
+// not be run on it.
+func KeyOwnedBy(key, id string) bool {
+	if id == "" {
+		return false
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		if seg == id {
+			return true
+		}
+	}
+	return false
+}
+
+// strayListPageSize is how many multipart uploads one ListMultipartUploads call asks
+// for; zero leaves it to S3 (1,000). Tests make it small to exercise pagination.
+var strayListPageSize int32
+
+// strayMaxPages bounds the listing, so that a store that never stops saying
+// IsTruncated cannot keep a completer or a cleanup sweep busy for ever.
+const strayMaxPages = 100
+
+// AbortStrays aborts every multipart upload in progress for exactly bucket/key whose
+// UploadId is not keep (all of them when keep is empty), and returns the ids it
+// aborted. Several workers may each create a multipart upload for one upload before one
+// id is recorded; a worker killed (or cancelled) between S3 creating its multipart
+// upload and Redis deciding whose it is leaves that multipart upload behind, holding
+// its parts' storage until someone aborts it. The caller must own key (KeyOwnedBy).
+// An upload that is gone already (NoSuchUpload) counts as aborted. It stops at the
+// first other error, returning what it aborted before.
+func (s *Store) AbortStrays(ctx context.Context, bucket, key, keep string) ([]string, error) {
+	var stray []string
+	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket), Prefix: aws.String(key)}
+	if strayListPageSize > 0 {
+		in.MaxUploads = aws.Int32(strayListPageSize)
+	}
+	for page := 1; ; page++ {
+		out, err := s.api.ListMultipartUploads(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("list multipart uploads of %s: %w", key, err)
+		}
+		for _, u := range out.Uploads {
+			// The prefix also matches longer keys; only this exact key is the upload's.
+			if id := aws.ToString(u.UploadId); aws.ToString(u.Key) == key && id != "" && id != keep {
+				stray = append(stray, id)
+			}
+		}
+		if !aws.ToBool(out.IsTruncated) {
+			break
+		}
+		km, um := aws.ToString(out.NextKeyMarker), aws.ToString(out.NextUploadIdMarker)
+		if (km == "" && um == "") || (km == aws.ToString(in.KeyMarker) && um == aws.ToString(in.UploadIdMarker)) || page >= strayMaxPages {
+			break // a listing that does not advance: abort what it showed
+		}
+		in.KeyMarker, in.UploadIdMarker = aws.String(km), aws.String(um)
+	}
+	var aborted []string
+	for _, id := range stray {
+		if err := s.Abort(ctx, bucket, key, id); err != nil {
+			return aborted, fmt.Errorf("abort stray multipart upload %s of %s: %w", id, key, err)
+		}
+		aborted = append(aborted, id)
+	}
+	return aborted, nil
+}
+
+// NoSuchUpload reports whether err says the multipart upload does not exist (any more).
+func NoSuchUpload(err error) bool {
+	var nsu *types.NoSuchUpload
+	var ae smithy.APIError
+	return errors.As(err, &nsu) || (errors.As(err, &ae) && ae.ErrorCode() == "NoSuchUpload")
+}

@@ -1,0 +1,668 @@
+// Package ocrqueue is the OCR job queue in Redis, on asynq's model: a pending list, an
+// active list, a lease sorted set, a delayed sorted set and a dead-letter sorted set,
+// with fencing tokens so that a stale worker's writes are refused. Every key carries
+// the hash tag {ocr}, so the queue lives in one Redis Cluster slot and each script
+// touches one slot. Job hash fields: doc, corr, bucket, key, ct, tenant, force
+// ("1"/"0"), attempts (failed attempts), enqueued_ms, token (fencing token of the
+// current lease, absent when not leased), started_ms, reason and dead_ms (dead-lettered
+// jobs). The errors list holds "unix_ms|attempt|message" entries.
+package ocrqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chunkup/chunkup/internal/ids"
+	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/internal/rdb"
+)
+
+// Queue is the OCR job queue.
+type Queue struct {
+	c *rdb.Conn
+}
+
+// New returns the Queue on client.
+func New(client redis.UniversalClient, cfg staging.Config) (*Queue, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Queue{c: rdb.Open(client, cfg)}, nil
+}
+
+// Now returns the queue's clock reading.
+func (s *Queue) Now() time.Time { return s.c.Now() }
+
+// NewJob describes an OCR job to enqueue.
+type NewJob struct {
+	DocumentID, CorrelationID string
+	Bucket, Key, ContentType  string
+	Tenant                    string
+	// Force bypasses the document's dedupe key, to reprocess on purpose.
+	Force bool
+	// DedupeTTL is how long the document's dedupe key lives, so that enqueuing the same
+	// document again without Force is a no-op for that long.
+	DedupeTTL time.Duration
+}
+
+// Job is an OCR job as stored.
+type Job struct {
+	ID, DocumentID, CorrelationID string
+	Bucket, Key, ContentType      string
+	Tenant                        string
+	Force                         bool
+	// Attempts is the number of failed attempts so far.
+	Attempts int
+	// Token is the fencing token of the current lease (0 when not leased).
+	Token    int64
+	Enqueued time.Time
+	// Dead-lettered jobs: why and when.
+	DeadReason string
+	Died       time.Time
+	// Errors is the job's error history, oldest first.
+	Errors []JobError
+}
+
+// JobError is one entry of a job's error history.
+type JobError struct {
+	Time    time.Time
+	Attempt int
+	Error   string
+}
+
+// ErrJobNotFound means no dead-lettered (or no) job has the id.
+var ErrJobNotFound = errors.New("job not found")
+
+// MalformedJobError means a job's record is unusable; the job was dead-lettered.
+type MalformedJobError struct{ JobID, Reason string }
+
+func (e *MalformedJobError) Error() string { return "job " + e.JobID + ": " + e.Reason }
+
+// jobEnqueueScript adds a job unless its document has one already (the dedupe key),
+// or unconditionally when forced.
+//
+//	KEYS[1] pending list
+//	KEYS[2] the document's dedupe string (holds the job id)
+//	KEYS[3] the new job's hash
+//	ARGV[1] job id
+//	ARGV[2] "1" to force (bypass the dedupe key), else "0"
+//	ARGV[3] dedupe key TTL (ms)
+//	ARGV[4..] job hash field/value pairs
+//
+// Returns {"ok", job id} or {"dup", id of the document's existing job}.
+var jobEnqueueScript = rdb.NewScript(`
+if ARGV[2] ~= '1' then
+  local cur = redis.call('GET', KEYS[2])
+  if cur then return {'dup', cur} end
+end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
+local f = {}
+for i = 4, #ARGV do f[#f+1] = ARGV[i] end
+redis.call('HSET', KEYS[3], unpack(f))
+redis.call('LPUSH', KEYS[1], ARGV[1])
+return {'ok', ARGV[1]}
+`)
+
+// Enqueue adds a job for j.DocumentID unless the document has one already (and j is
+// not forced). It returns the id of the document's job and whether it is new.
+func (s *Queue) Enqueue(ctx context.Context, j NewJob) (string, bool, error) {
+	if j.DocumentID == "" {
+		return "", false, errors.New("ocrqueue: a job needs a document id")
+	}
+	id := ids.New()
+	force := "0"
+	if j.Force {
+		force = "1"
+	}
+	ttl := j.DedupeTTL
+	if ttl <= 0 {
+		ttl = 30 * 24 * time.Hour
+	}
+	res, err := jobEnqueueScript.Run(ctx, s.c, []string{rdb.OCRPending, rdb.OCRDedupeKey(j.DocumentID), rdb.OCRJobKey(id)},
+		id, force, ttl.Milliseconds(),
+		"doc", j.DocumentID, "corr", j.CorrelationID, "bucket", j.Bucket, "key", j.Key, "ct", j.ContentType,
+		"tenant", j.Tenant, "force", force, "attempts", 0, "enqueued_ms", s.c.NowMs()).StringSlice()
+	if err != nil {
+		return "", false, err
+	}
+	return res[1], res[0] == "ok", nil
+}
+
+// Fetch waits up to block for a pending job, moves it to the active list and leases
+// it for lease with a new fencing token. It returns nil, nil when none came. A job whose
+// record is unusable is dead-lettered and reported as a *MalformedJobError.
+func (s *Queue) Fetch(ctx context.Context, block, lease time.Duration) (*Job, error) {
+	id, err := s.c.Client.BLMove(ctx, rdb.OCRPending, rdb.OCRActive, "RIGHT", "LEFT", block).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.lease(ctx, id, lease)
+}
+
+// jobLeaseScript leases a job that BLMOVE just moved from pending to active: it takes a
+// new fencing token and records the lease. A job with no usable record is dead-lettered
+// with the reason.
+//
+//	KEYS[1] active list
+//	KEYS[2] lease zset (job id -> lease expiry, unix ms)
+//	KEYS[3] job hash
+//	KEYS[4] fencing counter
+//	KEYS[5] dead zset (job id -> dead-letter time)
+//	KEYS[6] job errors list
+//	ARGV[1] job id
+//	ARGV[2] now (unix ms)
+//	ARGV[3] lease (ms)
+//
+// Returns {"ok", token, {job hash field, value, ...}}, {"gone"} when the job is no longer
+// active (the reaper took it back), or {"malformed", reason}.
+var jobLeaseScript = rdb.NewScript(`
+if not redis.call('LPOS', KEYS[1], ARGV[1]) then return {'gone'} end
+local doc = redis.call('HGET', KEYS[3], 'doc')
+if not doc or doc == '' then
+  local reason = 'malformed job: no job record or no document id'
+  redis.call('LREM', KEYS[1], 0, ARGV[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('HSET', KEYS[3], 'reason', reason, 'dead_ms', ARGV[2])
+  redis.call('RPUSH', KEYS[6], ARGV[2] .. '|0|' .. reason)
+  redis.call('ZADD', KEYS[5], ARGV[2], ARGV[1])
+  return {'malformed', reason}
+end
+local tok = redis.call('INCR', KEYS[4])
+redis.call('HSET', KEYS[3], 'token', tok, 'started_ms', ARGV[2])
+redis.call('ZADD', KEYS[2], tonumber(ARGV[2]) + tonumber(ARGV[3]), ARGV[1])
+return {'ok', tok, redis.call('HGETALL', KEYS[3])}
+`)
+
+func (s *Queue) lease(ctx context.Context, id string, lease time.Duration) (*Job, error) {
+	res, err := jobLeaseScript.Run(ctx, s.c,
+		[]string{rdb.OCRActive, rdb.OCRLease, rdb.OCRJobKey(id), rdb.OCRFence, rdb.OCRDead, rdb.OCRJobErrorsKey(id)},
+		id, s.c.NowMs(), lease.Milliseconds()).Slice()
+	if err != nil {
+		// The job stays in the active list without a lease; the reaper gives it one
+		// and reclaims it when that expires.
+		return nil, err
+	}
+	switch rdb.Str(res[0]) {
+	case "gone":
+		return nil, nil
+	case "malformed":
+		return nil, &MalformedJobError{JobID: id, Reason: rdb.Str(res[1])}
+	}
+	fields, _ := res[2].([]any)
+	h := make(map[string]string, len(fields)/2)
+	for i := 0; i+1 < len(fields); i += 2 {
+		h[rdb.Str(fields[i])] = rdb.Str(fields[i+1])
+	}
+	j, err := parseJob(id, h)
+	if err != nil {
+		// Unusable after all: dead-letter it with the reason.
+		if _, derr := s.Fail(ctx, id, rdb.I64(res[1]), err.Error(), FailDead, time.Time{}, 1); derr != nil {
+			return nil, derr
+		}
+		return nil, &MalformedJobError{JobID: id, Reason: err.Error()}
+	}
+	j.Token = rdb.I64(res[1])
+	return j, nil
+}
+
+func parseJob(id string, h map[string]string) (*Job, error) {
+	j := &Job{
+		ID: id, DocumentID: h["doc"], CorrelationID: h["corr"], Bucket: h["bucket"], Key: h["key"],
+		ContentType: h["ct"], Tenant: h["tenant"], Force: h["force"] == "1", Token: rdb.I64(h["token"]),
+		Enqueued: rdb.MsTime(h["enqueued_ms"]), DeadReason: h["reason"], Died: rdb.MsTime(h["dead_ms"]),
+	}
+	a, err := strconv.Atoi(h["attempts"])
+	if err != nil || a < 0 {
+		return j, fmt.Errorf("malformed job: attempts %q", h["attempts"])
+	}
+	j.Attempts = a
+	if j.DocumentID == "" || j.Bucket == "" || j.Key == "" {
+		return j, errors.New("malformed job: no document, bucket or key")
+	}
+	return j, nil
+}
+
+// jobRenewScript extends the lease of the caller's job.
+//
+//	KEYS[1] lease zset
+//	KEYS[2] job hash
+//	ARGV[1] job id
+//	ARGV[2] fencing token
+//	ARGV[3] new lease expiry (unix ms)
+//
+// Returns 1 when renewed, 0 when the lease is no longer the caller's.
+var jobRenewScript = rdb.NewScript(`
+if redis.call('HGET', KEYS[2], 'token') ~= ARGV[2] then return 0 end
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return 1
+`)
+
+// Renew extends the caller's lease on job id; false means the lease was lost (the
+// reaper reclaimed the job, or a forced requeue replaced it).
+func (s *Queue) Renew(ctx context.Context, id string, token int64, lease time.Duration) (bool, error) {
+	n, err := jobRenewScript.Run(ctx, s.c, []string{rdb.OCRLease, rdb.OCRJobKey(id)}, id, token, s.c.NowMs()+lease.Milliseconds()).Int()
+	return n == 1, err
+}
+
+// jobAckScript removes a job that succeeded. The document's dedupe key stays (with its
+// TTL), so an unforced enqueue of the same document is a no-op.
+//
+//	KEYS[1] active list
+//	KEYS[2] lease zset
+//	KEYS[3] job hash
+//	KEYS[4] job errors list
+//	ARGV[1] job id
+//	ARGV[2] fencing token
+//
+// Returns 1 when done, 0 when the lease is no longer the caller's.
+var jobAckScript = rdb.NewScript(`
+if redis.call('HGET', KEYS[3], 'token') ~= ARGV[2] then return 0 end
+redis.call('LREM', KEYS[1], 0, ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[3], KEYS[4])
+return 1
+`)
+
+// Ack removes a job that succeeded; false means the lease was no longer the caller's.
+func (s *Queue) Ack(ctx context.Context, id string, token int64) (bool, error) {
+	n, err := jobAckScript.Run(ctx, s.c, []string{rdb.OCRActive, rdb.OCRLease, rdb.OCRJobKey(id), rdb.OCRJobErrorsKey(id)}, id, token).Int()
+	return n == 1, err
+}
+
+// FailMode says how a job that did not succeed goes on.
+type FailMode string
+
+// Fail modes.
+const (
+	// FailRetry: the job failed; it is retried at the given time until max attempts.
+	FailRetry FailMode = "retry"
+	// FailDead: the job failed for good (e.g. an invalid file); dead-letter it now.
+	FailDead FailMode = "dead"
+	// FailRelease: not the job's fault (Redis or S3 down); retry later, not counted.
+	FailRelease FailMode = "release"
+)
+
+// FailOutcome says what happened to a job that did not succeed.
+type FailOutcome struct {
+	// Retried, Dead, Released: where the job went; none when the lease was lost.
+	Retried, Dead, Released bool
+	Attempts                int
+}
+
+// jobFailScript ends the caller's lease on a job that did not succeed.
+//
+//	KEYS[1] active list
+//	KEYS[2] lease zset
+//	KEYS[3] job hash
+//	KEYS[4] job errors list
+//	KEYS[5] delayed zset (job id -> due time, unix ms)
+//	KEYS[6] dead zset
+//	ARGV[1] job id
+//	ARGV[2] fencing token
+//	ARGV[3] now (unix ms)
+//	ARGV[4] error message
+//	ARGV[5] mode: "retry" (a failure of the job: counted, retried at ARGV[6] until
+//	        ARGV[7] attempts), "dead" (a permanent failure: dead-lettered at once) or
+//	        "release" (an outage, not the job's fault: retried at ARGV[6], not counted)
+//	ARGV[6] due time for a retry (unix ms)
+//	ARGV[7] maximum attempts
+//
+// Returns {"retry", attempts}, {"dead", attempts}, {"released", attempts} or {"lost"}
+// when the lease is no longer the caller's.
+var jobFailScript = rdb.NewScript(`
+if redis.call('HGET', KEYS[3], 'token') ~= ARGV[2] then return {'lost'} end
+redis.call('LREM', KEYS[1], 0, ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], 'token')
+if ARGV[5] == 'release' then
+  redis.call('ZADD', KEYS[5], ARGV[6], ARGV[1])
+  return {'released', tonumber(redis.call('HGET', KEYS[3], 'attempts') or '0') or 0}
+end
+-- A malformed record's attempts are reset, so its failure can still be counted.
+if not tonumber(redis.call('HGET', KEYS[3], 'attempts') or '0') then redis.call('HSET', KEYS[3], 'attempts', 0) end
+local n = redis.call('HINCRBY', KEYS[3], 'attempts', 1)
+redis.call('RPUSH', KEYS[4], ARGV[3] .. '|' .. n .. '|' .. ARGV[4])
+if ARGV[5] == 'dead' or n >= tonumber(ARGV[7]) then
+  redis.call('HSET', KEYS[3], 'reason', ARGV[4], 'dead_ms', ARGV[3])
+  redis.call('ZADD', KEYS[6], ARGV[3], ARGV[1])
+  return {'dead', n}
+end
+redis.call('ZADD', KEYS[5], ARGV[6], ARGV[1])
+return {'retry', n}
+`)
+
+// Fail ends the caller's lease on a job that did not succeed (see FailMode).
+func (s *Queue) Fail(ctx context.Context, id string, token int64, msg string, mode FailMode, due time.Time, maxAttempts int) (FailOutcome, error) {
+	res, err := jobFailScript.Run(ctx, s.c,
+		[]string{rdb.OCRActive, rdb.OCRLease, rdb.OCRJobKey(id), rdb.OCRJobErrorsKey(id), rdb.OCRDelayed, rdb.OCRDead},
+		id, token, s.c.NowMs(), rdb.OneLine(msg), string(mode), due.UnixMilli(), maxAttempts).Slice()
+	if err != nil {
+		return FailOutcome{}, err
+	}
+	var o FailOutcome
+	switch rdb.Str(res[0]) {
+	case "retry":
+		o.Retried = true
+	case "dead":
+		o.Dead = true
+	case "released":
+		o.Released = true
+	}
+	if len(res) > 1 {
+		o.Attempts = int(rdb.I64(res[1]))
+	}
+	return o, nil
+}
+
+// jobPromoteScript moves delayed jobs whose time has come to the pending list.
+//
+//	KEYS[1] delayed zset
+//	KEYS[2] pending list
+//	ARGV[1] now (unix ms)
+//	ARGV[2] most jobs to move
+//
+// Returns the number moved.
+var jobPromoteScript = rdb.NewScript(`
+local ids = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('LPUSH', KEYS[2], id)
+end
+return #ids
+`)
+
+// Promote moves up to limit delayed jobs that are due to the pending list.
+func (s *Queue) Promote(ctx context.Context, limit int) (int, error) {
+	n, err := jobPromoteScript.Run(ctx, s.c, []string{rdb.OCRDelayed, rdb.OCRPending}, s.c.NowMs(), limit).Int()
+	return n, err
+}
+
+// Reclaimed is a job the reaper took back from a worker whose lease expired.
+type Reclaimed struct {
+	JobID, DocumentID string
+	Attempts          int
+	// Dead is true when that was its last attempt and it was dead-lettered.
+	Dead bool
+}
+
+// jobOrphansScript gives every active job without a lease one, starting now. A job has
+// none when its worker died between BLMOVE and taking the lease; once that lease
+// expires the reaper reclaims it like any other.
+//
+//	KEYS[1] active list
+//	KEYS[2] lease zset
+//	ARGV[1] now (unix ms)
+//	ARGV[2] lease (ms)
+//	ARGV[3] most active entries to look at
+//
+// Returns the number of leases added.
+var jobOrphansScript = rdb.NewScript(`
+local ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[3]) - 1)
+local n = 0
+for _, id in ipairs(ids) do
+  if not redis.call('ZSCORE', KEYS[2], id) then
+    redis.call('ZADD', KEYS[2], tonumber(ARGV[1]) + tonumber(ARGV[2]), id)
+    n = n + 1
+  end
+end
+return n
+`)
+
+// jobReclaimScript takes back a job whose lease expired (its worker died or stalled):
+// it counts as a failed attempt, so a job that kills its workers ends dead-lettered.
+//
+//	KEYS[1] active list
+//	KEYS[2] lease zset
+//	KEYS[3] job hash
+//	KEYS[4] job errors list
+//	KEYS[5] pending list
+//	KEYS[6] dead zset
+//	ARGV[1] job id
+//	ARGV[2] now (unix ms)
+//	ARGV[3] maximum attempts
+//	ARGV[4] error message to record
+//
+// Returns {"alive"} when the lease was renewed meanwhile, {"gone"} when the job has no
+// record any more, {"requeued", attempts, doc} or {"dead", attempts, doc}.
+var jobReclaimScript = rdb.NewScript(`
+local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if s and tonumber(s) > tonumber(ARGV[2]) then return {'alive'} end
+redis.call('LREM', KEYS[1], 0, ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('EXISTS', KEYS[3]) == 0 then return {'gone'} end
+redis.call('HDEL', KEYS[3], 'token')
+local doc = redis.call('HGET', KEYS[3], 'doc') or ''
+if not tonumber(redis.call('HGET', KEYS[3], 'attempts') or '0') then redis.call('HSET', KEYS[3], 'attempts', 0) end
+local n = redis.call('HINCRBY', KEYS[3], 'attempts', 1)
+redis.call('RPUSH', KEYS[4], ARGV[2] .. '|' .. n .. '|' .. ARGV[4])
+if n >= tonumber(ARGV[3]) then
+  redis.call('HSET', KEYS[3], 'reason', ARGV[4], 'dead_ms', ARGV[2])
+  redis.call('ZADD', KEYS[6], ARGV[2], ARGV[1])
+  return {'dead', n, doc}
+end
+redis.call('RPUSH', KEYS[5], ARGV[1])
+return {'requeued', n, doc}
+`)
+
+// Reclaim takes back up to limit jobs whose lease expired: back to pending, or to
+// the dead-letter store after maxAttempts. Active jobs without a lease (their worker
+// died right after fetching them) first get one of lease, so they are reclaimed when it
+// expires.
+func (s *Queue) Reclaim(ctx context.Context, lease time.Duration, maxAttempts, limit int) ([]Reclaimed, error) {
+	now := s.c.NowMs()
+	if err := jobOrphansScript.Run(ctx, s.c, []string{rdb.OCRActive, rdb.OCRLease}, now, lease.Milliseconds(), 1000).Err(); err != nil {
+		return nil, err
+	}
+	ids, err := s.c.Client.ZRangeByScore(ctx, rdb.OCRLease, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now, 10), Count: int64(limit)}).Result()
+	if err != nil {
+		return nil, err
+	}
+	var out []Reclaimed
+	for _, id := range ids {
+		res, err := jobReclaimScript.Run(ctx, s.c,
+			[]string{rdb.OCRActive, rdb.OCRLease, rdb.OCRJobKey(id), rdb.OCRJobErrorsKey(id), rdb.OCRPending, rdb.OCRDead},
+			id, now, maxAttempts, "lease expired: the worker died or stalled").Slice()
+		if err != nil {
+			return out, err
+		}
+		switch rdb.Str(res[0]) {
+		case "requeued", "dead":
+			out = append(out, Reclaimed{JobID: id, DocumentID: rdb.Str(res[2]), Attempts: int(rdb.I64(res[1])), Dead: rdb.Str(res[0]) == "dead"})
+		}
+	}
+	return out, nil
+}
+
+// Job reads a job with its error history; ErrJobNotFound when it has no record.
+func (s *Queue) Job(ctx context.Context, id string) (*Job, error) {
+	jobs, err := s.jobs(ctx, []string{id})
+	if err != nil {
+		return nil, err
+	}
+	if len(jobs) == 0 {
+		return nil, ErrJobNotFound
+	}
+	return jobs[0], nil
+}
+
+func (s *Queue) jobs(ctx context.Context, ids []string) ([]*Job, error) {
+	hs := make([]*redis.MapStringStringCmd, len(ids))
+	es := make([]*redis.StringSliceCmd, len(ids))
+	_, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			hs[i] = p.HGetAll(ctx, rdb.OCRJobKey(id))
+			es[i] = p.LRange(ctx, rdb.OCRJobErrorsKey(id), 0, -1)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []*Job
+	for i, id := range ids {
+		h := hs[i].Val()
+		if len(h) == 0 && len(es[i].Val()) == 0 {
+			continue
+		}
+		j, _ := parseJob(id, h) // list what is there, even if malformed
+		for _, e := range es[i].Val() {
+			f := strings.SplitN(e, "|", 3)
+			if len(f) == 3 {
+				j.Errors = append(j.Errors, JobError{Time: rdb.MsTime(f[0]), Attempt: int(rdb.I64(f[1])), Error: f[2]})
+			}
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// Dead lists up to count dead-lettered jobs from position start, oldest first, with
+// their error histories, and the total number of dead jobs.
+func (s *Queue) Dead(ctx context.Context, start, count int64) ([]*Job, int64, error) {
+	ids, err := s.c.Client.ZRange(ctx, rdb.OCRDead, start, start+count-1).Result()
+	if err != nil {
+		return nil, 0, err
+	}
+	total, err := s.c.Client.ZCard(ctx, rdb.OCRDead).Result()
+	if err != nil {
+		return nil, 0, err
+	}
+	jobs, err := s.jobs(ctx, ids)
+	if err != nil {
+		return nil, 0, err
+	}
+	// A dead entry without a record is still listed, so nothing disappears unseen.
+	if len(jobs) < len(ids) {
+		have := map[string]bool{}
+		for _, j := range jobs {
+			have[j.ID] = true
+		}
+		for _, id := range ids {
+			if !have[id] {
+				jobs = append(jobs, &Job{ID: id, DeadReason: "no job record"})
+			}
+		}
+	}
+	return jobs, total, nil
+}
+
+// jobRequeueScript moves a dead-lettered job back to the pending list with its attempts
+// reset; its error history stays.
+//
+//	KEYS[1] dead zset
+//	KEYS[2] pending list
+//	KEYS[3] job hash
+//	KEYS[4] job errors list
+//	ARGV[1] job id
+//	ARGV[2] now (unix ms)
+//
+// Returns {"ok", doc} or {"notfound"} when the job is not dead-lettered.
+var jobRequeueScript = rdb.NewScript(`
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) == false then return {'notfound'} end
+local doc = redis.call('HGET', KEYS[3], 'doc')
+if not doc or doc == '' then return {'malformed'} end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[3], 'attempts', 0, 'enqueued_ms', ARGV[2])
+redis.call('HDEL', KEYS[3], 'reason', 'dead_ms', 'token')
+redis.call('RPUSH', KEYS[4], ARGV[2] .. '|0|requeued from the dead-letter store')
+redis.call('LPUSH', KEYS[2], ARGV[1])
+return {'ok', doc}
+`)
+
+// Requeue moves dead-lettered job id back to pending with its attempts reset, and
+// returns its document id.
+func (s *Queue) Requeue(ctx context.Context, id string) (string, error) {
+	res, err := jobRequeueScript.Run(ctx, s.c, []string{rdb.OCRDead, rdb.OCRPending, rdb.OCRJobKey(id), rdb.OCRJobErrorsKey(id)}, id, s.c.NowMs()).StringSlice()
+	if err != nil {
+		return "", err
+	}
+	switch res[0] {
+	case "ok":
+		return res[1], nil
+	case "malformed":
+		return "", &MalformedJobError{JobID: id, Reason: "malformed job: no document id; it stays dead-lettered"}
+	}
+	return "", ErrJobNotFound
+}
+
+// DocumentJob returns the id of the document's current job ("" if none) and whether
+// that job is still queued, running or waiting for a retry (its record exists and it is
+// not dead-lettered).
+func (s *Queue) DocumentJob(ctx context.Context, docID string) (jobID string, live bool, err error) {
+	jobID, err = s.c.Client.Get(ctx, rdb.OCRDedupeKey(docID)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	var ex *redis.IntCmd
+	var dead *redis.FloatCmd
+	_, err = s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		ex = p.Exists(ctx, rdb.OCRJobKey(jobID))
+		dead = p.ZScore(ctx, rdb.OCRDead, jobID)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", false, err
+	}
+	return jobID, ex.Val() == 1 && errors.Is(dead.Err(), redis.Nil), nil
+}
+
+// Stats are the OCR queue's counters, each read in O(1).
+type Stats struct {
+	Pending, InFlight, Delayed, Dead int64
+	// OldestPending is when the oldest pending job was enqueued (zero if none).
+	OldestPending time.Time
+}
+
+// Stats reads the queue's counters in two round trips of O(1) commands.
+func (s *Queue) Stats(ctx context.Context) (Stats, error) {
+	var pend, act, del, dead *redis.IntCmd
+	var oldest *redis.StringCmd
+	_, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		pend = p.LLen(ctx, rdb.OCRPending)
+		act = p.LLen(ctx, rdb.OCRActive)
+		del = p.ZCard(ctx, rdb.OCRDelayed)
+		dead = p.ZCard(ctx, rdb.OCRDead)
+		oldest = p.LIndex(ctx, rdb.OCRPending, -1) // fetched from the right: the oldest
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Stats{}, err
+	}
+	st := Stats{Pending: pend.Val(), InFlight: act.Val(), Delayed: del.Val(), Dead: dead.Val()}
+	if id := oldest.Val(); id != "" {
+		ms, err := s.c.Client.HGet(ctx, rdb.OCRJobKey(id), "enqueued_ms").Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return Stats{}, err
+		}
+		st.OldestPending = rdb.MsTime(ms)
+	}
+	return st, nil
+}
+
+// MarkProcessing indexes document id as possibly processing, for start-up recovery.
+func (s *Queue) MarkProcessing(ctx context.Context, docID string) error {
+	return s.c.Client.ZAdd(ctx, rdb.OCRProcessing, redis.Z{Score: float64(s.c.NowMs()), Member: docID}).Err()
+}
+
+// UnmarkProcessing drops document id from the processing index.
+func (s *Queue) UnmarkProcessing(ctx context.Context, docID string) error {
+	return s.c.Client.ZRem(ctx, rdb.OCRProcessing, docID).Err()
+}
+
+// ProcessingDocuments returns up to count ids of the processing index from start.
+func (s *Queue) ProcessingDocuments(ctx context.Context, start, count int64) ([]string, error) {
+	return s.c.Client.ZRange(ctx, rdb.OCRProcessing, start, start+count-1).Result()
+}

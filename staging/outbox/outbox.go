@@ -1,0 +1,140 @@
+// Package outbox stores the events that wait to be published to Kafka, one hash per
+// upload (document events go to their upload's too), and the pub/sub channels on which
+// an upload's progress is announced to watchers. Events are written by the scripts
+// that change an upload's or a document's state, in the same atomic step (see Record
+// and Bracket), and leave the outbox only once the broker took them.
+package outbox
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chunkup/chunkup/internal/notify"
+	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/internal/rdb"
+)
+
+// Outbox reads and acknowledges outbox events, and indexes the outboxes that hold some.
+type Outbox struct {
+	c     *rdb.Conn
+	index *rdb.Index
+	hub   *notify.Hub
+}
+
+// New returns the Outbox on client. hub (may be nil) hears of every event recorded.
+func New(client redis.UniversalClient, cfg staging.Config, hub *notify.Hub) (*Outbox, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := rdb.Open(client, cfg)
+	return &Outbox{c: c, index: rdb.NewIndex(c, rdb.OutboxIndex), hub: hub}, nil
+}
+
+// Record encodes ev as the value of its outbox hash field, for a script that records it:
+// "type\ncorrelation\nunix-ns\npayload". Nanoseconds, so that one upload's events
+// recorded in the same millisecond keep their order when published.
+func Record(ev staging.OutboxEvent) string {
+	return ev.Type + "\n" + ev.CorrelationID + "\n" + strconv.FormatInt(ev.Created.UnixNano(), 10) + "\n" + string(ev.Payload)
+}
+
+func parseRecord(id, uploadID, rec string) (staging.OutboxEvent, bool) {
+	f := strings.SplitN(rec, "\n", 4)
+	if len(f) != 4 {
+		return staging.OutboxEvent{}, false
+	}
+	return staging.OutboxEvent{ID: id, Type: f[0], CorrelationID: f[1], UploadID: uploadID,
+		Created: time.Unix(0, rdb.I64(f[2])), Payload: []byte(f[3])}, true
+}
+
+// Bracket runs record, which records events in upload id's outbox (a script's atomic
+// step) and reports whether it did, between two index writes: before, so a crash
+// between the two leaves an entry that leads nowhere rather than an event nobody
+// finds; and after, so a publisher that found the outbox empty in between and dropped
+// the entry cannot leave the new event unindexed. Then the publisher is woken.
+func (o *Outbox) Bracket(ctx context.Context, id string, record func() (bool, error)) error {
+	if err := o.index.Add(ctx, id, id, o.c.Now()); err != nil {
+		return err
+	}
+	recorded, err := record()
+	if err != nil || !recorded {
+		return err
+	}
+	if err := o.index.Add(ctx, id, id, o.c.Now()); err != nil {
+		return err
+	}
+	o.hub.EventRecorded()
+	return nil
+}
+
+// Due returns up to limit uploads whose outbox a publisher should drain now.
+func (o *Outbox) Due(ctx context.Context, limit int64) ([]string, error) {
+	return o.index.Due(ctx, limit)
+}
+
+// Events returns the events waiting in upload id's outbox. Malformed records are
+// reported separately so the caller can log and drop them.
+func (o *Outbox) Events(ctx context.Context, id string) (events []staging.OutboxEvent, malformed []string, err error) {
+	h, err := o.c.Client.HGetAll(ctx, rdb.OutboxKey(id)).Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	for eid, rec := range h {
+		if ev, ok := parseRecord(eid, id, rec); ok {
+			events = append(events, ev)
+		} else {
+			malformed = append(malformed, eid)
+		}
+	}
+	return events, malformed, nil
+}
+
+// Ack removes published events from upload id's outbox and, when it is empty, the
+// upload from the outbox index. The entry goes only when the outbox is empty, and
+// comes back if an event arrived meanwhile, so none is left unindexed; the only write
+// that can be refused after a removal (Redis out of memory) is that rare re-add.
+func (o *Outbox) Ack(ctx context.Context, id string, eventIDs ...string) error {
+	if len(eventIDs) > 0 {
+		if err := o.c.Client.HDel(ctx, rdb.OutboxKey(id), eventIDs...).Err(); err != nil {
+			return err
+		}
+	}
+	n, err := o.c.Client.HLen(ctx, rdb.OutboxKey(id)).Result()
+	if err != nil || n > 0 {
+		return err
+	}
+	if err := o.index.Done(ctx, id, id); err != nil {
+		return err
+	}
+	if n, err = o.c.Client.HLen(ctx, rdb.OutboxKey(id)).Result(); err != nil || n == 0 {
+		return err
+	}
+	return o.index.Set(ctx, id, id, o.c.Now())
+}
+
+// Defer moves upload id's next publish attempt to at.
+func (o *Outbox) Defer(ctx context.Context, id string, at time.Time) error {
+	return o.index.Defer(ctx, id, id, at)
+}
+
+// Len is how many uploads have events waiting to be published.
+func (o *Outbox) Len(ctx context.Context) (int64, error) { return o.index.Len(ctx) }
+
+// Oldest returns when the upload (or document) that has waited longest got events to
+// publish; ok is false when no outbox waits. The score is set when the first event is
+// recorded, so it is a lower bound on the oldest event's wait. For scrape-time gauges.
+func (o *Outbox) Oldest(ctx context.Context) (time.Time, bool, error) { return o.index.Oldest(ctx) }
+
+// Now is the store's clock reading.
+func (o *Outbox) Now() time.Time { return o.c.Now() }
+
+// Progress subscribes to upload id's progress notices and returns once Redis confirmed
+// the subscription. A notice only says "something changed" (its payload is the new
+// status when the upload ended, else "received" or "uploaded"): subscribers re-read the
+// state, so a lost notice costs nothing but latency.
+func (o *Outbox) Progress(ctx context.Context, id string) (*staging.Subscription, error) {
+	return o.c.Subscribe(ctx, rdb.ProgressChannel(id))
+}

@@ -1,0 +1,278 @@
+package uploads
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/internal/rdb"
+	"github.com/chunkup/chunkup/staging/outbox"
+)
+
+// Completions is the completers' view of the store: the completion guard, the parts,
+// and the completion index, which it keeps itself: an upload stays in it from the
+// moment its last part is recorded until it is completed and handed off (or it ended
+// otherwise).
+type Completions struct{ s *Store }
+
+// beginCompleteScript takes the completion guard. The guard key does not exist until a
+// completer takes it, so exactly one completer holds it at a time; it carries an expiry
+// so that a completer that died is replaced.
+//
+//	KEYS[1] state hash
+//	KEYS[2] completer guard string
+//	ARGV[1] completer token
+//	ARGV[2] now (unix ms)
+//	ARGV[3] guard lease (ms)
+//	ARGV[4] state TTL (ms), so the guard never outlives the upload
+//
+// Returns {"ok", total, s3_upload_id, bucket, key, multipart_attempts}, {"done", handoff} when already
+// completed (handoff is "pending" while the hand-off has not happened),
+// {"notready"}, {"busy", expiry}, or {"gone", status}.
+var beginCompleteScript = rdb.NewScript(`
+local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key', 'mpu_attempts')
+if not st[1] then return {'gone', ''} end
+if st[1] == 'COMPLETED' then return {'done', redis.call('HGET', KEYS[1], 'handoff') or ''} end
+if st[1] ~= 'ACTIVE' and st[1] ~= 'COMPLETING' then return {'gone', st[1]} end
+local total = tonumber(st[2])
+if total == 0 or tonumber(st[3]) ~= total then return {'notready'} end
+local now = tonumber(ARGV[2])
+local g = redis.call('GET', KEYS[2])
+if g then
+  local exp = tonumber(string.match(g, '|(%d+)$'))
+  if exp and exp > now and string.sub(g, 1, #ARGV[1]+1) ~= ARGV[1] .. '|' then return {'busy', exp} end
+end
+redis.call('SET', KEYS[2], ARGV[1] .. '|' .. (now + tonumber(ARGV[3])), 'PX', ARGV[4])
+redis.call('HSET', KEYS[1], 'status', 'COMPLETING', 'updated_ms', ARGV[2])
+return {'ok', st[2], st[4] or '', st[5], st[6], st[7] or '0'}
+`)
+
+// finishCompleteScript marks an upload completed, if the caller still holds the guard,
+// and in the same step records its UploadCompleted event in the upload's outbox.
+//
+//	KEYS[1] state hash
+//	KEYS[2] completer guard string
+//	KEYS[3] outbox hash
+//	KEYS[4] meta hash, KEYS[5] received hash, KEYS[6] parts hash, KEYS[7] leases hash
+//	        (their TTL becomes the retention)
+//	ARGV[1] completer token
+//	ARGV[2] final ETag
+//	ARGV[3] final size
+//	ARGV[4] crc32c of the whole object
+//	ARGV[5] now (unix ms)
+//	ARGV[6] event id
+//	ARGV[7] event record (see outboxRecord)
+//	ARGV[8] "1" when the upload must be handed off (to OCR) after completion
+//	ARGV[9] retention (ms)
+//	ARGV[10] progress channel
+//
+// Returns {"ok"}, {"done"} when already completed, or {"lost"} when the guard is
+// another completer's (or the upload left COMPLETING).
+var finishCompleteScript = rdb.NewScript(`
+local status = redis.call('HGET', KEYS[1], 'status')
+if status == 'COMPLETED' then return {'done'} end
+local g = redis.call('GET', KEYS[2])
+if status ~= 'COMPLETING' or not g or string.sub(g, 1, #ARGV[1]+1) ~= ARGV[1] .. '|' then return {'lost'} end
+redis.call('HSET', KEYS[1], 'status', 'COMPLETED', 'etag', ARGV[2], 'size', ARGV[3],
+  'crc32c', ARGV[4], 'completed_ms', ARGV[5], 'updated_ms', ARGV[5])
+if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'handoff', 'pending') end
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[3], ARGV[6], ARGV[7])
+redis.call('PEXPIRE', KEYS[1], ARGV[9])
+for i = 4, 7 do redis.call('PEXPIRE', KEYS[i], ARGV[9]) end
+redis.call('PUBLISH', ARGV[10], 'COMPLETED')
+return {'ok'}
+`)
+
+// handedOffScript records that a completed upload was handed off.
+//
+//	KEYS[1] state hash
+//
+// Returns 1 when it moved from pending to done, 0 otherwise.
+var handedOffScript = rdb.NewScript(`
+if redis.call('HGET', KEYS[1], 'handoff') ~= 'pending' then return 0 end
+redis.call('HSET', KEYS[1], 'handoff', 'done')
+return 1
+`)
+
+// BeginOutcome says what taking the completion guard found.
+type BeginOutcome int
+
+// Begin outcomes.
+const (
+	// Begun: the caller holds the guard and must finalize the object.
+	Begun BeginOutcome = iota + 1
+	// Finished: the upload is COMPLETED already. If HandoffPending, the caller hands it
+	// off and calls HandedOff; otherwise it has left the completion index.
+	Finished
+	// NotReady: some part is missing, or the last chunk is unknown; the upload has left
+	// the completion index (the last part's record puts it back).
+	NotReady
+	// Guarded: another completer holds the guard until Until; the upload is due again
+	// then.
+	Guarded
+	// NotActive: the upload ended otherwise (Status); it has left the completion index.
+	NotActive
+)
+
+// Begin is the result of Completions.Begin.
+type Begin struct {
+	Outcome     BeginOutcome
+	Total       uint32
+	MultipartID string
+	// MultipartAttempts counts the attempts to create a multipart upload for it. More
+	// than the recorded ids (one, or none for a one-chunk upload) means one may have
+	// been left behind by a worker that died.
+	MultipartAttempts int
+	Bucket, Key       string
+	Until             time.Time
+	Status            staging.Status
+	// For Finished: the upload still has to be handed off.
+	HandoffPending bool
+}
+
+// Begin takes the completion guard for id (identified by token) for lease.
+func (c *Completions) Begin(ctx context.Context, id, token string, lease time.Duration) (Begin, error) {
+	s := c.s
+	res, err := beginCompleteScript.Run(ctx, s.c, []string{rdb.StateKey(id), rdb.GuardKey(id)},
+		token, s.c.NowMs(), lease.Milliseconds(), s.c.Cfg.StateTTL.Milliseconds()).Slice()
+	if err != nil {
+		return Begin{}, err
+	}
+	var b Begin
+	switch res[0].(string) {
+	case "ok":
+		attempts, _ := strconv.Atoi(rdb.Str(res[5]))
+		return Begin{Outcome: Begun, Total: rdb.U32(res[1]), MultipartID: rdb.Str(res[2]), Bucket: rdb.Str(res[3]), Key: rdb.Str(res[4]),
+			MultipartAttempts: attempts}, nil
+	case "done":
+		b = Begin{Outcome: Finished, HandoffPending: rdb.Str(res[1]) == "pending"}
+		if b.HandoffPending {
+			return b, nil
+		}
+	case "notready":
+		b = Begin{Outcome: NotReady}
+	case "busy":
+		b = Begin{Outcome: Guarded, Until: time.UnixMilli(rdb.I64(res[1]))}
+		return b, s.completions.Defer(ctx, id, id, b.Until)
+	case "gone":
+		b = Begin{Outcome: NotActive, Status: staging.Status(rdb.Str(res[1]))}
+	default:
+		return Begin{}, fmt.Errorf("staging: unexpected begin-complete result %q", res[0])
+	}
+	return b, s.completions.Done(ctx, id, id)
+}
+
+// Part is one recorded part.
+type Part struct {
+	N      uint32
+	ETag   string
+	CRC32C uint32
+	Size   int64
+}
+
+// Parts returns the upload's recorded parts 1..total in order, or an error if one is
+// missing.
+func (c *Completions) Parts(ctx context.Context, id string, total uint32) ([]Part, error) {
+	h, err := c.s.c.Client.HGetAll(ctx, rdb.PartsKey(id)).Result()
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]Part, total)
+	for i := range parts {
+		n := uint32(i + 1)
+		v, ok := h[strconv.FormatUint(uint64(n), 10)]
+		if !ok {
+			return nil, fmt.Errorf("staging: upload %s has no part %d", id, n)
+		}
+		f := strings.Split(v, "|")
+		if len(f) != 3 {
+			return nil, fmt.Errorf("staging: upload %s part %d is malformed", id, n)
+		}
+		parts[i] = Part{N: n, ETag: f[0], CRC32C: rdb.U32(f[1]), Size: rdb.I64(f[2])}
+	}
+	return parts, nil
+}
+
+// terminalKeys are the keys a terminal transition touches: state, guard, outbox, and
+// the keys whose TTL becomes the retention.
+func terminalKeys(id string) []string {
+	return []string{rdb.StateKey(id), rdb.GuardKey(id), rdb.OutboxKey(id), rdb.MetaKey(id), rdb.ReceivedKey(id), rdb.PartsKey(id), rdb.LeasesKey(id)}
+}
+
+// Finish marks the upload COMPLETED with the final object's ETag, size and CRC32C, and
+// records ev in its outbox, atomically, if the caller still holds the guard. With
+// handoff, the upload stays in the completion index until HandedOff; otherwise it
+// leaves it. It returns staging.ErrAlreadyCompleted when another completer recorded the
+// completion first (the upload has left the index) and staging.ErrGuardLost when the
+// guard is another's.
+func (c *Completions) Finish(ctx context.Context, id, token, etag string, size int64, crc uint32, ev staging.OutboxEvent, handoff bool) error {
+	s := c.s
+	h := "0"
+	if handoff {
+		h = "1"
+	}
+	var code string
+	err := s.outbox.Bracket(ctx, id, func() (bool, error) {
+		res, err := finishCompleteScript.Run(ctx, s.c, terminalKeys(id), token, etag, size, crc, s.c.NowMs(),
+			ev.ID, outbox.Record(ev), h, s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel(id)).Slice()
+		if err != nil {
+			return false, err
+		}
+		code = res[0].(string)
+		return code == "ok", nil
+	})
+	if err != nil {
+		return err
+	}
+	switch code {
+	case "ok":
+		_ = s.active.Done(ctx, id, id) // a hint; a stale entry is dropped when visited
+		if handoff {
+			return nil
+		}
+		return s.completions.Done(ctx, id, id)
+	case "done":
+		if err := s.completions.Done(ctx, id, id); err != nil {
+			return err
+		}
+		return staging.ErrAlreadyCompleted
+	}
+	return staging.ErrGuardLost
+}
+
+// HandedOff records that completed upload id was handed off, and drops it from the
+// completion index. It reports false if it was not pending (already handed off, or
+// never to be).
+func (c *Completions) HandedOff(ctx context.Context, id string) (bool, error) {
+	n, err := handedOffScript.Run(ctx, c.s.c, []string{rdb.StateKey(id)}).Int()
+	if err != nil {
+		return false, err
+	}
+	return n == 1, c.s.completions.Done(ctx, id, id)
+}
+
+// Retry has upload id's completion tried again at at.
+func (c *Completions) Retry(ctx context.Context, id string, at time.Time) error {
+	return c.s.completions.Defer(ctx, id, id, at)
+}
+
+// Drop removes upload id from the completion index: it ended otherwise (the completer
+// failed it).
+func (c *Completions) Drop(ctx context.Context, id string) error {
+	return c.s.completions.Done(ctx, id, id)
+}
+
+// Due returns up to limit uploads whose completion is due.
+func (c *Completions) Due(ctx context.Context, limit int64) ([]string, error) {
+	return c.s.completions.Due(ctx, limit)
+}
+
+// Get reads an upload (see Store.Get).
+func (c *Completions) Get(ctx context.Context, id string) (*Upload, error) { return c.s.Get(ctx, id) }
+
+// Now returns the store's clock reading.
+func (c *Completions) Now() time.Time { return c.s.c.Now() }

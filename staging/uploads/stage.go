@@ -1,0 +1,244 @@
+package uploads
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chunkup/chunkup/internal/ids"
+	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/internal/rdb"
+)
+
+// stageScript commits a chunk whose bytes were just written to an incoming key.
+//
+//	KEYS[1] state hash
+//	KEYS[2] received hash
+//	KEYS[3] parts hash
+//	KEYS[4] chunk:N string (the staged bytes)
+//	KEYS[5] incoming:N:token string (the bytes as sent, renamed onto KEYS[4] or deleted)
+//	KEYS[6] leases hash
+//	KEYS[7] meta hash (TTL refresh only)
+//	ARGV[1] N
+//	ARGV[2] crc32c of the bytes
+//	ARGV[3] size of the bytes
+//	ARGV[4] "1" when the chunk is the last one
+//	ARGV[5] now (unix ms)
+//	ARGV[6] state TTL (ms)
+//	ARGV[7] wake-up channel; "" on a cluster, where the caller publishes the wake-up on
+//	        a sharded channel of another slot itself
+//	ARGV[8] wake-up message ("ID/N")
+//	ARGV[9] progress channel (in this upload's slot: SPUBLISH on a cluster)
+//
+// Returns {"ok", ready} for a newly staged or replaced chunk, {"dup", ready} for a
+// repeat, or an error code: {"notfound"}, {"state", status}, {"beyond", total},
+// {"last", total}, {"lastbefore", max_received}, {"recorded"}, {"busy"}, or
+// {"nobytes"} when KEYS[5] does not exist (its SET was refused) and nothing was written.
+// ready is 1 when the upload now has every part and can be completed.
+var stageScript = rdb.NewScript(`
+local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'max_received', 'uploaded')
+if not st[1] then redis.call('DEL', KEYS[5]) return {'notfound'} end
+if st[1] ~= 'ACTIVE' then redis.call('DEL', KEYS[5]) return {'state', st[1]} end
+local n = tonumber(ARGV[1])
+local total = tonumber(st[2])
+local maxr = tonumber(st[3])
+local last = ARGV[4] == '1'
+if total > 0 and n > total then redis.call('DEL', KEYS[5]) return {'beyond', total} end
+if last then
+  if total > 0 and total ~= n then redis.call('DEL', KEYS[5]) return {'last', total} end
+  if maxr > n then redis.call('DEL', KEYS[5]) return {'lastbefore', maxr} end
+end
+local want = ARGV[2] .. ':' .. ARGV[3]
+local code = 'ok'
+local part = redis.call('HGET', KEYS[3], ARGV[1])
+local prev = redis.call('HGET', KEYS[2], ARGV[1])
+if part then
+  local pcrc = string.match(part, '^[^|]*|([^|]*)|')
+  redis.call('DEL', KEYS[5])
+  if pcrc ~= ARGV[2] then return {'recorded'} end
+  code = 'dup'
+elseif prev == want and redis.call('EXISTS', KEYS[4]) == 1 then
+  redis.call('DEL', KEYS[5])
+  code = 'dup'
+else
+  -- New bytes (or the same bytes again after the staged copy expired unuploaded):
+  -- every check comes before the first write, so that a refused write (Redis out of
+  -- memory refuses a script's first write) leaves the upload as it was.
+  if redis.call('EXISTS', KEYS[5]) == 0 then return {'nobytes'} end
+  local psize = nil
+  if prev and prev ~= want then
+    local lease = redis.call('HGET', KEYS[6], ARGV[1])
+    if lease then
+      local exp = tonumber(string.match(lease, '|(%d+)$'))
+      if exp and exp > tonumber(ARGV[5]) then redis.call('DEL', KEYS[5]) return {'busy'} end
+    end
+    psize = tonumber(string.match(prev, ':(%d+)$')) or 0
+  end
+  if not prev then
+    redis.call('HINCRBY', KEYS[1], 'received', 1)
+    redis.call('HINCRBY', KEYS[1], 'received_bytes', ARGV[3])
+    if n > maxr then redis.call('HSET', KEYS[1], 'max_received', n) end
+  elseif psize then
+    redis.call('HINCRBY', KEYS[1], 'received_bytes', tonumber(ARGV[3]) - psize)
+  end
+  redis.call('RENAME', KEYS[5], KEYS[4])
+  redis.call('HSET', KEYS[2], ARGV[1], want)
+end
+if last and total == 0 then
+  total = n
+  redis.call('HSET', KEYS[1], 'total', n)
+end
+redis.call('HSET', KEYS[1], 'updated_ms', ARGV[5])
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[6]) end
+redis.call('PEXPIRE', KEYS[6], ARGV[6])
+redis.call('PEXPIRE', KEYS[7], ARGV[6])
+if code == 'ok' then
+  if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
+  redis.call('PUBLISH', ARGV[9], 'received')
+end
+local ready = 0
+if total > 0 and tonumber(st[4]) == total then ready = 1 end
+return {code, ready}
+`)
+
+// StageResult says what staging a chunk did.
+type StageResult struct {
+	// Duplicate is true when the same bytes had been received before.
+	Duplicate bool
+	// Ready is true when the upload has all its parts and can be completed now (the
+	// last chunk arrived after every part was already in S3, e.g. is_last on a
+	// repeat); its completion is then indexed already.
+	Ready bool
+}
+
+// wakeGrace is how long after staging a chunk the sweeper leaves it to the pub/sub
+// wake-up before offering it itself.
+const wakeGrace = 2 * time.Second
+
+// Stage stores a chunk's bytes and records it as received, atomically, in one round
+// trip. The chunk is first indexed as pending (so a sweeper finds it even if every
+// wake-up is lost), its bytes are written under a fresh key, and a script then commits
+// them or, for a repeat or a rejected chunk, deletes them.
+func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (StageResult, error) {
+	ref := staging.ChunkRef{UploadID: id, N: n}
+	now := s.c.Now()
+	incoming := rdb.IncomingKey(id, n, ids.NewToken())
+	lastArg := "0"
+	if last {
+		lastArg = "1"
+	}
+	keys := []string{rdb.StateKey(id), rdb.ReceivedKey(id), rdb.PartsKey(id), rdb.ChunkKey(id, n), incoming, rdb.LeasesKey(id), rdb.MetaKey(id)}
+	wake := rdb.ChunksChannel
+	if s.c.Cluster {
+		wake = "" // published below, on the sharded channel
+	}
+	args := []any{n, crc, len(data), lastArg, now.UnixMilli(), s.c.KeysTTL(), wake, ref.String(), rdb.ProgressChannel(id)}
+	var set *redis.StatusCmd
+	var index *redis.IntCmd
+	var eval *redis.Cmd
+	var wait *redis.Cmd
+	stage := func(p redis.Pipeliner) error {
+		set = p.Set(ctx, incoming, data, s.c.Cfg.ChunkTTL)
+		eval = stageScript.Eval(ctx, s.c, p, keys, args...)
+		if s.c.Cfg.MinReplicas > 0 {
+			// The script writes even for a repeat, so WAIT also covers a first attempt
+			// whose WAIT timed out.
+			wait = p.Do(ctx, "WAIT", s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout.Milliseconds())
+		}
+		return nil
+	}
+	due := now.Add(wakeGrace)
+	var err error
+	if cc, ok := s.c.Client.(*redis.ClusterClient); ok && s.c.Cfg.MinReplicas > 0 {
+		// WAIT counts the replicas that have this connection's writes: the chunk's
+		// writes and the WAIT go to the upload's master on one connection (the
+		// pending entry, in another slot, first).
+		if err = s.pending.Add(ctx, id, ref.String(), due); err == nil {
+			var node *redis.Client
+			if node, err = cc.MasterForKey(ctx, rdb.StateKey(id)); err == nil {
+				_, err = node.Pipelined(ctx, stage)
+			}
+		}
+		err = rdb.Classify(err) // a node's client has no hook of its own
+	} else {
+		_, err = s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			index = s.pending.AddIn(ctx, p, id, ref.String(), due)
+			return stage(p)
+		})
+	}
+	if eval == nil || eval.Err() != nil && set.Err() == nil {
+		// The pipeline did not run, or the script failed on its own.
+		return StageResult{}, orErr(rdb.Classify(evalErr(eval)), err)
+	}
+	if err := set.Err(); err != nil {
+		// The bytes were refused (Redis out of memory, say): the script found no
+		// incoming key and changed nothing.
+		return StageResult{}, rdb.Classify(err)
+	}
+	res, err := eval.Slice()
+	if err != nil {
+		return StageResult{}, rdb.Classify(err)
+	}
+	code := res[0].(string)
+	if index != nil && index.Err() != nil && (code == "ok" || code == "dup") {
+		// Staged, but not indexed as pending: refuse the acknowledgement, so that the
+		// client sends the chunk again and its repeat adds the entry.
+		return StageResult{}, rdb.Classify(index.Err())
+	}
+	if wait != nil && (code == "ok" || code == "dup") {
+		if n, err := wait.Int64(); err != nil || n < int64(s.c.Cfg.MinReplicas) {
+			return StageResult{}, fmt.Errorf("%w (%d of %d replicas confirmed within %s)", staging.ErrNotReplicated, n, s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout)
+		}
+	}
+	if code == "ok" && s.c.Cluster {
+		// A wake-up lost here is found by the sweep: the chunk is pending already.
+		_ = s.c.Client.SPublish(ctx, rdb.ChunksShard(id), ref.String()).Err()
+	}
+	switch code {
+	case "ok", "dup":
+		r := StageResult{Duplicate: code == "dup", Ready: res[1].(int64) == 1}
+		if r.Ready {
+			// No worker will see a new part, so the completion starts here.
+			if err := s.readyToComplete(ctx, id); err != nil {
+				return StageResult{}, err
+			}
+		}
+		return r, nil
+	case "notfound":
+		return StageResult{}, staging.ErrNotFound
+	case "state":
+		return StageResult{}, &staging.StateError{Status: staging.Status(res[1].(string))}
+	case "beyond":
+		return StageResult{}, &staging.OutOfRangeError{N: n, Total: rdb.U32(res[1])}
+	case "last":
+		return StageResult{}, &staging.LastChunkError{N: n, Last: rdb.U32(res[1])}
+	case "lastbefore":
+		return StageResult{}, &staging.LastChunkError{N: n, Max: rdb.U32(res[1])}
+	case "recorded":
+		return StageResult{}, &staging.PartRecordedError{N: n}
+	case "busy":
+		return StageResult{}, staging.ErrChunkBusy
+	case "nobytes":
+		return StageResult{}, fmt.Errorf("%w: chunk %d's bytes did not reach Redis", staging.ErrUnavailable, n)
+	}
+	return StageResult{}, fmt.Errorf("staging: unexpected stage result %q", code)
+}
+
+func evalErr(c *redis.Cmd) error {
+	if c == nil {
+		return nil
+	}
+	return c.Err()
+}
+
+// orErr returns the first error that is not nil.
+func orErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,340 @@
+// Package uploads stores chunkup's uploads in Redis: each upload's state and metadata,
+// its staged chunks and the leases workers hold on them, the parts recorded in S3, the
+// completion guard, and the global indexes that let workers, completers and cleanup
+// find work without scanning (pending chunks, completions, active uploads, releases).
+//
+// A Store has three views for the roles that work on uploads, each keeping the order
+// rules of its indexes itself (an entry is written before the state it points at and
+// removed after the work): Chunks for workers, Completions for completers, Ends for
+// ending, expiring and recovering uploads.
+package uploads
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chunkup/chunkup/internal/notify"
+	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/internal/rdb"
+	"github.com/chunkup/chunkup/staging/outbox"
+)
+
+// Store reads and changes uploads.
+type Store struct {
+	c      *rdb.Conn
+	outbox *outbox.Outbox
+	hub    *notify.Hub
+
+	pending     *rdb.Index // "ID/N": staged chunks whose part is not recorded
+	completions *rdb.Index // upload ids ready to be finalized or handed off
+	active      *rdb.Index // upload ids by earliest expiry
+	releases    *rdb.Index // ended upload ids whose S3 resources may need releasing
+}
+
+// New returns the Store on client. It records events through ob; hub (may be nil)
+// hears when an upload becomes ready to complete.
+func New(client redis.UniversalClient, cfg staging.Config, ob *outbox.Outbox, hub *notify.Hub) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := rdb.Open(client, cfg)
+	return &Store{
+		c: c, outbox: ob, hub: hub,
+		pending:     rdb.NewIndex(c, rdb.PendingIndex),
+		completions: rdb.NewIndex(c, rdb.CompletionsIndex),
+		active:      rdb.NewIndex(c, rdb.ActiveIndex),
+		releases:    rdb.NewIndex(c, rdb.ReleasesIndex),
+	}, nil
+}
+
+// Chunks is the workers' view.
+func (s *Store) Chunks() *Chunks { return &Chunks{s} }
+
+// Completions is the completers' view.
+func (s *Store) Completions() *Completions { return &Completions{s} }
+
+// Ends is the view for ending, expiring and recovering uploads.
+func (s *Store) Ends() *Ends { return &Ends{s} }
+
+// Now returns the store's clock reading.
+func (s *Store) Now() time.Time { return s.c.Now() }
+
+// StateTTL is how long an upload may stay idle before it expires.
+func (s *Store) StateTTL() time.Duration { return s.c.Cfg.StateTTL }
+
+// NewUpload describes an upload to create.
+type NewUpload struct {
+	ID, Bucket, Key string
+	ChunkSize       int64
+	// ExpectedSize is -1 when unknown.
+	ExpectedSize int64
+	// Total is the number of chunks when ExpectedSize is known, else 0.
+	Total                           uint32
+	NodeID                          string
+	Name, ContentType, ClientNodeID string
+	CorrelationID, Tenant           string
+	Metadata                        map[string]string
+}
+
+// ClaimClientNodeID binds tenant's clientNodeID to id unless it is bound already, and
+// returns the id it is bound to. Callers create the upload with the returned id, so a
+// retried create finds the same upload even if the first attempt died in between.
+func (s *Store) ClaimClientNodeID(ctx context.Context, tenant, clientNodeID, id string) (string, error) {
+	key := rdb.IdemKey(tenant, clientNodeID)
+	ok, err := s.c.Client.SetNX(ctx, key, id, s.c.Cfg.StateTTL).Result()
+	if err != nil {
+		return "", err
+	}
+	if ok {
+		return id, nil
+	}
+	return s.c.Client.Get(ctx, key).Result()
+}
+
+// createScript creates an upload unless it exists.
+//
+//	KEYS[1] state hash
+//	KEYS[2] meta hash
+//	ARGV[1] state TTL (ms)
+//	ARGV[2] number of state field/value pairs that follow, then the pairs,
+//	        then meta field/value pairs to the end
+//
+// Returns {"ok"} or {"exists"}.
+var createScript = rdb.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end
+local n = tonumber(ARGV[2])
+local st = {}
+for i = 3, 2 + 2*n do st[#st+1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(st))
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+if #ARGV > 2 + 2*n then
+  local meta = {}
+  for i = 3 + 2*n, #ARGV do meta[#meta+1] = ARGV[i] end
+  redis.call('HSET', KEYS[2], unpack(meta))
+  redis.call('PEXPIRE', KEYS[2], ARGV[1])
+end
+return {'ok'}
+`)
+
+// Create stores a new upload. It reports false if the id exists already.
+func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
+	now := strconv.FormatInt(s.c.NowMs(), 10)
+	state := []any{
+		"status", string(staging.StatusActive), "bucket", u.Bucket, "key", u.Key,
+		"chunk_size", u.ChunkSize, "expected_size", u.ExpectedSize, "total", u.Total,
+		"max_received", 0, "received", 0, "received_bytes", 0, "uploaded", 0,
+		"uploaded_bytes", 0, "s3_upload_id", "", "node_id", u.NodeID, "tenant", u.Tenant,
+		"created_ms", now, "updated_ms", now,
+	}
+	args := []any{s.c.KeysTTL(), len(state) / 2}
+	args = append(args, state...)
+	meta := []any{"name", u.Name, "content_type", u.ContentType, "client_node_id", u.ClientNodeID,
+		"correlation_id", u.CorrelationID}
+	if len(u.Metadata) > 0 {
+		b, err := json.Marshal(u.Metadata)
+		if err != nil {
+			return false, err
+		}
+		meta = append(meta, "metadata", string(b))
+	}
+	args = append(args, meta...)
+	// The active index is a hint added first: a crash before the script leaves an entry
+	// that cleanup drops when it finds no upload behind it.
+	if err := s.active.Add(ctx, u.ID, u.ID, s.c.Now().Add(s.c.Cfg.StateTTL)); err != nil {
+		return false, err
+	}
+	res, err := createScript.Run(ctx, s.c, []string{rdb.StateKey(u.ID), rdb.MetaKey(u.ID)}, args...).StringSlice()
+	if err != nil {
+		return false, err
+	}
+	return res[0] == "ok", nil
+}
+
+// Params are an upload's immutable parameters.
+type Params struct {
+	ChunkSize    int64
+	ExpectedSize int64
+	// Total is the number of chunks known from ExpectedSize, else 0.
+	Total uint32
+	// Tenant owns the upload.
+	Tenant string
+}
+
+// Params reads an upload's immutable parameters.
+func (s *Store) Params(ctx context.Context, id string) (Params, error) {
+	v, err := s.c.Client.HMGet(ctx, rdb.StateKey(id), "chunk_size", "expected_size", "tenant").Result()
+	if err != nil {
+		return Params{}, err
+	}
+	if v[0] == nil {
+		return Params{}, staging.ErrNotFound
+	}
+	var p Params
+	p.ChunkSize = rdb.I64(v[0])
+	p.ExpectedSize = rdb.I64(v[1])
+	p.Tenant = rdb.Str(v[2])
+	if p.ExpectedSize >= 0 {
+		p.Total = staging.TotalChunks(p.ExpectedSize, p.ChunkSize)
+	}
+	return p, nil
+}
+
+// Upload is an upload's state as stored.
+type Upload struct {
+	ID                string
+	Status            staging.Status
+	Bucket, Key       string
+	ChunkSize         int64
+	ExpectedSize      int64
+	Total             uint32
+	ReceivedChunks    []uint32
+	ReceivedBytes     int64
+	Uploaded          uint32
+	UploadedBytes     int64
+	MultipartID       string
+	NodeID            string
+	Size              int64
+	ETag              string
+	CRC32C            uint32
+	Error             string
+	Name, ContentType string
+	ClientNodeID      string
+	CorrelationID     string
+	Tenant            string
+	HandoffPending    bool
+	Metadata          map[string]string
+	// Chunks are the received chunks by number, with what the store holds for each.
+	Chunks           []ChunkInfo
+	Created, Updated time.Time
+	Completed        time.Time
+}
+
+// ChunkInfo is what the store holds for one received chunk.
+type ChunkInfo struct {
+	N      uint32
+	Size   int64
+	CRC32C uint32
+	// Stored: the chunk's part (or object) is in S3.
+	Stored bool
+}
+
+// Get reads an upload in one round trip.
+func (s *Store) Get(ctx context.Context, id string) (*Upload, error) {
+	var st, meta, rec *redis.MapStringStringCmd
+	var parts *redis.StringSliceCmd
+	_, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		st = p.HGetAll(ctx, rdb.StateKey(id))
+		meta = p.HGetAll(ctx, rdb.MetaKey(id))
+		rec = p.HGetAll(ctx, rdb.ReceivedKey(id))
+		parts = p.HKeys(ctx, rdb.PartsKey(id))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	h := st.Val()
+	if len(h) == 0 {
+		return nil, staging.ErrNotFound
+	}
+	m := meta.Val()
+	u := &Upload{
+		ID: id, Status: staging.Status(h["status"]), Bucket: h["bucket"], Key: h["key"],
+		ChunkSize: rdb.I64(h["chunk_size"]), ExpectedSize: rdb.I64(h["expected_size"]),
+		Total: rdb.U32(h["total"]), ReceivedBytes: rdb.I64(h["received_bytes"]),
+		Uploaded: rdb.U32(h["uploaded"]), UploadedBytes: rdb.I64(h["uploaded_bytes"]),
+		MultipartID: h["s3_upload_id"], NodeID: h["node_id"], Size: rdb.I64(h["size"]),
+		ETag: h["etag"], CRC32C: rdb.U32(h["crc32c"]), Error: h["error"],
+		Name: m["name"], ContentType: m["content_type"], ClientNodeID: m["client_node_id"],
+		CorrelationID: m["correlation_id"], Tenant: h["tenant"], HandoffPending: h["handoff"] == "pending",
+		Created: rdb.MsTime(h["created_ms"]), Updated: rdb.MsTime(h["updated_ms"]),
+		Completed: rdb.MsTime(h["completed_ms"]),
+	}
+	if md := m["metadata"]; md != "" {
+		if err := json.Unmarshal([]byte(md), &u.Metadata); err != nil {
+			return nil, fmt.Errorf("staging: upload %s metadata: %w", id, err)
+		}
+	}
+	stored := make(map[string]bool, len(parts.Val()))
+	for _, k := range parts.Val() {
+		stored[k] = true
+	}
+	for k, v := range rec.Val() {
+		c := ChunkInfo{N: rdb.U32(k), Stored: stored[k]}
+		c.CRC32C, c.Size, _ = rdb.ParseCRCSize(v)
+		u.Chunks = append(u.Chunks, c)
+	}
+	slices.SortFunc(u.Chunks, func(a, b ChunkInfo) int { return cmp.Compare(a.N, b.N) })
+	u.ReceivedChunks = make([]uint32, len(u.Chunks))
+	for i, c := range u.Chunks {
+		u.ReceivedChunks[i] = c.N
+	}
+	return u, nil
+}
+
+// StagedBytes returns Redis' used_memory: an upper bound of the bytes staged there
+// (staged chunks are most of it, and nothing else chunkup keeps is large). It is what
+// the staged-bytes budget limits, so the budget also protects Redis itself. On a
+// cluster it is the fullest master's: that one runs out of memory first.
+func (s *Store) StagedBytes(ctx context.Context) (int64, error) {
+	cc, ok := s.c.Client.(*redis.ClusterClient)
+	if !ok {
+		return usedMemory(ctx, s.c.Client)
+	}
+	var mu sync.Mutex
+	var most int64
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		n, err := usedMemory(ctx, node)
+		mu.Lock()
+		most = max(most, n)
+		mu.Unlock()
+		return err
+	})
+	return most, rdb.Classify(err) // a node's client has no hook of its own
+}
+
+func usedMemory(ctx context.Context, client redis.Cmdable) (int64, error) {
+	info, err := client.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, errors.New("staging: INFO memory has no used_memory")
+}
+
+// Leases returns the chunks of upload id that a worker holds, with their lease expiry.
+func (s *Store) Leases(ctx context.Context, id string) (map[uint32]time.Time, error) {
+	h, err := s.c.Client.HGetAll(ctx, rdb.LeasesKey(id)).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[uint32]time.Time, len(h))
+	for k, v := range h {
+		_, exp, _ := strings.Cut(v, "|")
+		out[rdb.U32(k)] = time.UnixMilli(rdb.I64(exp))
+	}
+	return out, nil
+}
+
+// readyToComplete indexes upload id as ready to be finalized, then tells the
+// in-process completer (a hint: the index is what completers sweep).
+func (s *Store) readyToComplete(ctx context.Context, id string) error {
+	if err := s.completions.Add(ctx, id, id, s.c.Now()); err != nil {
+		return err
+	}
+	s.hub.UploadReady(id)
+	return nil
+}
