@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -32,11 +31,7 @@ import (
 // finds the object's bytes under --data, and resumes a half-sent upload with
 // `chunkup upload --resume`.
 func TestDevMode(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	bin := testenv.BuildBinary(t, "github.com/chunkup/chunkup/cmd/chunkup")
-	data := t.TempDir()
-	d := startDev(t, bin, data)
+	ctx, bin, data, d := devTest(t)
 	grpcAddr, kafkaAddr := d.grpc, d.kafka
 
 	content := make([]byte, 9<<20+77) // two chunks: a multipart object
@@ -113,15 +108,23 @@ func cliUpload(t *testing.T, ctx context.Context, bin string, args ...string) *c
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("chunkup %v: %v\n%s", args, err, stderr.String())
 	}
-	var raw json.RawMessage
-	if err := json.Unmarshal(stdout.Bytes(), &raw); err != nil {
-		t.Fatalf("output is not one JSON object: %q", stdout.String())
+	finals := parseUploads(t, stdout.String())
+	if len(finals) != 1 {
+		t.Fatalf("chunkup %v printed %d final uploads, want 1", args, len(finals))
 	}
-	var up chunkupv1.Upload
-	if err := protojson.Unmarshal(raw, &up); err != nil {
-		t.Fatal(err)
-	}
-	return &up
+	return finals[0]
+}
+
+// devTest builds chunkup and starts `chunkup dev` on a data directory of the test's
+// own, with a context for the test.
+func devTest(t *testing.T) (ctx context.Context, bin, data string, d devProcess) {
+	t.Helper()
+	isolateState(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	bin = testenv.BuildBinary(t, "github.com/chunkup/chunkup/cmd/chunkup")
+	data = t.TempDir()
+	return ctx, bin, data, startDev(t, bin, data)
 }
 
 // devProcess is a `chunkup dev` started by startDev, and its addresses.
@@ -209,11 +212,7 @@ func requireGone(t *testing.T, why string, pids ...int) {
 // exits 1 at once, with one line naming the first's pid and no panic, without starting
 // a second redis-server; the first still completes an upload.
 func TestDevSecondInstance(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	bin := testenv.BuildBinary(t, "github.com/chunkup/chunkup/cmd/chunkup")
-	data := t.TempDir()
-	first := startDev(t, bin, data)
+	ctx, bin, data, first := devTest(t)
 
 	args, _ := devArgs(t, data)
 	second := testenv.StartProcess(t, bin, args, nil)
