@@ -332,3 +332,70 @@ func TestCompletion(t *testing.T) {
 		})
 	}
 }
+
+// TestAutomaticResume records, for a file, uploads that cannot go on, then uploads the
+// file: each time a new upload starts (saying why when the recorded one ended), the
+// object is exact, and nothing is left in the state.
+func TestAutomaticResume(t *testing.T) {
+	clearEnv(t)
+	addr, s3c := startServer(t)
+	ctx, c := dialTest(t, addr)
+	file, data := writeRandomFile(t, "again.bin", 100)
+	fi, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := c.API().CreateUpload(ctx, &chunkupv1.CreateUploadRequest{Name: "again.bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aborted := created.Upload.UploadId
+	if _, err := c.Abort(ctx, aborted, "test"); err != nil {
+		t.Fatal(err)
+	}
+	entry := resumeEntry{Path: file, Size: fi.Size(), ModTime: fi.ModTime().UTC(), Server: addr}
+	for _, tc := range []struct {
+		name   string
+		entry  func(resumeEntry) resumeEntry
+		args   []string
+		stderr string
+	}{
+		{"the upload was aborted", func(e resumeEntry) resumeEntry { e.UploadID = aborted; return e }, nil,
+			"upload " + aborted + " is ABORTED; starting a new one"},
+		{"the upload is gone", func(e resumeEntry) resumeEntry { e.UploadID = "abcdefghijklmnopqrstuvwxyz"; return e }, nil,
+			"upload abcdefghijklmnopqrstuvwxyz is gone"},
+		{"the file changed", func(e resumeEntry) resumeEntry { e.UploadID, e.Size = aborted, 99; return e }, nil, ""},
+		{"another key", func(e resumeEntry) resumeEntry { e.UploadID, e.Key = aborted, "elsewhere"; return e }, nil, ""},
+		{"--no-resume", func(e resumeEntry) resumeEntry { e.UploadID = aborted; return e }, []string{"--no-resume"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state, err := openResumeState()
+			if err != nil {
+				t.Fatal(err)
+			}
+			recorded := tc.entry(entry)
+			if err := state.record(recorded); err != nil {
+				t.Fatal(err)
+			}
+			args := append([]string{"upload", "--server", addr, "--json"}, tc.args...)
+			code, stdout, stderr := runCLI(t, append(args, file)...)
+			if code != exitOK || !strings.Contains(stderr, tc.stderr) {
+				t.Fatalf("upload exited %d; stderr %q, want %q in it", code, stderr, tc.stderr)
+			}
+			if tc.stderr == "" && strings.Contains(stderr, "starting a new one") {
+				t.Fatalf("stderr %q: the recorded upload is not this file's, to this place, to resume", stderr)
+			}
+			up := parseUploads(t, stdout)[0]
+			if up.UploadId == recorded.UploadID {
+				t.Fatalf("upload continued %s", up.UploadId)
+			}
+			requireObject(t, s3c, up.Key, data)
+			if err := state.drop(recorded.UploadID); err != nil { // what the case left behind
+				t.Fatal(err)
+			}
+			if id, err := state.lookup(entry); err != nil || id != "" {
+				t.Fatalf("the state still holds upload %q (%v) for the file", id, err)
+			}
+		})
+	}
+}
