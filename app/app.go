@@ -429,7 +429,7 @@ func (a *App) Run(ctx context.Context) error {
 		})
 	}
 	if a.grpc != nil {
-		a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		a.setServing(healthpb.HealthCheckResponse_SERVING)
 		wg.Go(func() {
 			if err := a.grpc.Serve(a.grpcLis); err != nil {
 				errc <- fmt.Errorf("grpc: %w", err)
@@ -460,7 +460,7 @@ func (a *App) Run(ctx context.Context) error {
 	cancel() // stops the worker and completer loops, which drain in-flight work
 	a.log.Info("shutting down")
 	if a.grpc != nil {
-		a.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+		a.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
 		a.api.Drain() // open streams end after their chunk and resume elsewhere
 		done := make(chan struct{})
 		go func() { a.grpc.GracefulStop(); close(done) }()
@@ -477,6 +477,15 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return runErr
+}
+
+// setServing reports st for the whole server ("") and for each service it serves by
+// name, as health checks that name a service (chunkup.v1.UploadService) expect.
+func (a *App) setServing(st healthpb.HealthCheckResponse_ServingStatus) {
+	a.health.SetServingStatus("", st)
+	for name := range a.grpc.GetServiceInfo() {
+		a.health.SetServingStatus(name, st)
+	}
 }
 
 // Close releases connections. Run calls it.

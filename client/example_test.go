@@ -59,6 +59,25 @@ func ExampleWithProgress() {
 	// Output: acknowledged 20971520 bytes; 3 of 3 chunks in S3
 }
 
+func ExampleWithOnStart() {
+	ctx := context.Background()
+	c, err := client.Dial(exampleServer)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	// The id is known before the first chunk goes out: keep it to resume later.
+	var started *chunkupv1.Upload
+	up, err := c.Upload(ctx, strings.NewReader("noted before it is sent"),
+		client.WithOnStart(func(u *chunkupv1.Upload) { started = u }))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(started.State, started.UploadId == up.UploadId, up.State)
+	// Output: UPLOAD_STATE_ACTIVE true UPLOAD_STATE_COMPLETED
+}
+
 func ExampleClient_Watch() {
 	ctx := context.Background()
 	c, err := client.Dial(exampleServer)

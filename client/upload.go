@@ -43,6 +43,7 @@ type uploadConfig struct {
 	create        chunkupv1.CreateUploadRequest
 	resume        string
 	progress      func(Progress)
+	onStart       func(*chunkupv1.Upload)
 	correlationID string
 }
 
@@ -93,6 +94,14 @@ func WithResume(id string) UploadOption { return func(u *uploadConfig) { u.resum
 // called from the upload's goroutines, one call at a time.
 func WithProgress(fn func(Progress)) UploadOption {
 	return func(u *uploadConfig) { u.progress = fn }
+}
+
+// WithOnStart calls fn with the upload once it exists (created, or found for
+// WithResume) and before any chunk is sent: a caller can keep its id to resume it should
+// the process die. fn gets a copy; it is called once, from the goroutine that called
+// Upload.
+func WithOnStart(fn func(*chunkupv1.Upload)) UploadOption {
+	return func(u *uploadConfig) { u.onStart = fn }
 }
 
 // UploadFile uploads the file at path (its name and size declared) and waits for it to
@@ -146,6 +155,9 @@ func (c *Client) Upload(ctx context.Context, r io.Reader, opts ...UploadOption) 
 	}
 	if cfg.create.ExpectedSize != nil && up.ExpectedSize >= 0 && *cfg.create.ExpectedSize != up.ExpectedSize {
 		return nil, &MismatchError{UploadID: up.UploadId, Reason: fmt.Sprintf("the input has %d bytes, the upload %d", *cfg.create.ExpectedSize, up.ExpectedSize)}
+	}
+	if cfg.onStart != nil {
+		cfg.onStart(proto.CloneOf(up))
 	}
 	if up.State == chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
 		// Resumed (or created again under the same client_node_id) after it completed:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -10,11 +11,15 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/chunkup/chunkup/client"
 	"github.com/chunkup/chunkup/server"
@@ -50,40 +55,19 @@ func (c *credFlags) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// options turns the flags into SDK options.
-func (c *credFlags) options() ([]client.Option, error) {
-	var opts []client.Option
-	if *c.apiKey != "" && *c.token != "" {
-		return nil, usageError{errors.New("use --api-key or --token, not both")}
-	}
-	if *c.apiKey != "" {
-		opts = append(opts, client.WithAPIKey(*c.apiKey))
-	}
-	if *c.token != "" {
-		opts = append(opts, client.WithBearerToken(*c.token))
-	}
-	cfg, err := c.tlsConfig()
-	if err != nil {
-		return nil, err
-	}
-	if cfg != nil {
-		opts = append(opts, client.WithTLS(cfg))
-	}
-	return opts, nil
-}
+// connectTimeout is how long a client command waits for the server to answer before it
+// says that it cannot reach it.
+const connectTimeout = time.Second
 
-// dial connects the SDK to server with the command's credentials.
-func (fs *flagSet) dial(server string, opts ...client.Option) (*client.Client, error) {
-	creds, err := fs.creds.options()
-	if err != nil {
-		return nil, err
-	}
-	return client.Dial(server, append(creds, opts...)...)
-}
+// connectHelp says, in every client command's -h, what happens when the server is
+// unreachable.
+const connectHelp = `The server must answer within 1s, or the command fails at once (exit 1) and says
+that it cannot reach it.`
 
-// conn opens a plain gRPC connection with the command's credentials, for services the
-// SDK does not wrap.
-func (fs *flagSet) conn(target string) (*grpc.ClientConn, error) {
+// conn connects to target with the command's credentials and checks, within
+// connectTimeout, that a server answers there: an unreachable server is reported at
+// once, not after retries (see connectHelp).
+func (fs *flagSet) conn(ctx context.Context, target string) (*grpc.ClientConn, error) {
 	c := fs.creds
 	transport := insecure.NewCredentials()
 	cfg, err := c.tlsConfig()
@@ -93,14 +77,60 @@ func (fs *flagSet) conn(target string) (*grpc.ClientConn, error) {
 	if cfg != nil {
 		transport = credentials.NewTLS(cfg)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(transport)}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(transport),
+		// As client.Dial: an upload's state lists up to 10,000 chunks.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20))}
+	if *c.apiKey != "" && *c.token != "" {
+		return nil, usageError{errors.New("use --api-key or --token, not both")}
+	}
 	if *c.apiKey != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(client.APIKey(*c.apiKey)))
 	}
 	if *c.token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(client.BearerToken(*c.token)))
 	}
-	return grpc.NewClient(target, opts...)
+	conn, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--server %q: %w", target, err)}
+	}
+	if err := reach(ctx, conn, target); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// reach asks the server's health service (which needs no credentials) whether anyone
+// answers at target. Any answer will do: the command's own call reports what else is
+// wrong.
+func reach(ctx context.Context, conn *grpc.ClientConn, target string) error {
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	_, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{})
+	switch {
+	case status.Code(err) == codes.Unavailable:
+		return err
+	case status.Code(err) == codes.DeadlineExceeded && ctx.Err() == nil:
+		return status.Errorf(codes.Unavailable, "no answer from %s within %v", target, connectTimeout)
+	}
+	return nil
+}
+
+// serverClient is the SDK on a connection the command owns.
+type serverClient struct {
+	*client.Client
+	conn *grpc.ClientConn
+}
+
+func (c serverClient) Close() error { return c.conn.Close() }
+
+// dial connects the SDK to server with the command's credentials (see conn).
+func (fs *flagSet) dial(ctx context.Context, server string, opts ...client.Option) (serverClient, error) {
+	conn, err := fs.conn(ctx, server)
+	if err != nil {
+		return serverClient{}, err
+	}
+	return serverClient{Client: client.New(conn, opts...), conn: conn}, nil
 }
 
 // apikey prints a new random API key for tenant and the configuration entry that

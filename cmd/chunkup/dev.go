@@ -2,8 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/chunkup/chunkup/app"
 	"github.com/chunkup/chunkup/internal/devenv"
@@ -14,15 +19,16 @@ import (
 func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("dev", "dev [flags]")
 	fs.SetOutput(stderr)
-	data := fs.String("data", "CHUNKUP_DEV_DATA", ".chunkup-dev", "directory for Redis' AOF, the S3 objects and Kafka's log")
+	data := fs.String("data", "CHUNKUP_DEV_DATA", ".chunkup-dev", "directory for Redis' AOF, the S3 objects and Kafka's log (one dev at a time: it is locked)")
 	grpcAddr := fs.String("grpc-addr", "CHUNKUP_GRPC_ADDR", "127.0.0.1:7070", "gRPC listen address")
-	httpAddr := fs.String("http-addr", "CHUNKUP_HTTP_ADDR", "127.0.0.1:7071", "HTTP address for /healthz and /readyz")
+	httpAddr := fs.String("http-addr", "CHUNKUP_HTTP_ADDR", "127.0.0.1:7071", "HTTP address for /healthz, /readyz and /metrics (off to disable)")
 	s3Addr := fs.String("s3-addr", "CHUNKUP_DEV_S3_ADDR", "127.0.0.1:7072", "embedded S3 listen address")
 	kafkaAddr := fs.String("kafka-addr", "CHUNKUP_DEV_KAFKA_ADDR", "127.0.0.1:7073", "embedded Kafka listen address")
 	redisAddr := fs.String("redis-addr", "CHUNKUP_DEV_REDIS_ADDR", "127.0.0.1:0", "Redis listen address (port 0: any free port)")
 	redisMode := fs.String("redis", "CHUNKUP_DEV_REDIS", devenv.RedisAuto, "redis-server from PATH (spawn), in-process (embedded), or spawn when possible (auto)")
 	bucket := fs.String("s3-bucket", "CHUNKUP_S3_BUCKET", "chunkup", "bucket for the objects")
 	topic := fs.String("kafka-topic", "CHUNKUP_KAFKA_TOPIC", "chunkup.uploads", "topic for upload events")
+	withParent := fs.Bool("exit-with-parent", "CHUNKUP_DEV_EXIT_WITH_PARENT", true, "stop when the process that started dev exits (such as `go run`), so nothing is left running; false to outlive it")
 	logFormat := fs.String("log-format", "CHUNKUP_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "CHUNKUP_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	if err := fs.parse(args); err != nil {
@@ -35,32 +41,75 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	env, err := devenv.Start(ctx, devenv.Config{DataDir: *data, Redis: *redisMode, RedisAddr: *redisAddr,
+	// A closed terminal stops dev as Ctrl-C does, so redis-server is stopped cleanly.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP)
+	defer stop()
+	if *withParent {
+		if err := exitWithParent(); err != nil {
+			return fmt.Errorf("dev: watch the parent process: %w", err)
+		}
+	}
+
+	// The data directory is locked before anything starts, so a second dev on it stops
+	// here and never spawns a second redis-server on the same files.
+	env, err := devenv.Prepare(devenv.Config{DataDir: *data, Redis: *redisMode, RedisAddr: *redisAddr,
 		S3Addr: *s3Addr, KafkaAddr: *kafkaAddr, Topic: *topic, Logger: logger})
+	var locked *devenv.LockedError
+	if errors.As(err, &locked) {
+		return fmt.Errorf("%w: stop it, or give this one another directory with --data", err)
+	}
 	if err != nil {
 		return err
 	}
 	defer env.Close()
+	if err := checkFree([][2]string{{"grpc-addr", *grpcAddr}, {"http-addr", *httpAddr},
+		{"s3-addr", *s3Addr}, {"kafka-addr", *kafkaAddr}, {"redis-addr", *redisAddr}}); err != nil {
+		return err
+	}
+	if err := env.Start(ctx); err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
 	a, err := app.New(ctx, app.Config{
 		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, RedisURL: env.RedisURL, Bucket: *bucket,
 		S3:           s3store.Config{Endpoint: env.S3Endpoint, AccessKey: "chunkup-dev", SecretKey: "chunkup-dev"},
 		KafkaBrokers: []string{env.KafkaAddr}, KafkaTopic: *topic, NodeID: "dev", Logger: logger,
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("dev: %w", err)
 	}
 	fmt.Fprintf(stdout, `chunkup dev: every role in one process, for development only (no authentication)
   gRPC   %s
-  HTTP   http://%s  (/healthz, /readyz)
+  HTTP   http://%s  (/healthz, /readyz, /metrics)
   S3     %s  (bucket %s, objects under %s)
   Kafka  %s  (topic %s)
   Redis  %s  (%s)
+  Data   %s  (locked by this process, pid %d)
 Try:   chunkup upload --server %s FILE
        chunkup events --brokers %s
 `, a.GRPCAddr(), a.HTTPAddr(), env.S3Endpoint, *bucket, env.S3Dir, env.KafkaAddr, *topic,
-		env.RedisURL, env.RedisKind, a.GRPCAddr(), env.KafkaAddr)
+		env.RedisURL, env.RedisKind, *data, os.Getpid(), a.GRPCAddr(), env.KafkaAddr)
 	if f, ok := stdout.(interface{ Sync() error }); ok {
 		_ = f.Sync()
 	}
 	return a.Run(ctx)
+}
+
+// checkFree fails when one of the listen addresses (flag name, address) is taken, naming
+// its flag, before dev starts anything; port 0 and "off" are never taken.
+func checkFree(addrs [][2]string) error {
+	for _, a := range addrs {
+		name, addr := a[0], a[1]
+		if _, port, err := net.SplitHostPort(addr); addr == "off" || (err == nil && port == "0") {
+			continue
+		}
+		l, err := net.Listen("tcp", addr)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("--%s %s is in use (another chunkup dev or serve?): stop what listens there, or choose another address with --%s", name, addr, name)
+		}
+		if err != nil {
+			return usageError{fmt.Errorf("--%s %s: %w", name, addr, err)}
+		}
+		l.Close()
+	}
+	return nil
 }

@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,27 +31,8 @@ import (
 // finds the object's bytes under --data, and resumes a half-sent upload with
 // `chunkup upload --resume`.
 func TestDevMode(t *testing.T) {
-	ctx := testenv.Context(t, 3*time.Minute)
-	bin := testenv.BuildBinary(t, "github.com/chunkup/chunkup/cmd/chunkup")
-	data := t.TempDir()
-	port := func() string { return fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) }
-	grpcAddr, httpAddr, kafkaAddr := port(), port(), port()
-	testenv.StartProcess(t, bin, []string{"dev", "--data", data, "--grpc-addr", grpcAddr,
-		"--http-addr", httpAddr, "--s3-addr", port(), "--kafka-addr", kafkaAddr}, nil)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		r, err := http.Get("http://" + httpAddr + "/readyz")
-		if err == nil {
-			r.Body.Close()
-			if r.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("chunkup dev not ready: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	ctx, bin, data, d := devTest(t)
+	grpcAddr, kafkaAddr := d.grpc, d.kafka
 
 	content := make([]byte, 9<<20+77) // two chunks: a multipart object
 	_, _ = rand.NewChaCha8([32]byte{9}).Read(content)
@@ -125,13 +108,209 @@ func cliUpload(t *testing.T, ctx context.Context, bin string, args ...string) *c
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("chunkup %v: %v\n%s", args, err, stderr.String())
 	}
-	var raw json.RawMessage
-	if err := json.Unmarshal(stdout.Bytes(), &raw); err != nil {
-		t.Fatalf("output is not one JSON object: %q", stdout.String())
+	finals := parseUploads(t, stdout.String())
+	if len(finals) != 1 {
+		t.Fatalf("chunkup %v printed %d final uploads, want 1", args, len(finals))
 	}
-	var up chunkupv1.Upload
-	if err := protojson.Unmarshal(raw, &up); err != nil {
+	return finals[0]
+}
+
+// devTest builds chunkup and starts `chunkup dev` on a data directory of the test's
+// own, with a context for the test.
+func devTest(t *testing.T) (ctx context.Context, bin, data string, d devProcess) {
+	t.Helper()
+	isolateState(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	bin = testenv.BuildBinary(t, "github.com/chunkup/chunkup/cmd/chunkup")
+	data = t.TempDir()
+	return ctx, bin, data, startDev(t, bin, data)
+}
+
+// devProcess is a `chunkup dev` started by startDev, and its addresses.
+type devProcess struct {
+	*testenv.Process
+	grpc, http, s3, kafka string
+}
+
+// devArgs are the arguments of a `chunkup dev` on data with free ports.
+func devArgs(t *testing.T, data string) (args []string, d devProcess) {
+	t.Helper()
+	port := func() string { return fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) }
+	d = devProcess{grpc: port(), http: port(), s3: port(), kafka: port()}
+	return []string{"dev", "--data", data, "--grpc-addr", d.grpc, "--http-addr", d.http,
+		"--s3-addr", d.s3, "--kafka-addr", d.kafka, "--redis", "spawn"}, d
+}
+
+// startDev starts `chunkup dev` on data and waits until it is ready.
+func startDev(t *testing.T, bin, data string) devProcess {
+	t.Helper()
+	args, d := devArgs(t, data)
+	d.Process = testenv.StartProcess(t, bin, args, nil)
+	testenv.WaitReady(t, d.Process, d.http)
+	return d
+}
+
+// procStat reads a process's state letter and parent pid from /proc; ok is false when
+// there is no such process.
+func procStat(pid int) (state byte, ppid int, ok bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, 0, false
+	}
+	// pid (comm) S ppid ...: the fields follow the last ')', as comm may hold anything.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 2 {
+		return 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return f[0][0], ppid, true
+}
+
+// alive reports whether pid is a process that has not exited (a zombie has).
+func alive(pid int) bool {
+	state, _, ok := procStat(pid)
+	return ok && state != 'Z' && state != 'X'
+}
+
+// children lists the live processes whose parent is pid.
+func children(t *testing.T, pid int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
 		t.Fatal(err)
 	}
-	return &up
+	var kids []int
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if _, ppid, ok := procStat(p); ok && ppid == pid && alive(p) {
+			kids = append(kids, p)
+		}
+	}
+	return kids
+}
+
+// requireGone waits until none of pids is alive, and fails the test if one still is
+// after a minute.
+func requireGone(t *testing.T, why string, pids ...int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for _, pid := range pids {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: process %d is still running", why, pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// TestDevSecondInstance starts `chunkup dev` twice on one data directory: the second
+// exits 1 at once, with one line naming the first's pid and no panic, without starting
+// a second redis-server; the first still completes an upload.
+func TestDevSecondInstance(t *testing.T) {
+	ctx, bin, data, first := devTest(t)
+
+	args, _ := devArgs(t, data)
+	second := testenv.StartProcess(t, bin, args, nil)
+	if code := second.ExitCode(); code != exitFailure {
+		t.Fatalf("second dev on the same data directory exited %d, want %d\nstderr: %s", code, exitFailure, second.Stderr())
+	}
+	stderr := strings.TrimSpace(second.Stderr())
+	want := fmt.Sprintf("in use by process %d", first.Pid())
+	if strings.Contains(stderr, "\n") || !strings.Contains(stderr, want) || !strings.Contains(stderr, "--data") {
+		t.Fatalf("second dev said %q; want one line with %q and what to do (--data)", stderr, want)
+	}
+	if kids := children(t, first.Pid()); len(kids) != 1 {
+		t.Fatalf("first dev has children %v; want its one redis-server", kids)
+	}
+
+	file, content := writeRandomFile(t, "after.bin", 6<<20)
+	up := cliUpload(t, ctx, bin, "upload", "--server", first.grpc, "--json", file)
+	stored, err := os.ReadFile(filepath.Join(data, "s3", "buckets", up.Bucket, up.Key))
+	if up.State != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED || err != nil || !bytes.Equal(stored, content) {
+		t.Fatalf("upload to the first dev: %v; object: %v", up, err)
+	}
+}
+
+// TestDevStartErrors starts `chunkup dev` where it cannot run: it exits 1 with one line
+// that says what is wrong and which flag changes it, and starts nothing.
+func TestDevStartErrors(t *testing.T) {
+	clearEnv(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy := taken.Addr().String()
+	notADir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"gRPC address in use", []string{"--grpc-addr", busy}, "--grpc-addr " + busy + " is in use"},
+		{"HTTP address in use", []string{"--http-addr", busy}, "--http-addr " + busy + " is in use"},
+		{"S3 address in use", []string{"--s3-addr", busy}, "--s3-addr " + busy + " is in use"},
+		{"Kafka address in use", []string{"--kafka-addr", busy}, "--kafka-addr " + busy + " is in use"},
+		{"Redis address in use", []string{"--redis-addr", busy}, "--redis-addr " + busy + " is in use"},
+		{"data directory is a file", []string{"--data", notADir}, notADir},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args, _ := devArgs(t, t.TempDir())
+			code, stdout, stderr := runCLI(t, append(args, tc.args...)...)
+			if code != exitFailure || stdout != "" {
+				t.Fatalf("exit %d, stdout %q; want %d and nothing\nstderr: %s", code, stdout, exitFailure, stderr)
+			}
+			if lines := strings.Split(strings.TrimSpace(stderr), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], "chunkup: ") || !strings.Contains(lines[0], tc.want) {
+				t.Fatalf("stderr %q; want one line containing %q", stderr, tc.want)
+			}
+		})
+	}
+}
+
+// TestDevKilled kills `chunkup dev` with SIGKILL: the redis-server it spawned goes too.
+func TestDevKilled(t *testing.T) {
+	bin := testenv.BuildBinary(t, "github.com/chunkup/chunkup/cmd/chunkup")
+	d := startDev(t, bin, t.TempDir())
+	kids := children(t, d.Pid())
+	if len(kids) == 0 {
+		t.Fatal("chunkup dev has no child process: it did not spawn redis-server")
+	}
+	if err := syscall.Kill(d.Pid(), syscall.SIGKILL); err != nil { // dev alone, not its group
+		t.Fatal(err)
+	}
+	requireGone(t, "after chunkup dev was killed", append(kids, d.Pid())...)
+}
+
+// TestDevParentKilled runs `chunkup dev` under a shell, as `go run` does, and kills the
+// shell with SIGKILL: dev notices, shuts down and stops its redis-server.
+func TestDevParentKilled(t *testing.T) {
+	bin := testenv.BuildBinary(t, "github.com/chunkup/chunkup/cmd/chunkup")
+	args, d := devArgs(t, t.TempDir())
+	shell := testenv.StartProcess(t, "/bin/sh", append([]string{"-c", `"$0" "$@" & echo "dev pid $!"; wait`, bin}, args...), nil)
+	testenv.WaitReady(t, shell, d.http)
+	var devPid int
+	if _, err := fmt.Sscanf(shell.Stdout(), "dev pid %d", &devPid); err != nil {
+		t.Fatalf("shell output %q: %v", shell.Stdout(), err)
+	}
+	t.Cleanup(func() { // should this test fail, dev is an orphan that the shell's group kill misses
+		if alive(devPid) {
+			_ = syscall.Kill(devPid, syscall.SIGKILL)
+		}
+	})
+	kids := children(t, devPid)
+	if len(kids) == 0 {
+		t.Fatal("chunkup dev has no child process: it did not spawn redis-server")
+	}
+	if err := syscall.Kill(shell.Pid(), syscall.SIGKILL); err != nil { // the shell alone
+		t.Fatal(err)
+	}
+	requireGone(t, "after the shell that started chunkup dev was killed", append(kids, devPid)...)
 }

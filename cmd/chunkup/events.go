@@ -30,18 +30,29 @@ type eventLine struct {
 func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("events", "events [flags]")
 	fs.SetOutput(stderr)
-	brokers := fs.String("brokers", "CHUNKUP_KAFKA_BROKERS", "", "Kafka bootstrap brokers, comma-separated")
+	fs.notes = append(fs.notes, `A broker must answer within 1s, or the command fails at once (exit 1) and says that
+it cannot reach Kafka. Once connected, the reader retries until interrupted.`)
+	brokers := fs.String("brokers", "CHUNKUP_KAFKA_BROKERS", "127.0.0.1:7073", "Kafka bootstrap brokers, comma-separated (default: chunkup dev's)")
 	topic := fs.String("topic", "CHUNKUP_KAFKA_TOPIC", "chunkup.uploads", "topic to read")
 	group := fs.String("group", "CHUNKUP_EVENTS_GROUP", "chunkup-events", "consumer group (offsets are committed, so a restart goes on where it stopped)")
 	count := fs.Int("count", "", 0, "exit after this many events (0: run until interrupted)")
 	if err := fs.parse(args); err != nil {
 		return usageErr(err)
 	}
-	if *brokers == "" {
+	var addrs []string
+	for b := range strings.SplitSeq(*brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			addrs = append(addrs, b)
+		}
+	}
+	if len(addrs) == 0 {
 		return usageError{errors.New("events needs --brokers (or $CHUNKUP_KAFKA_BROKERS)")}
 	}
+	if err := reachKafka(ctx, addrs); err != nil {
+		return err
+	}
 	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: strings.Split(*brokers, ","), Topic: *topic, GroupID: *group,
+		Brokers: addrs, Topic: *topic, GroupID: *group,
 		StartOffset: kafka.FirstOffset, MaxWait: 500 * time.Millisecond, CommitInterval: 0,
 	})
 	defer r.Close()
@@ -70,6 +81,31 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
+// reachKafka checks that one of the brokers answers within connectTimeout: kafka-go's
+// reader would retry an unreachable broker silently forever.
+func reachKafka(ctx context.Context, brokers []string) error {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	var errs []string
+	deadline, _ := ctx.Deadline()
+	for _, b := range brokers {
+		conn, err := kafka.DialContext(ctx, "tcp", b)
+		if err == nil {
+			// A connection is not an answer: ask the broker something.
+			if err = conn.SetDeadline(deadline); err == nil {
+				_, err = conn.ApiVersions()
+			}
+			conn.Close()
+		}
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err.Error())
+	}
+	return fmt.Errorf("cannot reach Kafka at %s (%s); check --brokers or $CHUNKUP_KAFKA_BROKERS, or start a broker with `chunkup dev`",
+		strings.Join(brokers, ","), strings.Join(errs, "; "))
+}
+
 func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("watch", "watch [flags] UPLOAD_ID")
 	fs.SetOutput(stderr)
@@ -80,7 +116,7 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 1 {
 		return usageError{errors.New("watch needs exactly one UPLOAD_ID")}
 	}
-	c, err := fs.dial(*server)
+	c, err := fs.dial(ctx, *server)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -15,15 +16,37 @@ type flagSet struct {
 	*flag.FlagSet
 	errs  []error
 	creds *credFlags // set by clientFlags
+	// notes are paragraphs -h prints between the usage line and the flags.
+	notes []string
 }
 
 func newFlagSet(name, usage string) *flagSet {
 	fs := &flagSet{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError)}
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: chunkup %s\n\nflags (each also read from the environment variable shown):\n", usage)
+		if c, ok := fs.Output().(*flagCollector); ok {
+			c.add(fs)
+			return
+		}
+		fmt.Fprintf(fs.Output(), "usage: chunkup %s\n\n", usage)
+		for _, n := range fs.notes {
+			fmt.Fprintf(fs.Output(), "%s\n\n", n)
+		}
+		fmt.Fprintf(fs.Output(), "flags (each also read from the environment variable shown):\n")
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// flagCollector, as the output of a command's flag set, takes the flag set instead of
+// its -h text: `chunkup completion` runs each command with -h to learn its flags from
+// the definitions themselves.
+type flagCollector struct {
+	io.Writer // discards anything else the command writes
+	flags     []*flag.Flag
+}
+
+func (c *flagCollector) add(fs *flagSet) {
+	fs.VisitAll(func(f *flag.Flag) { c.flags = append(c.flags, f) })
 }
 
 func (fs *flagSet) env(name, envName string) (string, bool) {

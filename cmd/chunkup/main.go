@@ -3,12 +3,14 @@
 //	chunkup serve                      run every role (or --roles api,worker,completer,…)
 //	chunkup dev                        run everything with embedded Redis, S3 and Kafka
 //	chunkup upload --server ADDR FILE  upload files and print the final uploads
+//	chunkup upload -r DIR              upload a tree, keys keeping the relative paths
 //	chunkup status --server ADDR ID    print an upload's state
 //	chunkup abort  --server ADDR ID    abort an upload
 //	chunkup watch  --server ADDR ID    print an upload's progress until it ends
 //	chunkup events --brokers B         print events from Kafka as JSON lines
 //	chunkup ocr …                      OCR documents: status, stats, dead letters, reprocessing
 //	chunkup apikey TENANT              make an API key and its --api-keys entry
+//	chunkup completion bash|zsh|fish   print a shell completion script
 //
 // main only turns flags into configurations and wires packages together (app does the
 // assembly).
@@ -24,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,21 +49,45 @@ const (
 	exitUsage   = 2 // bad command line
 )
 
-const usage = `usage: chunkup COMMAND [flags]
+// runFunc runs a command with its arguments.
+type runFunc func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
-commands:
-  serve    run the service (all roles unless --roles narrows them)
-  dev      run everything in one process with embedded Redis, S3 and Kafka
-  upload   upload files and print the final upload
-  status   print an upload's state
-  abort    abort an upload
-  watch    print an upload's progress until it ends
-  events   print chunkup's Kafka events as JSON lines
-  apikey   make an API key for a tenant and print its configuration entry
-  ocr      OCR documents: status, stats, dead list|requeue, reprocess
+// command is one of chunkup's commands.
+type command struct {
+	name, summary string
+	run           runFunc
+}
 
-Run 'chunkup COMMAND -h' for a command's flags.
-`
+// commands lists the commands in the order usage shows them. (A function, not a
+// variable: completion, which is among them, reads the list.)
+func commands() []command {
+	return []command{
+		{"serve", "run the service (all roles unless --roles narrows them)", func(ctx context.Context, args []string, _, stderr io.Writer) error {
+			return serve(ctx, args, stderr)
+		}},
+		{"dev", "run everything in one process with embedded Redis, S3 and Kafka", dev},
+		{"upload", "upload files (or trees, -r) and print the final uploads", upload},
+		{"status", "print an upload's state", statusCmd},
+		{"abort", "abort an upload", abort},
+		{"watch", "print an upload's progress until it ends", watch},
+		{"events", "print chunkup's Kafka events as JSON lines", eventsCmd},
+		{"apikey", "make an API key for a tenant and print its configuration entry", func(_ context.Context, args []string, stdout, stderr io.Writer) error {
+			return apikey(args, stdout, stderr)
+		}},
+		{"ocr", "OCR documents: status, stats, dead list|requeue, reprocess", ocrCmd},
+		{"completion", "print a shell completion script: completion bash|zsh|fish", completionCmd},
+	}
+}
+
+func usage() string {
+	var b strings.Builder
+	b.WriteString("usage: chunkup COMMAND [flags]\n\ncommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
+	}
+	b.WriteString("\nRun 'chunkup COMMAND -h' for a command's flags.\n")
+	return b.String()
+}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -68,36 +95,20 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	var err error
-	switch args[0] {
-	case "serve":
-		err = serve(ctx, args[1:], stderr)
-	case "dev":
-		err = dev(ctx, args[1:], stdout, stderr)
-	case "upload":
-		err = upload(ctx, args[1:], stdout, stderr)
-	case "status":
-		err = statusCmd(ctx, args[1:], stdout, stderr)
-	case "abort":
-		err = abort(ctx, args[1:], stdout, stderr)
-	case "watch":
-		err = watch(ctx, args[1:], stdout, stderr)
-	case "events":
-		err = eventsCmd(ctx, args[1:], stdout, stderr)
-	case "apikey":
-		err = apikey(args[1:], stdout, stderr)
-	case "ocr":
-		err = ocrCmd(ctx, args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
+	switch i := slices.IndexFunc(commands(), func(c command) bool { return c.name == args[0] }); {
+	case i >= 0:
+		err = commands()[i].run(ctx, args[1:], stdout, stderr)
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		fmt.Fprint(stdout, usage())
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "chunkup: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "chunkup: unknown command %q\n\n%s", args[0], usage())
 		return exitUsage
 	}
 	var ue usageError
@@ -151,7 +162,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var cfg app.Config
 	grpcAddr := fs.String("grpc-addr", "CHUNKUP_GRPC_ADDR", "127.0.0.1:7070", "gRPC listen address")
-	httpAddr := fs.String("http-addr", "CHUNKUP_HTTP_ADDR", "127.0.0.1:7071", "HTTP address for /healthz and /readyz (off to disable)")
+	httpAddr := fs.String("http-addr", "CHUNKUP_HTTP_ADDR", "127.0.0.1:7071", "HTTP address for /healthz, /readyz and /metrics (off to disable)")
 	redisURL := fs.String("redis-url", "CHUNKUP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL; a cluster: redis+cluster://host1:port1,host2:port2")
 	minReplicas := fs.Int("redis-min-replicas", "CHUNKUP_REDIS_MIN_REPLICAS", 0, "Redis replicas that must confirm a chunk (WAIT) before it is acknowledged (0: do not wait)")
 	replicaTimeout := fs.Duration("redis-replica-timeout", "CHUNKUP_REDIS_REPLICA_TIMEOUT", 0, "how long a chunk waits for those replicas before it is refused as UNAVAILABLE (default 1s)")
@@ -270,6 +281,7 @@ func usageErr(err error) error {
 
 // clientFlags are the flags every client command takes.
 func clientFlags(fs *flagSet) (server *string, asJSON *bool) {
+	fs.notes = append(fs.notes, connectHelp)
 	server = fs.String("server", "CHUNKUP_SERVER", "127.0.0.1:7070", "chunkup server address")
 	asJSON = fs.Bool("json", "", false, "print the result as one JSON object")
 	fs.creds = &credFlags{
@@ -307,12 +319,12 @@ func withUploadID(ctx context.Context, name string, args []string, stdout, stder
 	if fs.NArg() != 1 {
 		return usageError{fmt.Errorf("%s needs exactly one UPLOAD_ID", name)}
 	}
-	c, err := fs.dial(*server)
+	c, err := fs.dial(ctx, *server)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	up, err := call(ctx, c, fs.Arg(0))
+	up, err := call(ctx, c.Client, fs.Arg(0))
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
@@ -328,6 +340,28 @@ func printUpload(w io.Writer, up *chunkupv1.Upload, asJSON bool) error {
 		_, err = fmt.Fprintf(w, "%s\n", b)
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%s %s s3://%s/%s size=%d etag=%s\n", up.UploadId, stateName(up.State), up.Bucket, up.Key, up.Size, up.Etag)
+	_, err := fmt.Fprintln(w, uploadLine(up))
 	return err
+}
+
+// uploadLine describes an upload in one line: a completed one by its object, one that
+// is not by how far it came (and why it ended, if it did).
+func uploadLine(up *chunkupv1.Upload) string {
+	where := fmt.Sprintf("%s %s s3://%s/%s", up.UploadId, stateName(up.State), up.Bucket, up.Key)
+	if up.State == chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
+		return fmt.Sprintf("%s size=%d etag=%s", where, up.Size, up.Etag)
+	}
+	total, of := "?", ""
+	if up.TotalChunks > 0 {
+		total = fmt.Sprint(up.TotalChunks)
+	}
+	if up.ExpectedSize >= 0 {
+		of = fmt.Sprintf(" of %d", up.ExpectedSize)
+	}
+	line := fmt.Sprintf("%s received %d/%s chunks (%d%s bytes), stored %d (%d bytes)",
+		where, len(up.ReceivedChunks), total, up.ReceivedBytes, of, up.UploadedChunks, up.UploadedBytes)
+	if up.Error != "" {
+		line += ": " + up.Error
+	}
+	return line
 }

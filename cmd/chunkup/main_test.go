@@ -9,15 +9,23 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkup/chunkup/app"
 	"github.com/chunkup/chunkup/client"
@@ -55,10 +63,30 @@ func clearEnv(t *testing.T) {
 			}
 		}
 	}
+	isolateState(t)
+}
+
+// isolateState gives upload's resume state a directory of the test's own (processes the
+// test starts inherit it).
+func isolateState(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	t.Setenv("CHUNKUP_STATE_DIR", dir)
+	return dir
 }
 
 func TestUsage(t *testing.T) {
 	clearEnv(t)
+	dir := t.TempDir()
+	for _, name := range []string{"a", "b"} {
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "x.txt"), []byte(name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fileA, fileB := filepath.Join(dir, "a", "x.txt"), filepath.Join(dir, "b", "x.txt")
 	for _, tc := range []struct {
 		name   string
 		env    map[string]string
@@ -90,6 +118,24 @@ func TestUsage(t *testing.T) {
 		{"upload: no file", nil, []string{"upload"}, exitUsage, "", "upload needs at least one FILE"},
 		{"upload: --key with two files", nil, []string{"upload", "--key", "k", "a", "b"}, exitUsage, "", "--key applies to one file only"},
 		{"upload -h", nil, []string{"upload", "-h"}, exitOK, "", "CHUNKUP_SERVER"},
+		{"upload -h: connecting", nil, []string{"upload", "-h"}, exitOK, "", "must answer within 1s"},
+		{"upload -h: retries", nil, []string{"upload", "-h"}, exitOK, "", "Retries: once connected"},
+		{"upload -h: resuming", nil, []string{"upload", "-h"}, exitOK, "", "CHUNKUP_STATE_DIR"},
+		{"upload: -r without DIR", nil, []string{"upload", "-r"}, exitUsage, "", "upload -r needs at least one DIR"},
+		{"upload: a directory without -r", nil, []string{"upload", dir}, exitUsage, "", "is a directory: upload -r"},
+		{"upload: --key with -r", nil, []string{"upload", "-r", "--key", "k", dir}, exitUsage, "", "--key applies to one file only"},
+		{"upload: --key and --prefix", nil, []string{"upload", "--key", "k", "--prefix", "p", fileA}, exitUsage, "", "--key and --prefix"},
+		{"upload: --resume with -r", nil, []string{"upload", "-r", "--resume", "id", dir}, exitUsage, "", "--resume applies to one file only"},
+		{"upload: --resume and --no-resume", nil, []string{"upload", "--resume", "id", "--no-resume", fileA}, exitUsage, "", "--resume and --no-resume"},
+		{"upload: --metadata without =", nil, []string{"upload", "--metadata", "k", fileA}, exitUsage, "", `"k": want KEY=VALUE`},
+		{"upload: --metadata without a key", nil, []string{"upload", "--metadata", "=v", fileA}, exitUsage, "", "want KEY=VALUE"},
+		{"upload: --metadata key twice", nil, []string{"upload", "--metadata", "k=1", "--metadata", "k=2", fileA}, exitUsage, "", `metadata key "k" given twice`},
+		{"upload: two files, one key", nil, []string{"upload", "--prefix", "p", fileA, fileB}, exitUsage, "", `would both be stored at key "p/x.txt"`},
+		{"status -h", nil, []string{"status", "-h"}, exitOK, "", "must answer within 1s"},
+		{"events -h", nil, []string{"events", "-h"}, exitOK, "", `(default "127.0.0.1:7073")`},
+		{"completion: no shell", nil, []string{"completion"}, exitUsage, "", "completion needs one shell"},
+		{"completion: unknown shell", nil, []string{"completion", "tcsh"}, exitUsage, "", `unknown shell "tcsh"`},
+		{"help lists completion", nil, []string{"help"}, exitOK, "completion", ""},
 		{"status: no id", nil, []string{"status"}, exitUsage, "", "status needs exactly one UPLOAD_ID"},
 		{"status: two ids", nil, []string{"status", "a", "b"}, exitUsage, "", "exactly one UPLOAD_ID"},
 		{"status: unknown flag", nil, []string{"status", "--bogus", "a"}, exitUsage, "", "-bogus"},
@@ -113,18 +159,70 @@ func TestUsage(t *testing.T) {
 	}
 }
 
-func TestStatusUnreachableServer(t *testing.T) {
+// TestUnreachable runs every command that talks to a server, or to Kafka, against an
+// address where nothing listens and one where a listener never answers: each fails
+// with one line that says it cannot reach it (an upload does not retry silently).
+func TestUnreachable(t *testing.T) {
 	clearEnv(t)
-	code, stdout, stderr := runCLI(t, "status", "--server", "127.0.0.1:1", "abcdefghijklmnopqrstuvwxyz")
-	if code != exitFailure {
-		t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, exitFailure, stdout, stderr)
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if stdout != "" {
-		t.Errorf("stdout %q, want nothing", stdout)
+	refused := closed.Addr().String()
+	closed.Close()
+	file, _ := writeRandomFile(t, "f.bin", 10)
+	id := "abcdefghijklmnopqrstuvwxyz"
+	for _, where := range []struct{ name, addr string }{{"nothing listens", refused}, {"no answer", silentListener(t)}} {
+		for _, args := range [][]string{
+			{"status", "--server", where.addr, id},
+			{"abort", "--server", where.addr, id},
+			{"watch", "--server", where.addr, id},
+			{"upload", "--server", where.addr, file},
+			{"ocr", "status", "--server", where.addr, id},
+			{"events", "--brokers", where.addr, "--count", "1"},
+		} {
+			t.Run(where.name+": "+args[0], func(t *testing.T) {
+				code, stdout, stderr := runCLI(t, args...)
+				if code != exitFailure || stdout != "" {
+					t.Fatalf("exit %d, stdout %q; want %d and nothing\nstderr: %s", code, stdout, exitFailure, stderr)
+				}
+				if line := strings.TrimSpace(stderr); strings.Contains(line, "\n") || !strings.Contains(line, "cannot reach") || !strings.Contains(line, where.addr) {
+					t.Fatalf("stderr %q; want one line saying that %s cannot be reached", stderr, where.addr)
+				}
+			})
+		}
 	}
-	if !strings.Contains(stderr, "Unavailable") {
-		t.Errorf("stderr %q does not say the server is unavailable", stderr)
+}
+
+// silentListener accepts connections and never answers, until the test ends.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
 }
 
 // startServer runs a whole chunkup process (every role) on a real Redis and MinIO until
@@ -133,12 +231,17 @@ func startServer(t *testing.T) (addr string, s3c *s3.Client) {
 	t.Helper()
 	r := testenv.StartRedis(t)
 	m := testenv.StartMinIO(t)
+	a := runApp(t, app.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "off", RedisURL: r.URL(),
+		S3: m.S3Config(), Bucket: bucket, ShutdownTimeout: 5 * time.Second})
+	return a.GRPCAddr(), m.Client(t)
+}
+
+// runApp runs a chunkup process in this test process until the test ends.
+func runApp(t *testing.T, cfg app.Config) *app.App {
+	t.Helper()
 	ctx := testenv.Context(t, time.Minute)
-	a, err := app.New(ctx, app.Config{
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "off", RedisURL: r.URL(),
-		S3: m.S3Config(), Bucket: bucket, ShutdownTimeout: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := app.New(ctx, cfg)
 	if err != nil {
 		t.Fatalf("start chunkup: %v", err)
 	}
@@ -151,7 +254,18 @@ func startServer(t *testing.T) (addr string, s3c *s3.Client) {
 			t.Errorf("chunkup run: %v", err)
 		}
 	})
-	return a.GRPCAddr(), m.Client(t)
+	return a
+}
+
+// dialTest connects the SDK to addr, with a context, until the test ends.
+func dialTest(t *testing.T, addr string) (context.Context, *client.Client) {
+	t.Helper()
+	c, err := client.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return testenv.Context(t, time.Minute), c
 }
 
 // writeRandomFile writes n random bytes to a file named name in a temporary directory.
@@ -185,6 +299,33 @@ func parseUpload(t *testing.T, line string, keys ...string) *chunkupv1.Upload {
 		t.Fatalf("output %q is not an Upload: %v", line, err)
 	}
 	return up
+}
+
+// parseUploads parses the output of upload --json: for each upload a line when it
+// starts (ACTIVE) and one when it ends, after every start. It returns the final
+// uploads, in the order printed, checking that they have the keys named.
+func parseUploads(t *testing.T, stdout string, keys ...string) []*chunkupv1.Upload {
+	t.Helper()
+	lines := map[string]int{}
+	var finals []*chunkupv1.Upload
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		up := parseUpload(t, line)
+		lines[up.UploadId]++
+		switch lines[up.UploadId] {
+		case 1:
+			if up.State != chunkupv1.UploadState_UPLOAD_STATE_ACTIVE || len(finals) > 0 {
+				t.Fatalf("upload %s starts with %v, after %d final uploads; want ACTIVE, before any\n%s", up.UploadId, up.State, len(finals), stdout)
+			}
+		case 2:
+			finals = append(finals, parseUpload(t, line, keys...))
+		default:
+			t.Fatalf("upload %s printed %d times:\n%s", up.UploadId, lines[up.UploadId], stdout)
+		}
+	}
+	if len(finals) != len(lines) {
+		t.Fatalf("%d uploads started, %d ended:\n%s", len(lines), len(finals), stdout)
+	}
+	return finals
 }
 
 // requireObject checks that MinIO holds exactly data at key.
@@ -229,13 +370,32 @@ func TestCommandsAgainstServer(t *testing.T) {
 	addr, s3c := startServer(t)
 	file, data := writeRandomFile(t, "three.bin", 3<<20)
 
-	code, stdout, stderr := runCLI(t, "upload", "--server", addr, "--json", file)
+	code, stdout, stderr := runCLI(t, "upload", "--server", addr, "--json", "--metadata", "owner=ops", "--metadata", "note=a=b", file)
 	if code != exitOK {
 		t.Fatalf("upload exited %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
-	up := parseUpload(t, strings.TrimSpace(stdout), "size", "etag")
+	up := parseUploads(t, stdout, "size", "etag")[0]
 	requireCompleted(t, up, "three.bin", len(data))
 	requireObject(t, s3c, up.Key, data)
+	if want := map[string]string{"owner": "ops", "note": "a=b"}; !maps.Equal(up.Metadata, want) {
+		t.Errorf("upload has metadata %v, want %v", up.Metadata, want)
+	}
+
+	t.Run("health of each service", func(t *testing.T) {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, service := range []string{"", "chunkup.v1.UploadService", "chunkup.v1.DocumentService"} {
+			r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+			if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+				t.Errorf("health of %q: %v, %v; want SERVING", service, r, err)
+			}
+		}
+	})
 
 	t.Run("status --json", func(t *testing.T) {
 		code, stdout, stderr := runCLI(t, "status", "--server", addr, "--json", up.UploadId)
@@ -284,13 +444,34 @@ func TestCommandsAgainstServer(t *testing.T) {
 		}
 	})
 
-	t.Run("abort an active upload", func(t *testing.T) {
-		c, err := client.Dial(addr)
+	t.Run("status of an active upload", func(t *testing.T) {
+		ctx, c := dialTest(t, addr)
+		created, err := c.API().CreateUpload(ctx, &chunkupv1.CreateUploadRequest{Name: "half.bin", ExpectedSize: proto.Int64(9 << 20)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { c.Close() })
-		ctx := testenv.Context(t, time.Minute)
+		stream, err := c.API().UploadChunk(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := make([]byte, created.Upload.ChunkSize)
+		if err := stream.Send(&chunkupv1.UploadChunkRequest{UploadId: created.Upload.UploadId, ChunkNumber: 1, Data: first}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		_ = stream.CloseSend()
+		code, stdout, stderr := runCLI(t, "status", "--server", addr, created.Upload.UploadId)
+		want := regexp.MustCompile(fmt.Sprintf(`^%s ACTIVE s3://%s/%s received 1/2 chunks \(%d of %d bytes\), stored [01] \((0|%d) bytes\)\n$`,
+			created.Upload.UploadId, bucket, regexp.QuoteMeta(created.Upload.Key), len(first), 9<<20, len(first)))
+		if code != exitOK || !want.MatchString(stdout) {
+			t.Fatalf("status exited %d, printed %q; want %s\nstderr: %s", code, stdout, want, stderr)
+		}
+	})
+
+	t.Run("abort an active upload", func(t *testing.T) {
+		ctx, c := dialTest(t, addr)
 		created, err := c.API().CreateUpload(ctx, &chunkupv1.CreateUploadRequest{Name: "never.bin"})
 		if err != nil {
 			t.Fatal(err)
@@ -317,15 +498,15 @@ func TestCommandsAgainstServer(t *testing.T) {
 		if code != exitOK {
 			t.Fatalf("upload exited %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 		}
-		lines := strings.Split(strings.TrimSpace(stdout), "\n")
-		if len(lines) != 2 {
-			t.Fatalf("upload printed %d lines, want one per file:\n%s", len(lines), stdout)
+		finals := parseUploads(t, stdout, "size", "etag")
+		if len(finals) != 2 {
+			t.Fatalf("upload printed %d final uploads, want one per file:\n%s", len(finals), stdout)
 		}
 		for i, f := range []struct {
 			name string
 			data []byte
 		}{{"small.txt", smallData}, {"nine.bin", bigData}} {
-			got := parseUpload(t, lines[i], "size", "etag")
+			got := finals[i]
 			requireCompleted(t, got, f.name, len(f.data))
 			if got.ContentType != "application/octet-stream" {
 				t.Errorf("upload %s has content type %q", got.UploadId, got.ContentType)

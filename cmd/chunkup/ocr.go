@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,30 +30,33 @@ The admin commands other than status talk to Redis directly (--redis-url or
 $CHUNKUP_REDIS_URL), so they work while no server runs.
 `
 
+// ocrCommands are ocr's commands; the admin commands' names are one or two words.
+func ocrCommands() []command {
+	return []command{
+		{"status", "print a document's OCR and review state", ocrStatus},
+		{"stats", "print the OCR queue's counters", ocrStats},
+		{"dead list", "list dead-lettered jobs", ocrDeadList},
+		{"dead requeue", "put dead-lettered jobs back on the queue", ocrDeadRequeue},
+		{"reprocess", "enqueue a document again", ocrReprocess},
+	}
+}
+
 // ocrCmd runs `chunkup ocr ...`.
 func ocrCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usageError{errors.New("ocr needs a command\n\n" + ocrUsage)}
 	}
-	switch args[0] {
-	case "status":
-		return ocrStatus(ctx, args[1:], stdout, stderr)
-	case "stats":
-		return ocrStats(ctx, args[1:], stdout, stderr)
-	case "dead":
-		if len(args) < 2 {
-			return usageError{errors.New("ocr dead needs list or requeue")}
+	for _, c := range ocrCommands() {
+		if words := strings.Fields(c.name); len(args) >= len(words) && slices.Equal(args[:len(words)], words) {
+			return c.run(ctx, args[len(words):], stdout, stderr)
 		}
-		switch args[1] {
-		case "list":
-			return ocrDeadList(ctx, args[2:], stdout, stderr)
-		case "requeue":
-			return ocrDeadRequeue(ctx, args[2:], stdout, stderr)
-		}
+	}
+	switch {
+	case args[0] == "dead" && len(args) < 2:
+		return usageError{errors.New("ocr dead needs list or requeue")}
+	case args[0] == "dead":
 		return usageError{fmt.Errorf("ocr dead: unknown command %q (list, requeue)", args[1])}
-	case "reprocess":
-		return ocrReprocess(ctx, args[1:], stdout, stderr)
-	case "-h", "--help", "help":
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
 		fmt.Fprint(stdout, ocrUsage)
 		return nil
 	}
@@ -87,7 +91,7 @@ func ocrStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) != 1 {
 		return usageError{errors.New("ocr status needs exactly one DOCUMENT_ID (the upload id)")}
 	}
-	conn, err := fs.conn(*server)
+	conn, err := fs.conn(ctx, *server)
 	if err != nil {
 		return err
 	}

@@ -3,28 +3,58 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/vbauerster/mpb/v8"
-	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/term"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 )
 
+const uploadKeysHelp = `Keys: each FILE is stored as uploads/ID/NAME (the server's default), or PREFIX/NAME
+with --prefix. With -r, each file under a DIR is stored as PREFIX/DIR/RELATIVE/PATH
+(PREFIX is uploads/ unless --prefix says otherwise; a / is added when missing). An
+object already at a key is replaced.`
+
+const uploadResumeHelp = `Resuming: each upload started is recorded (the file's absolute path, size and
+modification time, the server and the key) in $CHUNKUP_STATE_DIR, else
+$XDG_STATE_HOME/chunkup, else ~/.local/state/chunkup. Uploading the same unchanged file
+to the same server and key again resumes that upload: only the chunks the server lacks
+are sent. A completed upload is forgotten; one that ended otherwise or expired is
+started anew. The upload id is printed on stderr as soon as the upload exists (with
+--json, as a first JSON line with the ACTIVE upload on stdout).`
+
+const uploadRetryHelp = `Retries: once connected, failures that may pass (the server restarting or busy, a
+broken stream, Redis refusing a write) are retried with exponential backoff and jitter,
+waiting 100ms doubling up to 5s, until 10 tries in a row make no progress (about 9s);
+other failures fail that file at once.`
+
 func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("upload", "upload [flags] FILE... (- for standard input)")
+	fs := newFlagSet("upload", "upload [flags] FILE... (- for standard input) | upload -r [flags] DIR...")
 	fs.SetOutput(stderr)
 	server, asJSON := clientFlags(fs)
+	fs.notes = append(fs.notes, uploadKeysHelp, uploadResumeHelp, uploadRetryHelp)
+	fs.Lookup("json").Usage = "print JSON lines on stdout: each upload when it starts (ACTIVE), then each final upload"
 	contentType := fs.String("content-type", "", "", "content type of the object(s)")
 	key := fs.String("key", "", "", "object key (one file only; default uploads/ID/NAME)")
+	prefix := fs.String("prefix", "", "", "key prefix: PREFIX/NAME for each FILE, PREFIX/DIR/RELATIVE/PATH with -r (default with -r: uploads/)")
+	recursive := fs.Bool("recursive", "", false, "upload the files under each DIR, keeping their relative paths in the keys")
+	fs.BoolVar(recursive, "r", false, "short for --recursive")
+	var md metadataFlag
+	fs.Var(&md, "metadata", "custom metadata KEY=VALUE of the object(s); repeat the flag for more")
 	resume := fs.String("resume", "", "", "continue upload ID with FILE (one file only); chunks the server has are not sent again")
+	noResume := fs.Bool("no-resume", "", false, "start new uploads, even where an upload of the same file to the same place was interrupted")
 	parallel := fs.Int("parallel", "CHUNKUP_PARALLEL", 1, "streams per upload")
 	window := fs.Int("window", "CHUNKUP_WINDOW", 4, "unacknowledged chunks per stream (memory: parallel × window × chunk size)")
 	jobs := fs.Int("jobs", "", 2, "files uploaded at once")
@@ -33,13 +63,21 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usageErr(err)
 	}
 	files := fs.Args()
+	prefixGiven := false
+	fs.Visit(func(f *flag.Flag) { prefixGiven = prefixGiven || f.Name == "prefix" })
 	switch {
+	case len(files) == 0 && *recursive:
+		return usageError{errors.New("upload -r needs at least one DIR")}
 	case len(files) == 0:
 		return usageError{errors.New("upload needs at least one FILE")}
-	case *key != "" && len(files) > 1:
+	case *key != "" && (len(files) > 1 || *recursive):
 		return usageError{errors.New("--key applies to one file only")}
-	case *resume != "" && len(files) > 1:
+	case *key != "" && prefixGiven:
+		return usageError{errors.New("--key and --prefix: give one or the other")}
+	case *resume != "" && (len(files) > 1 || *recursive):
 		return usageError{errors.New("--resume applies to one file only")}
+	case *resume != "" && *noResume:
+		return usageError{errors.New("--resume and --no-resume: give one or the other")}
 	case *parallel < 1 || *window < 1 || *jobs < 1:
 		return usageError{errors.New("--parallel, --window and --jobs must be at least 1")}
 	}
@@ -53,147 +91,358 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if mode != "bars" && mode != "lines" && mode != "none" {
 		return usageError{fmt.Errorf("--progress %q: use auto, bars, lines or none", mode)}
 	}
-	c, err := fs.dial(*server, client.WithParallel(*parallel), client.WithWindow(*window))
+	var keyPrefix *string
+	if prefixGiven {
+		keyPrefix = prefix
+	}
+	warn := func(msg string) { fmt.Fprintf(stderr, "chunkup: %s\n", msg) }
+	todo, err := planUploads(files, *recursive, keyPrefix, *key, warn)
+	if err != nil {
+		return err
+	}
+	c, err := fs.dial(ctx, *server, client.WithParallel(*parallel), client.WithWindow(*window))
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 
-	display := newProgressDisplay(mode, stderr)
-	type result struct {
-		up  *chunkupv1.Upload
-		err error
+	r := &uploadRun{c: c, server: *server, resume: *resume, noResume: *noResume, asJSON: *asJSON,
+		stdout: stdout, stderr: stderr, display: newProgressDisplay(mode, stderr, todo, *recursive)}
+	if *contentType != "" {
+		r.opts = append(r.opts, client.WithContentType(*contentType))
 	}
-	results := make([]result, len(files))
+	if len(md.m) > 0 {
+		r.opts = append(r.opts, client.WithMetadata(md.m))
+	}
+	if r.state, err = openResumeState(); err != nil {
+		r.stateTrouble(err)
+	}
+	return r.all(ctx, todo, *jobs)
+}
+
+// uploadJob is one file to upload.
+type uploadJob struct {
+	path string // "-" for standard input
+	name string // as shown: the argument, or DIR/RELATIVE/PATH with -r
+	key  string // "" for the server's default (uploads/ID/NAME)
+	size int64  // -1 for standard input
+}
+
+// planUploads turns the arguments into the files to upload, with their keys (see
+// uploadKeysHelp; prefix is nil when --prefix was not given), before anything is sent:
+// a missing file or two files for one key fail the command at once.
+func planUploads(args []string, recursive bool, prefix *string, key string, warn func(string)) ([]uploadJob, error) {
+	treePrefix, filePrefix := "uploads/", ""
+	if prefix != nil {
+		p := *prefix
+		if p != "" && !strings.HasSuffix(p, "/") {
+			p += "/"
+		}
+		treePrefix, filePrefix = p, p
+	}
+	var jobs []uploadJob
+	for _, arg := range args {
+		if arg == "-" {
+			j := uploadJob{path: arg, name: "stdin", key: key, size: -1}
+			if prefix != nil {
+				j.key = filePrefix + "stdin"
+			}
+			jobs = append(jobs, j)
+			continue
+		}
+		fi, err := os.Stat(arg)
+		switch {
+		case err != nil:
+			return nil, err
+		case fi.IsDir() && !recursive:
+			return nil, usageError{fmt.Errorf("%s is a directory: upload -r uploads the files under it", arg)}
+		case fi.IsDir():
+			tree, err := walkTree(arg, treePrefix, warn)
+			if err != nil {
+				return nil, err
+			}
+			jobs = append(jobs, tree...)
+		case !fi.Mode().IsRegular():
+			return nil, fmt.Errorf("%s is not a regular file", arg)
+		default:
+			j := uploadJob{path: arg, name: arg, key: key, size: fi.Size()}
+			if prefix != nil {
+				j.key = filePrefix + fi.Name()
+			}
+			jobs = append(jobs, j)
+		}
+	}
+	byKey := map[string]string{}
+	for _, j := range jobs {
+		if other, dup := byKey[j.key]; dup && j.key != "" {
+			return nil, usageError{fmt.Errorf("%s and %s would both be stored at key %q", other, j.name, j.key)}
+		}
+		byKey[j.key] = j.name
+	}
+	return jobs, nil
+}
+
+// walkTree lists the regular files under root (and those symbolic links lead to; linked
+// directories are not followed, so a cycle cannot trap the walk), keyed
+// PREFIX/ROOTNAME/RELATIVE/PATH, in lexical order.
+func walkTree(root, prefix string, warn func(string)) ([]uploadJob, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	top := filepath.Base(abs) + "/"
+	if top == "//" { // the file system's root
+		top = ""
+	}
+	var jobs []uploadJob
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		switch {
+		case fi.IsDir():
+			warn(path + " links to a directory: not followed")
+			return nil
+		case !fi.Mode().IsRegular():
+			warn(path + " is not a regular file: skipped")
+			return nil
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		jobs = append(jobs, uploadJob{path: path, name: path, key: prefix + top + filepath.ToSlash(rel), size: fi.Size()})
+		return nil
+	})
+	return jobs, err
+}
+
+// metadataFlag collects repeated --metadata KEY=VALUE.
+type metadataFlag struct{ m map[string]string }
+
+func (f *metadataFlag) String() string { return "" }
+
+func (f *metadataFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q: want KEY=VALUE", s)
+	}
+	if _, dup := f.m[k]; dup {
+		return fmt.Errorf("metadata key %q given twice", k)
+	}
+	if f.m == nil {
+		f.m = map[string]string{}
+	}
+	f.m[k] = v
+	return nil
+}
+
+// uploadRun uploads the files of one command line.
+type uploadRun struct {
+	c        serverClient
+	server   string
+	opts     []client.UploadOption // for every file
+	resume   string
+	noResume bool
+	asJSON   bool
+	display  *progressDisplay
+	// state records uploads for resuming; nil when it cannot be kept.
+	state          *resumeState
+	stateWarn      sync.Once
+	stdout, stderr io.Writer
+	outMu          sync.Mutex // lines of several uploads on stdout
+}
+
+type uploadResult struct {
+	up         *chunkupv1.Upload
+	err        error
+	notStarted bool // interrupted before its turn
+}
+
+// all uploads the files, jobs at a time, then prints each one's final upload in order
+// and, for several files, a summary. It fails when one of them did.
+func (r *uploadRun) all(ctx context.Context, todo []uploadJob, jobs int) error {
+	start := time.Now()
+	results := make([]uploadResult, len(todo))
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, *jobs)
-	for i, path := range files {
-		sem <- struct{}{}
+	sem := make(chan struct{}, jobs)
+launch:
+	for i, j := range todo {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			for k := i; k < len(todo); k++ {
+				results[k].notStarted = true
+			}
+			break launch
+		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			up, err := uploadOne(ctx, c, path, display, *contentType, *key, *resume)
-			results[i] = result{up, err}
+			up, err := r.one(ctx, i, j)
+			results[i] = uploadResult{up: up, err: err}
 		})
 	}
 	wg.Wait()
-	display.wait() // results are printed after the bars stop redrawing the terminal
-	var failed []string
-	for i, r := range results {
-		if r.err == nil {
-			r.err = printUpload(stdout, r.up, *asJSON)
+	r.display.finish() // results are printed after the bars stop redrawing the terminal
+	var done, failed, notStarted int
+	var bytes int64
+	for i, res := range results {
+		switch {
+		case res.notStarted:
+			notStarted++
+			continue
+		case res.err == nil:
+			res.err = printUpload(r.stdout, res.up, r.asJSON)
 		}
-		if r.err != nil {
-			failed = append(failed, files[i])
-			fmt.Fprintf(stderr, "chunkup: %s: %s\n", files[i], describe(r.err))
+		if res.err != nil {
+			failed++
+			fmt.Fprintf(r.stderr, "chunkup: %s: %s\n", todo[i].name, describe(res.err))
+			continue
 		}
+		done++
+		bytes += res.up.Size
 	}
-	if len(failed) > 0 {
-		return fmt.Errorf("%d of %d uploads failed", len(failed), len(files))
+	if len(todo) > 1 {
+		took := time.Since(start)
+		line := fmt.Sprintf("chunkup: uploaded %d of %d files, %s in %s (%s/s)", done, len(todo),
+			sizeString(bytes), took.Round(time.Millisecond), sizeString(int64(float64(bytes)/max(took.Seconds(), 1e-3))))
+		if failed > 0 {
+			line += fmt.Sprintf("; %d failed", failed)
+		}
+		if notStarted > 0 {
+			line += fmt.Sprintf("; %d not started (interrupted)", notStarted)
+		}
+		fmt.Fprintln(r.stderr, line)
+	}
+	if failed+notStarted > 0 {
+		return fmt.Errorf("%d of %d uploads did not complete", failed+notStarted, len(todo))
 	}
 	return nil
 }
 
-func uploadOne(ctx context.Context, c *client.Client, path string, display *progressDisplay, contentType, key, resume string) (*chunkupv1.Upload, error) {
-	name := filepath.Base(path)
-	if path == "-" {
-		name = "stdin"
+// one uploads the i-th file, resuming its interrupted upload to the same place if the
+// state records one.
+func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.Upload, err error) {
+	track := r.display.track(i, j)
+	defer func() { track.done(err == nil) }()
+	opts := append(slices.Clone(r.opts), client.WithProgress(track.update))
+	if j.key != "" {
+		opts = append(opts, client.WithKey(j.key))
 	}
-	track := display.track(name)
-	opts := []client.UploadOption{client.WithProgress(track.update)}
-	if contentType != "" {
-		opts = append(opts, client.WithContentType(contentType))
+	resumeID := r.resume
+	var entry *resumeEntry // what identifies this file's upload, for the state
+	if j.path != "-" {
+		fi, err := os.Stat(j.path)
+		if err != nil {
+			return nil, err
+		}
+		abs, err := filepath.Abs(j.path)
+		if err != nil {
+			return nil, err
+		}
+		entry = &resumeEntry{Path: abs, Size: fi.Size(), ModTime: fi.ModTime().UTC(), Server: r.server, Key: j.key}
+		if resumeID == "" && !r.noResume {
+			if resumeID, err = r.resumable(ctx, j, *entry); err != nil {
+				return nil, err
+			}
+		}
 	}
-	if key != "" {
-		opts = append(opts, client.WithKey(key))
+	if resumeID != "" {
+		opts = append(opts, client.WithResume(resumeID))
 	}
-	if resume != "" {
-		opts = append(opts, client.WithResume(resume))
-	}
-	var up *chunkupv1.Upload
-	var err error
-	if path == "-" {
-		up, err = c.Upload(ctx, os.Stdin, append(opts, client.WithName(name))...) // size unknown until it ends
+	opts = append(opts, client.WithOnStart(func(up *chunkupv1.Upload) {
+		if entry != nil {
+			entry.UploadID = up.UploadId
+			r.remember(*entry)
+		}
+		r.announce(j, up, resumeID != "")
+		track.start(up)
+	}))
+	if j.path == "-" {
+		up, err = r.c.Upload(ctx, os.Stdin, append(opts, client.WithName(j.name))...) // size unknown until it ends
 	} else {
-		up, err = c.UploadFile(ctx, path, opts...)
+		up, err = r.c.UploadFile(ctx, j.path, opts...)
 	}
-	track.done(err == nil)
+	var mismatch *client.MismatchError
+	var ended *client.EndedError
+	if entry != nil && entry.UploadID != "" && (err == nil || errors.As(err, &mismatch) || errors.As(err, &ended)) {
+		r.forget(entry.UploadID) // done with, one way or the other: nothing to resume
+	}
 	return up, err
 }
 
-// progressDisplay shows uploads' progress: a bar per file on a terminal, or a plain
-// line per tenth of the way (for logs), or nothing.
-type progressDisplay struct {
-	mode string
-	out  io.Writer
-	bars *mpb.Progress
-	mu   sync.Mutex
-}
-
-func newProgressDisplay(mode string, out io.Writer) *progressDisplay {
-	d := &progressDisplay{mode: mode, out: out}
-	if mode == "bars" {
-		d.bars = mpb.New(mpb.WithOutput(out), mpb.WithRefreshRate(150*time.Millisecond), mpb.WithWidth(40))
+// resumable returns the id of an interrupted upload of the file to the same place that
+// can go on, or "" to start a new one.
+func (r *uploadRun) resumable(ctx context.Context, j uploadJob, e resumeEntry) (string, error) {
+	if r.state == nil {
+		return "", nil
 	}
-	return d
-}
-
-func (d *progressDisplay) wait() {
-	if d.bars != nil {
-		d.bars.Wait()
+	id, err := r.state.lookup(e)
+	if err != nil || id == "" {
+		r.stateTrouble(err)
+		return "", nil
 	}
-}
-
-type tracker struct {
-	d      *progressDisplay
-	name   string
-	bar    *mpb.Bar
-	tenths int64
-}
-
-func (d *progressDisplay) track(name string) *tracker {
-	t := &tracker{d: d, name: name, tenths: -1}
-	if d.bars != nil {
-		t.bar = d.bars.AddBar(0,
-			mpb.PrependDecorators(decor.Name(name, decor.WCSyncSpaceR), decor.CountersKibiByte("% .1f / % .1f", decor.WCSyncSpace)),
-			mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace), decor.Name(" "), decor.AverageSpeed(decor.SizeB1024(0), "% .1f", decor.WCSyncSpace)),
-		)
-	}
-	return t
-}
-
-// update takes the SDK's progress (which knows the size once the upload is created):
-// the bar follows acknowledged bytes (durably staged), not merely sent ones.
-func (t *tracker) update(p client.Progress) {
+	up, err := r.c.Get(ctx, id)
 	switch {
-	case t.bar != nil:
-		if p.Size >= 0 {
-			t.bar.SetTotal(p.Size, false)
-		} else {
-			t.bar.SetTotal(p.BytesAcked+1, false)
-		}
-		t.bar.SetCurrent(p.BytesAcked)
-	case t.d.mode == "lines":
-		if p.Size <= 0 {
-			return
-		}
-		tenth := 10 * p.BytesAcked / p.Size
-		if tenth > t.tenths {
-			t.tenths = tenth
-			t.d.mu.Lock()
-			fmt.Fprintf(t.d.out, "%s: %3d%% (%d of %d bytes acknowledged; %d chunks in S3)\n",
-				t.name, 100*p.BytesAcked/p.Size, p.BytesAcked, p.Size, p.ChunksUploaded)
-			t.d.mu.Unlock()
-		}
+	case status.Code(err) == codes.NotFound:
+		r.forget(id)
+		r.display.println(fmt.Sprintf("chunkup: %s: upload %s is gone (expired?); starting a new one", j.name, id))
+		return "", nil
+	case err != nil:
+		return "", err
 	}
+	switch up.State {
+	case chunkupv1.UploadState_UPLOAD_STATE_FAILED, chunkupv1.UploadState_UPLOAD_STATE_ABORTED, chunkupv1.UploadState_UPLOAD_STATE_EXPIRED:
+		r.forget(id)
+		r.display.println(fmt.Sprintf("chunkup: %s: upload %s is %s; starting a new one", j.name, id, stateName(up.State)))
+		return "", nil
+	}
+	return id, nil
 }
 
-func (t *tracker) done(ok bool) {
-	if t.bar == nil {
+// announce says that upload up of j exists, as soon as it does: its id is what resumes
+// it.
+func (r *uploadRun) announce(j uploadJob, up *chunkupv1.Upload, resumed bool) {
+	if r.asJSON {
+		r.outMu.Lock()
+		defer r.outMu.Unlock()
+		if err := printUpload(r.stdout, up, true); err != nil {
+			r.display.println("chunkup: " + err.Error())
+		}
 		return
 	}
-	if ok {
-		t.bar.SetTotal(-1, true)
-	} else {
-		t.bar.Abort(false)
+	if !resumed {
+		r.display.println(fmt.Sprintf("chunkup: %s: upload %s started", j.name, up.UploadId))
+		return
+	}
+	of := ""
+	if up.ExpectedSize >= 0 {
+		of = fmt.Sprintf(" of %d", up.ExpectedSize)
+	}
+	r.display.println(fmt.Sprintf("chunkup: %s: resuming upload %s (%d%s bytes on the server)", j.name, up.UploadId, up.ReceivedBytes, of))
+}
+
+func (r *uploadRun) remember(e resumeEntry) {
+	if r.state != nil {
+		r.stateTrouble(r.state.record(e))
+	}
+}
+
+func (r *uploadRun) forget(id string) {
+	if r.state != nil {
+		r.stateTrouble(r.state.drop(id))
+	}
+}
+
+// stateTrouble warns once that uploads cannot be recorded for resuming; they go on.
+func (r *uploadRun) stateTrouble(err error) {
+	if err != nil {
+		r.stateWarn.Do(func() {
+			r.display.println(fmt.Sprintf("chunkup: warning: cannot record uploads for resuming them later: %v", err))
+		})
 	}
 }

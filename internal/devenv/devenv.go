@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -70,11 +71,28 @@ type Env struct {
 	KafkaAddr  string
 	Topic      string
 
+	cfg     Config
 	closers []func()
 }
 
-// Start starts the dependencies. Close stops them.
-func Start(ctx context.Context, cfg Config) (env *Env, err error) {
+// Start locks the data directory and starts the dependencies; Close stops them. It is
+// Prepare and Env.Start in one.
+func Start(ctx context.Context, cfg Config) (*Env, error) {
+	env, err := Prepare(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := env.Start(ctx); err != nil {
+		env.Close()
+		return nil, err
+	}
+	return env, nil
+}
+
+// Prepare checks the configuration and locks the data directory (a *LockedError when
+// another process holds it), starting nothing, so that a second `chunkup dev` on the
+// same directory stops before it touches anything. Close releases the lock.
+func Prepare(cfg Config) (*Env, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -84,29 +102,33 @@ func Start(ctx context.Context, cfg Config) (env *Env, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	env = &Env{Topic: cfg.Topic}
-	defer func() {
-		if err != nil {
-			env.Close()
-		}
-	}()
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	unlock, err := lockDir(cfg.DataDir)
+	if err != nil {
 		return nil, err
 	}
-	if err := env.startRedis(ctx, cfg); err != nil {
-		return nil, err
-	}
-	if err := env.startS3(cfg); err != nil {
-		return nil, err
-	}
-	if err := env.startKafka(cfg); err != nil {
-		return nil, err
-	}
+	env := &Env{Topic: cfg.Topic, cfg: cfg}
+	env.closers = append(env.closers, unlock) // runs last: after redis-server has exited
 	return env, nil
 }
 
-// Close stops everything Start started.
+// Start starts the dependencies: the in-process ones first, so that an address in use
+// fails before a redis-server is spawned. After an error, Close stops what started.
+func (e *Env) Start(ctx context.Context) error {
+	if err := e.startS3(e.cfg); err != nil {
+		return err
+	}
+	if err := e.startKafka(e.cfg); err != nil {
+		return err
+	}
+	return e.startRedis(ctx, e.cfg)
+}
+
+// Close stops everything Start started and releases the data directory. It may be
+// called more than once, and on a nil *Env.
 func (e *Env) Close() {
+	if e == nil {
+		return
+	}
 	for i := len(e.closers) - 1; i >= 0; i-- {
 		e.closers[i]()
 	}
@@ -168,6 +190,10 @@ func (e *Env) startRedis(ctx context.Context, cfg Config) error {
 	}
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", host, "--dir", dir,
 		"--appendonly", "yes", "--save", "", "--maxmemory-policy", "noeviction", "--protected-mode", "no")
+	// The kernel kills redis-server when this process dies, even by SIGKILL, so a
+	// crashed dev leaves no Redis on the data directory. (Pdeathsig follows the OS
+	// thread that started the child; Go ends a thread only when a goroutine locked to it
+	// exits, which nothing in this process does.)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	logf, err := os.Create(filepath.Join(dir, "redis.log"))
 	if err != nil {
@@ -199,7 +225,7 @@ func (e *Env) startRedis(ctx context.Context, cfg Config) error {
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("redis-server exited at start; see %s", logf.Name())
+			return fmt.Errorf("redis-server exited at start (%s); see %s", lastLine(logf.Name()), logf.Name())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
@@ -208,6 +234,17 @@ func (e *Env) startRedis(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("redis-server did not answer on %s; see %s", addr, logf.Name())
 		}
 	}
+}
+
+// lastLine is the last non-empty line of the file at path, which is where redis-server
+// says why it stopped.
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 func (e *Env) startS3(cfg Config) error {
@@ -219,7 +256,8 @@ func (e *Env) startS3(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("embedded s3: %w", err)
 	}
-	faker := gofakes3.New(backend, gofakes3.WithAutoBucket(true), gofakes3.WithLogger(gofakes3.DiscardLog()))
+	etags := newMultipartETags(backend, filepath.Join(e.S3Dir, "multipart-etags"))
+	faker := gofakes3.New(etags, gofakes3.WithAutoBucket(true), gofakes3.WithLogger(gofakes3.DiscardLog()))
 	addr := cfg.S3Addr
 	if addr == "" {
 		addr = "127.0.0.1:0"
@@ -228,7 +266,7 @@ func (e *Env) startS3(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("embedded s3: %w", err)
 	}
-	srv := &http.Server{Handler: faker.Server(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: etags.handler(faker.Server()), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	e.closers = append(e.closers, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

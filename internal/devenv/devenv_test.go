@@ -3,55 +3,219 @@ package devenv_test
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+
 	"github.com/chunkup/chunkup/app"
+
 	"github.com/chunkup/chunkup/client"
 	"github.com/chunkup/chunkup/internal/devenv"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/s3store"
 )
 
-// TestEmbeddedRedis runs chunkup on the in-process Redis and S3 store that `chunkup
-// dev` falls back to when redis-server is not installed: the scripts and pub/sub all
-// work there too, and a multipart upload lands on disk exactly.
-func TestEmbeddedRedis(t *testing.T) {
-	ctx := testenv.Context(t, 2*time.Minute)
-	env, err := devenv.Start(ctx, devenv.Config{DataDir: t.TempDir(), Redis: devenv.RedisEmbedded})
+func ctxT(t *testing.T) context.Context {
+	t.Helper()
+	return testenv.Context(t, 2*time.Minute)
+}
+
+// startEnv starts the dependencies on dir until the test ends.
+func startEnv(t *testing.T, dir, redisMode string) *devenv.Env {
+	t.Helper()
+	env, err := devenv.Start(ctxT(t), devenv.Config{DataDir: dir, Redis: redisMode})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer env.Close()
-	if env.RedisKind != "embedded" {
-		t.Fatalf("redis kind %q", env.RedisKind)
-	}
-	a, err := app.New(ctx, app.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "off", RedisURL: env.RedisURL, Bucket: "dev",
+	t.Cleanup(env.Close)
+	return env
+}
+
+// serve runs every chunkup role on env until stop is called or the test ends, and
+// returns a client.
+func serve(t *testing.T, env *devenv.Env, bucket string) (c *client.Client, stop func()) {
+	t.Helper()
+	a, err := app.New(ctxT(t), app.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "off", RedisURL: env.RedisURL, Bucket: bucket,
 		S3: s3store.Config{Endpoint: env.S3Endpoint, AccessKey: "k", SecretKey: "s"}, KafkaBrokers: []string{env.KafkaAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
+	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-
-	c, err := client.Dial(a.GRPCAddr())
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	c, err = client.Dial(a.GRPCAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	data := make([]byte, 17<<20+3)
-	_, _ = rand.NewChaCha8([32]byte{4}).Read(data)
-	up, err := c.Upload(ctx, bytes.NewReader(data), client.WithName("x.bin"))
+	t.Cleanup(func() { c.Close() })
+	return c, stop
+}
+
+func randomBytes(n int, seed byte) []byte {
+	b := make([]byte, n)
+	_, _ = rand.NewChaCha8([32]byte{seed}).Read(b)
+	return b
+}
+
+// TestEmbeddedRedis runs chunkup on the in-process Redis and S3 store that `chunkup
+// dev` falls back to when redis-server is not installed: the scripts and pub/sub all
+// work there too, and a multipart upload lands on disk exactly.
+func TestEmbeddedRedis(t *testing.T) {
+	env := startEnv(t, t.TempDir(), devenv.RedisEmbedded)
+	if env.RedisKind != "embedded" {
+		t.Fatalf("redis kind %q", env.RedisKind)
+	}
+	c, _ := serve(t, env, "dev")
+	data := randomBytes(17<<20+3, 4)
+	up, err := c.Upload(ctxT(t), bytes.NewReader(data), client.WithName("x.bin"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got, err := os.ReadFile(filepath.Join(env.S3Dir, "buckets", "dev", up.Key))
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("object on disk: %d bytes, %v; want %d exact bytes", len(got), err, len(data))
+	}
+}
+
+// multipartETag is S3's ETag of an object uploaded in parts of partSize: the MD5 of
+// the parts' binary MD5s, then the number of parts.
+func multipartETag(data []byte, partSize int) string {
+	var sums []byte
+	n := 0
+	for off := 0; off < len(data); off += partSize {
+		sum := md5.Sum(data[off:min(off+partSize, len(data))])
+		sums = append(sums, sum[:]...)
+		n++
+	}
+	all := md5.Sum(sums)
+	return fmt.Sprintf(`"%s-%d"`, hex.EncodeToString(all[:]), n)
+}
+
+// TestMultipartETag uploads a multipart object through chunkup to the embedded S3:
+// HEAD, GET and a listing report the ETag chunkup reports, which is S3's multipart
+// ETag, also after dev restarts; a condition may name it; an object written over the
+// key again has the MD5 of its bytes.
+func TestMultipartETag(t *testing.T) {
+	dir := t.TempDir()
+	env := startEnv(t, dir, devenv.RedisEmbedded)
+	c, stop := serve(t, env, "dev")
+	data := randomBytes(17<<20+3, 5)
+	up, err := c.Upload(ctxT(t), bytes.NewReader(data), client.WithName("multi.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := multipartETag(data, int(up.ChunkSize)); up.Etag != want {
+		t.Fatalf("chunkup reports ETag %s; S3's multipart ETag is %s", up.Etag, want)
+	}
+	s3c, err := s3store.NewClient(ctxT(t), s3store.Config{Endpoint: env.S3Endpoint, AccessKey: "k", SecretKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := func() (*string, *string) { return aws.String("dev"), aws.String(up.Key) }
+	etags := map[string]func(*testing.T, *s3.Client) string{
+		"HEAD": func(t *testing.T, s3c *s3.Client) string {
+			b, k := in()
+			out, err := s3c.HeadObject(ctxT(t), &s3.HeadObjectInput{Bucket: b, Key: k})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return aws.ToString(out.ETag)
+		},
+		"GET": func(t *testing.T, s3c *s3.Client) string {
+			b, k := in()
+			out, err := s3c.GetObject(ctxT(t), &s3.GetObjectInput{Bucket: b, Key: k})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Body.Close()
+			if _, err := io.Copy(io.Discard, out.Body); err != nil {
+				t.Fatal(err)
+			}
+			return aws.ToString(out.ETag)
+		},
+		"LIST": func(t *testing.T, s3c *s3.Client) string {
+			b, k := in()
+			out, err := s3c.ListObjectsV2(ctxT(t), &s3.ListObjectsV2Input{Bucket: b, Prefix: k})
+			if err != nil || len(out.Contents) != 1 {
+				t.Fatalf("list: %v, %v", out, err)
+			}
+			return aws.ToString(out.Contents[0].ETag)
+		},
+	}
+	check := func(t *testing.T, s3c *s3.Client, want string) {
+		t.Helper()
+		for name, etag := range etags {
+			if got := etag(t, s3c); got != want {
+				t.Errorf("%s reports ETag %s, want %s", name, got, want)
+			}
+		}
+	}
+	check(t, s3c, up.Etag)
+
+	t.Run("a condition names the multipart ETag", func(t *testing.T) {
+		b, k := in()
+		_, err := s3c.GetObject(ctxT(t), &s3.GetObjectInput{Bucket: b, Key: k, IfNoneMatch: aws.String(up.Etag)})
+		var apiErr smithy.APIError
+		if !errors.As(err, &apiErr) || !strings.Contains(apiErr.ErrorCode(), "NotModified") {
+			t.Fatalf("GET If-None-Match the object's ETag: %v, want 304 Not Modified", err)
+		}
+	})
+
+	t.Run("after a restart", func(t *testing.T) {
+		stop()
+		env.Close()
+		again := startEnv(t, dir, devenv.RedisEmbedded)
+		s3c, err := s3store.NewClient(ctxT(t), s3store.Config{Endpoint: again.S3Endpoint, AccessKey: "k", SecretKey: "s"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, s3c, up.Etag)
+
+		b, k := in()
+		if _, err := s3c.PutObject(ctxT(t), &s3.PutObjectInput{Bucket: b, Key: k, Body: strings.NewReader("new")}); err != nil {
+			t.Fatal(err)
+		}
+		sum := md5.Sum([]byte("new"))
+		check(t, s3c, `"`+hex.EncodeToString(sum[:])+`"`)
+	})
+}
+
+// TestDataDirLocked starts a second environment on a data directory in use: it fails
+// at once, naming the process that holds it, and the first keeps working. Closing an
+// environment frees its directory.
+func TestDataDirLocked(t *testing.T) {
+	dir := t.TempDir()
+	env, err := devenv.Start(ctxT(t), devenv.Config{DataDir: dir, Redis: devenv.RedisEmbedded})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Close()
+	env.Close() // closing twice is harmless
+
+	first := startEnv(t, dir, devenv.RedisEmbedded)
+	_, err = devenv.Prepare(devenv.Config{DataDir: dir})
+	var locked *devenv.LockedError
+	if !errors.As(err, &locked) || locked.PID != os.Getpid() || !strings.Contains(err.Error(), fmt.Sprint(os.Getpid())) {
+		t.Fatalf("second start: %v; want a LockedError naming pid %d", err, os.Getpid())
+	}
+	c, _ := serve(t, first, "dev")
+	if _, err := c.Upload(ctxT(t), strings.NewReader("still works")); err != nil {
+		t.Fatalf("the first environment after the refused second one: %v", err)
 	}
 }

@@ -1,0 +1,401 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chunkup/chunkup/app"
+	"github.com/chunkup/chunkup/client"
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/testenv"
+)
+
+// writeTree writes files (relative path → content) under a new directory named name,
+// and returns the directory.
+func writeTree(t *testing.T, name string, files map[string][]byte) string {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), name)
+	for rel, data := range files {
+		path := filepath.Join(root, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// TestUploadTree uploads a tree with nested folders, empty files, an empty folder and a
+// link to a file: every file's object is exact under PREFIX/DIR/RELATIVE/PATH, and a
+// summary closes the run.
+func TestUploadTree(t *testing.T) {
+	clearEnv(t)
+	addr, s3c := startServer(t)
+	files := map[string][]byte{
+		"top.txt":              []byte("top"),
+		"empty.txt":            nil,
+		"a/one.bin":            bytes.Repeat([]byte{1}, 9<<20), // two chunks
+		"a/b/c/deep.txt":       []byte("deep"),
+		"a/b/c/also-empty.txt": nil,
+	}
+	root := writeTree(t, "photos", files)
+	if err := os.MkdirAll(filepath.Join(root, "nothing", "here"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "top.txt"), filepath.Join(root, "link.txt")); err != nil {
+		t.Fatal(err)
+	}
+	files["link.txt"] = files["top.txt"]
+
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		prefix string
+	}{
+		{"default prefix", nil, "uploads/"},
+		{"--prefix without a slash", []string{"--prefix", "backups/2026"}, "backups/2026/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"upload", "--server", addr, "--json", "-r", "--jobs", "3"}, tc.args...)
+			code, stdout, stderr := runCLI(t, append(args, root)...)
+			if code != exitOK {
+				t.Fatalf("upload -r exited %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+			}
+			finals := parseUploads(t, stdout, "etag")
+			if len(finals) != len(files) {
+				t.Fatalf("%d uploads for %d files:\n%s", len(finals), len(files), stdout)
+			}
+			byKey := map[string]*chunkupv1.Upload{}
+			for _, up := range finals {
+				byKey[up.Key] = up
+			}
+			for rel, data := range files {
+				key := tc.prefix + "photos/" + rel
+				up := byKey[key]
+				if up == nil || up.State != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED || up.Size != int64(len(data)) {
+					t.Fatalf("no completed upload of %d bytes at %s: %v", len(data), key, up)
+				}
+				requireObject(t, s3c, key, data)
+			}
+			if want := fmt.Sprintf("uploaded %d of %d files", len(files), len(files)); !strings.Contains(stderr, want) {
+				t.Errorf("stderr has no summary %q:\n%s", want, stderr)
+			}
+		})
+	}
+}
+
+// TestProgressDisplay drives the display as uploads do, the files starting in the
+// reverse order of the arguments: the bars keep the arguments' order above the total,
+// and a resumed upload's progress starts where the server is.
+func TestProgressDisplay(t *testing.T) {
+	jobs := []uploadJob{{name: "first.bin", size: 30 << 20}, {name: "second.bin", size: 10}, {name: "third.bin", size: 0}}
+	resumedAt := int64(20 << 20) // first.bin: the server holds two of its chunks
+	for _, mode := range []string{"bars", "lines"} {
+		t.Run(mode, func(t *testing.T) {
+			var out bytes.Buffer
+			d := newProgressDisplay(mode, &out, jobs, false)
+			for i := len(jobs) - 1; i >= 0; i-- {
+				j := jobs[i]
+				track := d.track(i, j)
+				up := &chunkupv1.Upload{UploadId: j.name, ExpectedSize: j.size}
+				if i == 0 {
+					up.ReceivedBytes = resumedAt
+				}
+				track.start(up)
+				// The SDK counts the chunks the server holds as it reads past them.
+				for acked := int64(0); acked < j.size; acked += min(8<<20, j.size) {
+					track.update(client.Progress{BytesAcked: acked, Size: j.size})
+				}
+				track.update(client.Progress{BytesAcked: j.size, Size: j.size})
+				track.done(true)
+			}
+			d.finish()
+			text := out.String()
+			if mode == "bars" {
+				last := -1
+				for _, name := range []string{"first.bin", "second.bin", "third.bin", "total"} {
+					i := strings.LastIndex(text, name)
+					if i <= last {
+						t.Fatalf("the last frame does not draw %s after the bars before it:\n%s", name, text)
+					}
+					last = i
+				}
+				return
+			}
+			line := regexp.MustCompile(`first\.bin: +\d+% \((\d+) of`).FindStringSubmatch(text)
+			if line == nil {
+				t.Fatalf("no progress line of first.bin:\n%s", text)
+			}
+			if n, _ := strconv.ParseInt(line[1], 10, 64); n < resumedAt {
+				t.Fatalf("the resumed upload's progress starts at %d bytes; the server held %d:\n%s", n, resumedAt, text)
+			}
+		})
+	}
+}
+
+// metric reads a sample from a chunkup process's /metrics, e.g.
+// chunkup_chunks_staged_total{outcome="new"}; 0 when it has none.
+func metric(t *testing.T, httpAddr, sample string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), sample+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return 0
+}
+
+// TestResumeAfterKill kills the CLI (SIGKILL) in the middle of an upload and runs it
+// again with the same arguments: it resumes the same upload without being told, its
+// bar starts where the server is, no chunk the server held is sent again, and the
+// object is exact.
+//
+// The server runs the api role only, with a staged-bytes budget of a few chunks, so the
+// first run stalls with part of the file acknowledged; workers start before the second.
+func TestResumeAfterKill(t *testing.T) {
+	stateDir := isolateState(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r := testenv.StartRedis(t)
+	m := testenv.StartMinIO(t)
+	api := app.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RedisURL: r.URL(), S3: m.S3Config(), Bucket: bucket,
+		Roles: []string{app.RoleAPI}, ShutdownTimeout: 5 * time.Second}
+	api.Server.ChunkSize, api.Server.StagedBytesBudget, api.Server.BudgetWait = 5<<20, 12<<20, 10*time.Minute
+	a := runApp(t, api)
+	const chunks = 8
+	file, data := writeRandomFile(t, "resumed.bin", chunks*5<<20)
+	bin := testenv.BuildBinary(t, "github.com/chunkup/chunkup/cmd/chunkup")
+	args := []string{"upload", "--server", a.GRPCAddr(), "--progress", "lines", file}
+
+	first := testenv.StartProcess(t, bin, args, nil)
+	started := regexp.MustCompile(`resumed\.bin: upload ([a-z0-9]+) started`)
+	var id string
+	deadline := time.Now().Add(time.Minute)
+	for id == "" {
+		if m := started.FindStringSubmatch(first.Stderr()); m != nil {
+			id = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no upload id on stderr: %q", first.Stderr())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, c := dialTest(t, a.GRPCAddr())
+	var held *chunkupv1.Upload
+	var err error
+	for held == nil || len(held.ReceivedChunks) < 2 {
+		if held, err = c.Get(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server holds %v after a minute", held.ReceivedChunks)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	first.Kill()
+	if held, err = c.Get(ctx, id); err != nil || len(held.ReceivedChunks) == chunks {
+		t.Fatalf("after the kill the server holds %v (%v); want part of the file", held.GetReceivedChunks(), err)
+	}
+
+	workers := api
+	workers.Roles, workers.GRPCAddr, workers.HTTPAddr = []string{app.RoleWorker, app.RoleCompleter}, "", "off"
+	runApp(t, workers)
+	var stdout, stderr bytes.Buffer
+	again := exec.CommandContext(ctx, bin, args...)
+	again.Stdout, again.Stderr = &stdout, &stderr
+	if err := again.Run(); err != nil {
+		t.Fatalf("second run: %v\nstderr: %s", err, stderr.String())
+	}
+	if want := "resuming upload " + id; !strings.Contains(stderr.String(), want) {
+		t.Errorf("second run's stderr does not say %q:\n%s", want, stderr.String())
+	}
+	fields := strings.Fields(stdout.String())
+	if len(fields) < 3 || fields[0] != id || fields[1] != "COMPLETED" {
+		t.Fatalf("second run printed %q; want upload %s COMPLETED", stdout.String(), id)
+	}
+	requireObject(t, m.Client(t), strings.TrimPrefix(fields[2], "s3://"+bucket+"/"), data)
+
+	// Its progress starts where the server was, not at 0.
+	progress := regexp.MustCompile(`resumed\.bin: +\d+% \((\d+) of`).FindStringSubmatch(stderr.String())
+	if progress == nil {
+		t.Fatalf("no progress line in the second run's stderr:\n%s", stderr.String())
+	}
+	if n, _ := strconv.ParseInt(progress[1], 10, 64); n < held.ReceivedBytes {
+		t.Errorf("the resumed progress starts at %d bytes; the server held %d", n, held.ReceivedBytes)
+	}
+	// Every chunk was staged once: none of those held was sent again.
+	newChunks := metric(t, a.HTTPAddr(), `chunkup_chunks_staged_total{outcome="new"}`)
+	repeats := metric(t, a.HTTPAddr(), `chunkup_chunks_staged_total{outcome="duplicate"}`)
+	if newChunks != chunks || repeats != 0 {
+		t.Errorf("the server staged %v chunks and got %v again; want each of the %d once", newChunks, repeats, chunks)
+	}
+	// A completed upload is forgotten: nothing is left to resume.
+	state, err := os.ReadFile(filepath.Join(stateDir, "uploads.json"))
+	if err != nil || strings.Contains(string(state), id) {
+		t.Errorf("the state still lists %s (%v):\n%s", id, err, state)
+	}
+}
+
+// TestCompletion sources the bash script and completes command lines with it; the zsh
+// and fish scripts name every command and flag.
+func TestCompletion(t *testing.T) {
+	clearEnv(t)
+	code, script, stderr := runCLI(t, "completion", "bash")
+	if code != exitOK {
+		t.Fatalf("completion bash exited %d: %s", code, stderr)
+	}
+	path := filepath.Join(t.TempDir(), "chunkup.bash")
+	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		line string // completed at its end
+		want []string
+	}{
+		{"chunkup ", []string{"serve", "dev", "upload", "status", "abort", "watch", "events", "apikey", "ocr", "completion"}},
+		{"chunkup up", []string{"upload"}},
+		{"chunkup upload --m", []string{"--metadata"}},
+		{"chunkup upload --server 127.0.0.1:7070 --p", []string{"--parallel", "--prefix", "--progress"}},
+		{"chunkup upload -", []string{"-r", "--recursive", "--no-resume", "--json", "--jobs"}},
+		{"chunkup events --", []string{"--brokers", "--count", "--group", "--topic"}},
+		{"chunkup dev --e", []string{"--exit-with-parent"}},
+		{"chunkup ocr ", []string{"status", "stats", "dead", "reprocess"}},
+		{"chunkup ocr dead ", []string{"list", "requeue"}},
+		{"chunkup ocr dead requeue --", []string{"--all", "--redis-url"}},
+		{"chunkup completion ", []string{"bash", "zsh", "fish"}},
+	} {
+		t.Run(tc.line, func(t *testing.T) {
+			words := strings.Fields(tc.line)
+			if strings.HasSuffix(tc.line, " ") {
+				words = append(words, "")
+			}
+			quoted := make([]string, len(words))
+			for i, w := range words {
+				quoted[i] = zshQuote(w)
+			}
+			cmd := exec.Command("bash", "-c", fmt.Sprintf(`source %s; COMP_WORDS=(%s); COMP_CWORD=%d; _chunkup; printf '%%s\n' "${COMPREPLY[@]}"`,
+				zshQuote(path), strings.Join(quoted, " "), len(words)-1))
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("bash: %v\n%s", err, out)
+			}
+			got := strings.Fields(string(out))
+			for _, w := range tc.want {
+				if !slices.Contains(got, w) {
+					t.Errorf("completing %q offers %v; want %s among them", tc.line, got, w)
+				}
+			}
+		})
+	}
+	for _, shell := range []string{"zsh", "fish"} {
+		t.Run(shell, func(t *testing.T) {
+			code, script, stderr := runCLI(t, "completion", shell)
+			if code != exitOK {
+				t.Fatalf("completion %s exited %d: %s", shell, code, stderr)
+			}
+			for _, n := range completionTree(context.Background()) {
+				if !strings.Contains(script, n.path) {
+					t.Errorf("the %s script does not know %s", shell, n.path)
+				}
+				for _, f := range n.flags {
+					if !strings.Contains(script, f.Name) {
+						t.Errorf("the %s script does not know %s's flag %s", shell, n.path, f.Name)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestAutomaticResume records, for a file, uploads that cannot go on, then uploads the
+// file: each time a new upload starts (saying why when the recorded one ended), the
+// object is exact, and nothing is left in the state.
+func TestAutomaticResume(t *testing.T) {
+	clearEnv(t)
+	addr, s3c := startServer(t)
+	ctx, c := dialTest(t, addr)
+	file, data := writeRandomFile(t, "again.bin", 100)
+	fi, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := c.API().CreateUpload(ctx, &chunkupv1.CreateUploadRequest{Name: "again.bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aborted := created.Upload.UploadId
+	if _, err := c.Abort(ctx, aborted, "test"); err != nil {
+		t.Fatal(err)
+	}
+	entry := resumeEntry{Path: file, Size: fi.Size(), ModTime: fi.ModTime().UTC(), Server: addr}
+	for _, tc := range []struct {
+		name   string
+		entry  func(resumeEntry) resumeEntry
+		args   []string
+		stderr string
+	}{
+		{"the upload was aborted", func(e resumeEntry) resumeEntry { e.UploadID = aborted; return e }, nil,
+			"upload " + aborted + " is ABORTED; starting a new one"},
+		{"the upload is gone", func(e resumeEntry) resumeEntry { e.UploadID = "abcdefghijklmnopqrstuvwxyz"; return e }, nil,
+			"upload abcdefghijklmnopqrstuvwxyz is gone"},
+		{"the file changed", func(e resumeEntry) resumeEntry { e.UploadID, e.Size = aborted, 99; return e }, nil, ""},
+		{"another key", func(e resumeEntry) resumeEntry { e.UploadID, e.Key = aborted, "elsewhere"; return e }, nil, ""},
+		{"--no-resume", func(e resumeEntry) resumeEntry { e.UploadID = aborted; return e }, []string{"--no-resume"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state, err := openResumeState()
+			if err != nil {
+				t.Fatal(err)
+			}
+			recorded := tc.entry(entry)
+			if err := state.record(recorded); err != nil {
+				t.Fatal(err)
+			}
+			args := append([]string{"upload", "--server", addr, "--json"}, tc.args...)
+			code, stdout, stderr := runCLI(t, append(args, file)...)
+			if code != exitOK || !strings.Contains(stderr, tc.stderr) {
+				t.Fatalf("upload exited %d; stderr %q, want %q in it", code, stderr, tc.stderr)
+			}
+			if tc.stderr == "" && strings.Contains(stderr, "starting a new one") {
+				t.Fatalf("stderr %q: the recorded upload is not this file's, to this place, to resume", stderr)
+			}
+			up := parseUploads(t, stdout)[0]
+			if up.UploadId == recorded.UploadID {
+				t.Fatalf("upload continued %s", up.UploadId)
+			}
+			requireObject(t, s3c, up.Key, data)
+			if err := state.drop(recorded.UploadID); err != nil { // what the case left behind
+				t.Fatal(err)
+			}
+			if id, err := state.lookup(entry); err != nil || id != "" {
+				t.Fatalf("the state still holds upload %q (%v) for the file", id, err)
+			}
+		})
+	}
+}
