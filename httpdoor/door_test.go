@@ -839,3 +839,34 @@ func TestNo104ToHTTP10(t *testing.T) {
 		t.Fatalf("first response to HTTP/1.0: %d", res.StatusCode)
 	}
 }
+
+func TestPage(t *testing.T) {
+	srv := httptest.NewServer(Page("/up/"))
+	t.Cleanup(srv.Close)
+	get := func(path string) (*http.Response, string) {
+		t.Helper()
+		res, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, string(b)
+	}
+	res, body := get("/")
+	if res.StatusCode != 200 || !strings.Contains(body, `data-endpoint="/up/"`) || !strings.Contains(body, TusJSClientVersion) ||
+		!strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("page: %d %v\n%s", res.StatusCode, res.Header, body)
+	}
+	for _, p := range []string{"/page.js", "/tus.min.js", "/tus-js-client.LICENSE"} {
+		if res, body := get(p); res.StatusCode != 200 || len(body) < 100 {
+			t.Fatalf("%s: %d, %d bytes", p, res.StatusCode, len(body))
+		}
+	}
+	if _, body := get("/tus.min.js"); !strings.Contains(body, `"Upload-Draft-Interop-Version","5"`) {
+		t.Fatal("tus.min.js is not the vendored tus-js-client")
+	}
+	if res, _ := get("/nothing"); res.StatusCode != 404 {
+		t.Fatalf("/nothing: %d", res.StatusCode)
+	}
+}

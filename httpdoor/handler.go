@@ -175,7 +175,9 @@ func (h *Handler) route(path string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	if len(rest) > 128 || strings.ContainsAny(rest, "/\\") || !printableASCII(rest) && rest != "" {
+	// Upload ids are short and plain (chunkup's are 26 base32 letters); anything else
+	// is no upload of ours.
+	if len(rest) > 128 || strings.ContainsAny(rest, "/\\") || !printableASCII(rest) {
 		return "", false
 	}
 	return rest, true
