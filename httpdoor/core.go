@@ -1,0 +1,154 @@
+package httpdoor
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Core is what the door needs from chunkup: the upload store, seen from one upload at a
+// time. The adapter over chunkup's real store implements it (see docs/http-uploads.md,
+// "The adapter"); the tests implement it in memory.
+//
+// Every method takes the context that Config.Authenticate returned for the request, so
+// tenancy stays the core's concern: an upload of another tenant is ErrNotFound, exactly
+// like a missing one.
+//
+// Errors are the sentinels below, wrapped with %w and a message the client may read
+// (the door shows err.Error() to the client). Anything else is a 500 whose text is
+// logged, not shown.
+type Core interface {
+	// Create makes a new upload. Size is -1 when it is not known yet (tus
+	// creation-defer-length; an IETF creation without a length). The core picks the
+	// chunk size. A size over the core's limit is ErrTooLarge; bad metadata ErrInvalid.
+	Create(ctx context.Context, req CreateRequest) (Upload, error)
+
+	// Get reads an upload's state in one round trip.
+	Get(ctx context.Context, id string) (Upload, error)
+
+	// DeclareSize records the size of an upload created without one (tus
+	// Upload-Length in a later PATCH, IETF Upload-Length or Upload-Complete). It is
+	// durable and visible to every replica before it returns. Declaring the size the
+	// upload already has is a no-op (so a retried request succeeds); another size, or
+	// one that contradicts the chunks already received (a chunk beyond the last, a
+	// short chunk that is not the last), is ErrConflict; a size over the limit is
+	// ErrTooLarge. When the chunks already received make the upload whole under the new
+	// size (every chunk up to the last one, all full size: the client sent the data
+	// first and the length last), the upload is complete from then on, exactly as if its
+	// last chunk had just been staged. An upload of size 0 needs its one empty chunk
+	// staged; the door does that itself.
+	DeclareSize(ctx context.Context, id string, size int64) error
+
+	// Stage durably stages chunk n (numbered from 1) with its CRC32C (Castagnoli) and
+	// returns once it is acknowledged: acknowledged means durable. Every chunk but the
+	// last has exactly ChunkSize bytes; the last has at most ChunkSize and only an
+	// upload of one chunk may have an empty one. last marks the final chunk of an upload
+	// whose size is unknown, and makes the size known; for an upload whose size is
+	// known it must agree with the chunk's number. A chunk received before with the same
+	// bytes is acknowledged again (no error). Staging may wait (backpressure) as long
+	// as ctx allows. When the upload has ended: ErrGone.
+	Stage(ctx context.Context, id string, n uint32, data []byte, crc32c uint32, last bool) error
+
+	// Abort ends the upload: nothing more can be staged and its resources are
+	// released. Aborting an aborted upload is a no-op; one that is completing or
+	// completed cannot be aborted: ErrConflict.
+	Abort(ctx context.Context, id string) error
+
+	// Lock takes the upload's append lock, shared by every replica, and returns a
+	// context derived from ctx that is cancelled if the lock is lost (its lease could not
+	// be renewed, or the adapter was asked to hand it over), and the function that
+	// releases it. The door stages only under the lock and passes the returned context
+	// to Stage, so an adapter can fence writes with it. When another request holds the
+	// lock, Lock returns ErrLocked, at once or after waiting as long as the adapter's
+	// policy says.
+	Lock(ctx context.Context, id string) (held context.Context, unlock func(), err error)
+}
+
+// CreateRequest describes a new upload.
+type CreateRequest struct {
+	// Size is the upload's length in bytes, or -1 when it is not known yet.
+	Size int64
+	// Name is the file name (tus metadata filename or name; IETF Content-Disposition).
+	Name string
+	// ContentType is the media type (tus metadata filetype, type or contentType; IETF
+	// Content-Type).
+	ContentType string
+	// Metadata holds every tus Upload-Metadata pair as the client sent it (values
+	// decoded from base64), including the ones Name and ContentType were taken from, so
+	// that HEAD can echo them. Nil when there were none.
+	Metadata map[string]string
+}
+
+// State is an upload's lifecycle state, as chunkup names it.
+type State string
+
+// The states of an upload.
+const (
+	StateActive     State = "ACTIVE"
+	StateCompleting State = "COMPLETING"
+	StateCompleted  State = "COMPLETED"
+	StateFailed     State = "FAILED"
+	StateAborted    State = "ABORTED"
+	StateExpired    State = "EXPIRED"
+)
+
+// Ended reports whether the upload can take no more data and was not completed: the
+// door answers 410 Gone for it.
+func (s State) Ended() bool {
+	return s == StateFailed || s == StateAborted || s == StateExpired
+}
+
+// Upload is an upload's state as the core holds it.
+type Upload struct {
+	ID    string
+	State State
+	// ChunkSize is the size of every chunk but the last.
+	ChunkSize int64
+	// Size is the upload's length: declared, or known once its last chunk was
+	// received; -1 while unknown.
+	Size int64
+	// Chunks are the received chunks, in any order (the door sorts them).
+	Chunks []Chunk
+	// Expires is when the upload expires if nothing more happens; zero if unknown.
+	Expires time.Time
+	// Key is the object's key in the bucket, shown to the client on completion.
+	Key string
+	// Name, ContentType and Metadata are what CreateRequest carried.
+	Name, ContentType string
+	Metadata          map[string]string
+	// Reason says why an upload failed.
+	Reason string
+}
+
+// Chunk is what the core holds for one received chunk.
+type Chunk struct {
+	N      uint32
+	Size   int64
+	CRC32C uint32
+	// Stored: the chunk's part is in the object store (so it can no longer be replaced).
+	Stored bool
+}
+
+// The errors a Core returns, wrapped with a message for the client. Each becomes one
+// HTTP status in one place (status.go).
+var (
+	// ErrNotFound: no such upload (or another tenant's). 404.
+	ErrNotFound = errors.New("upload not found")
+	// ErrGone: the upload ended (aborted, expired, failed) and takes no more data. 410.
+	ErrGone = errors.New("upload has ended")
+	// ErrLocked: another request holds the upload's append lock. 423 for tus, 409 for
+	// the IETF protocol.
+	ErrLocked = errors.New("another request is appending to this upload")
+	// ErrInvalid: the request is malformed or breaks a rule. 400.
+	ErrInvalid = errors.New("invalid request")
+	// ErrConflict: the upload's state does not allow the request (a size that
+	// contradicts the one recorded, bytes that differ from a chunk already stored,
+	// aborting a completed upload). 409.
+	ErrConflict = errors.New("request conflicts with the upload's state")
+	// ErrTooLarge: the upload or the request is larger than allowed. 413.
+	ErrTooLarge = errors.New("too large")
+	// ErrUnavailable: a refusal that a retry may overcome (the store is unreachable,
+	// full or over its budget; a chunk is being uploaded right now). Nothing was
+	// changed. 503 with Retry-After.
+	ErrUnavailable = errors.New("temporarily unavailable")
+)

@@ -1,0 +1,63 @@
+package httpdoor
+
+import (
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// The CORS lists start from tusd's defaults (so every tus client that works with tusd
+// works here) and add what tusd leaves out: the checksum and digest fields, x-api-key
+// (chunkup's other credential header), and, exposed, Upload-Expires, Upload-Limit,
+// Tus-Checksum-Algorithm, Repr-Digest and Retry-After, which browser code cannot read
+// otherwise.
+var (
+	corsAllowMethods = "POST, HEAD, PATCH, OPTIONS, GET, DELETE"
+	corsAllowHeaders = strings.Join([]string{
+		"Authorization", "Origin", "X-Requested-With", "X-Request-ID", "X-HTTP-Method-Override",
+		"Content-Type", "Upload-Length", "Upload-Offset", "Tus-Resumable", "Upload-Metadata",
+		"Upload-Defer-Length", "Upload-Concat", "Upload-Incomplete", "Upload-Complete",
+		"Upload-Draft-Interop-Version",
+		"Upload-Checksum", "Content-Digest", "Repr-Digest", "Want-Repr-Digest", "Content-Disposition",
+		"X-Api-Key",
+	}, ", ")
+	corsExposeHeaders = strings.Join([]string{
+		"Upload-Offset", "Location", "Upload-Length", "Tus-Version", "Tus-Resumable", "Tus-Max-Size",
+		"Tus-Extension", "Upload-Metadata", "Upload-Defer-Length", "Upload-Concat", "Upload-Incomplete",
+		"Upload-Complete", "Upload-Draft-Interop-Version",
+		"Upload-Expires", "Upload-Limit", "Tus-Checksum-Algorithm", "Repr-Digest", "Retry-After",
+	}, ", ")
+)
+
+// cors adds the CORS headers for a request from an allowed origin and reports whether
+// the request may go on. A request without Origin (not from a browser page) or from
+// the door's own origin needs no CORS; one from an origin not allowed is refused, so
+// that no page of another site can drive uploads with a user's credentials.
+func (h *Handler) cors(w http.ResponseWriter, r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	hd := w.Header()
+	hd.Add("Vary", "Origin")
+	allowed := slices.Contains(h.cfg.CORS.AllowedOrigins, "*") || slices.Contains(h.cfg.CORS.AllowedOrigins, origin)
+	if !allowed {
+		// Same origin: browsers send Origin on same-origin POST, PATCH and DELETE too.
+		u, err := url.Parse(origin)
+		return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
+	}
+	hd.Set("Access-Control-Allow-Origin", origin)
+	if h.cfg.CORS.AllowCredentials {
+		hd.Set("Access-Control-Allow-Credentials", "true")
+	}
+	if r.Method == http.MethodOptions {
+		hd.Set("Access-Control-Allow-Methods", corsAllowMethods)
+		hd.Set("Access-Control-Allow-Headers", corsAllowHeaders)
+		hd.Set("Access-Control-Max-Age", strconv.FormatInt(int64(h.cfg.CORS.MaxAge.Seconds()), 10))
+	} else {
+		hd.Set("Access-Control-Expose-Headers", corsExposeHeaders)
+	}
+	return true
+}

@@ -1,0 +1,445 @@
+// Package httpdoor is chunkup's HTTP front door: resumable uploads over tus 1.0.0 and
+// the IETF "Resumable Uploads for HTTP" draft (draft-ietf-httpbis-resumable-upload-11,
+// interop versions 5 to 8), on the same URLs and onto the same uploads as gRPC, so that
+// browsers (tus-js-client, Uppy), mobile tus clients and curl can upload to chunkup.
+//
+// The door is a protocol layer only. It cuts each request body into the upload's
+// chunks as the bytes arrive and hands each whole chunk to the Core, the narrow
+// interface it declares for chunkup's upload store; everything after staging (S3
+// parts, completion, events, OCR) is chunkup's as for any upload. The offset it
+// reports is always the durable, contiguous prefix of staged chunks, so a client
+// resumes from there on any replica; a trailing part of a chunk that a request did not
+// finish is dropped and sent again by the client, as both protocols allow.
+// docs/http-uploads.md describes the protocols as implemented.
+package httpdoor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chunkup/chunkup/internal/crc"
+)
+
+const (
+	tusVersion = "1.0.0"
+	// tusExtensions are the tus extensions the door implements.
+	tusExtensions = "creation,creation-with-upload,creation-defer-length,termination,expiration,checksum"
+
+	ctTusPatch  = "application/offset+octet-stream"
+	ctIETFPatch = "application/partial-upload"
+)
+
+// interopVersions are the draft interop versions the door speaks: 5 and 6 are what
+// tus-js-client sends (its ietf-draft-03 and ietf-draft-05 protocols), 7 is drafts -06
+// to -08, 8 is drafts -09 to -11 and the editor's copy after -11, the newest revision
+// published.
+const minInterop, maxInterop = 5, 8
+
+type protocol int
+
+const (
+	protoTus protocol = iota + 1
+	protoIETF
+)
+
+// Handler serves the door under Config.Prefix. Mount it at the prefix (it strips the
+// prefix itself): mux.Handle(cfg.Prefix, h).
+type Handler struct {
+	core Core
+	cfg  Config
+	bufs *buffers
+	// base is the prefix as an absolute path or URL, for Location.
+	base string
+}
+
+// New returns a door over core.
+func New(core Core, cfg Config) (*Handler, error) {
+	if core == nil {
+		return nil, errors.New("httpdoor: a Core is required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Handler{
+		core: core, cfg: cfg,
+		bufs: newBuffers(cfg.BufferBudget),
+		base: strings.TrimSuffix(cfg.PublicURL, "/") + cfg.Prefix,
+	}, nil
+}
+
+// request is what the door knows about one request as it goes, for its response.
+type request struct {
+	proto   protocol
+	interop int
+	id      string
+	// offset is the upload's durable offset, once read (offsetKnown).
+	offset      int64
+	offsetKnown bool
+	// complete: the upload has all its bytes.
+	complete bool
+	// upload is the upload as read, for Upload-Limit (nil before it is read).
+	upload *Upload
+}
+
+func (rq *request) setOffset(o int64) { rq.offset, rq.offsetKnown = o, true }
+
+// ServeHTTP routes a request to its protocol and method.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("X-Content-Type-Options", "nosniff")
+	rq := &request{proto: protoTus}
+
+	// Clients that cannot send PATCH or DELETE (old proxies, some browsers) send POST
+	// with X-HTTP-Method-Override, as tus allows. Like tusd, only a POST is
+	// overridden: nothing else can carry a PATCH body.
+	method := r.Method
+	if o := r.Header.Get("X-HTTP-Method-Override"); o != "" && method == http.MethodPost {
+		switch o = strings.ToUpper(o); o {
+		case http.MethodPatch, http.MethodDelete, http.MethodHead, http.MethodGet:
+			method = o
+		default:
+			h.fail(w, r, rq, fmt.Errorf("%w: X-HTTP-Method-Override %q: only PATCH, DELETE, HEAD and GET can be overridden", ErrInvalid, clip(o)))
+			return
+		}
+	}
+
+	id, ok := h.route(r.URL.Path)
+	if !ok {
+		h.fail(w, r, rq, fmt.Errorf("%w: no upload at this URL", ErrNotFound))
+		return
+	}
+	rq.id = id
+	if !h.cors(w, r) {
+		h.fail(w, r, rq, fmt.Errorf("%w: pages from %s may not use this server (configure the CORS origins)", errOrigin, clip(r.Header.Get("Origin"))))
+		return
+	}
+	if method == http.MethodOptions {
+		h.options(w, r, id)
+		return
+	}
+
+	p, interop, err := detect(r, method)
+	rq.proto, rq.interop = p, interop
+	if p == protoTus {
+		hd.Set("Tus-Resumable", tusVersion)
+	}
+	if err != nil {
+		h.fail(w, r, rq, err)
+		return
+	}
+	ctx := r.Context()
+	if h.cfg.Authenticate != nil {
+		actx, err := h.cfg.Authenticate(r)
+		if err != nil {
+			h.fail(w, r, rq, fmt.Errorf("%w: %v; send an API key as x-api-key or Authorization: Bearer", errUnauthenticated, err))
+			return
+		}
+		ctx = actx
+	}
+
+	if id == "" {
+		if method != http.MethodPost {
+			h.fail(w, r, rq, &methodError{Method: method, Allow: "POST, OPTIONS"})
+			return
+		}
+		h.create(ctx, w, r, rq)
+		return
+	}
+	switch method {
+	case http.MethodHead, http.MethodGet:
+		h.head(ctx, w, r, rq, method == http.MethodGet)
+	case http.MethodPatch:
+		h.patch(ctx, w, r, rq)
+	case http.MethodDelete:
+		h.delete(ctx, w, r, rq)
+	default:
+		h.fail(w, r, rq, &methodError{Method: method, Allow: "HEAD, GET, PATCH, DELETE, OPTIONS"})
+	}
+}
+
+// route returns the upload id in path ("" for the creation URL).
+func (h *Handler) route(path string) (string, bool) {
+	if path == strings.TrimSuffix(h.cfg.Prefix, "/") {
+		return "", true
+	}
+	rest, ok := strings.CutPrefix(path, h.cfg.Prefix)
+	if !ok {
+		return "", false
+	}
+	// Upload ids are short and plain (chunkup's are 26 base32 letters); anything else
+	// is no upload of ours.
+	if len(rest) > 128 || strings.ContainsAny(rest, "/\\") || !printableASCII(rest) {
+		return "", false
+	}
+	return rest, true
+}
+
+// detect tells a request's protocol: the IETF draft when it names an interop version,
+// tus when it names a tus version. A request with neither is tus for HEAD and GET (so
+// curl -I works) and refused otherwise, as tus requires.
+func detect(r *http.Request, method string) (protocol, int, error) {
+	if vs := r.Header.Values("Upload-Draft-Interop-Version"); len(vs) > 0 {
+		n, _, ok := sfInteger(vs)
+		if !ok || n < minInterop || n > maxInterop {
+			return protoIETF, 0, &versionError{Msg: fmt.Sprintf("Upload-Draft-Interop-Version %s is not supported: this server speaks interop versions %d to %d of draft-ietf-httpbis-resumable-upload, and tus %s", clip(strings.Join(vs, ",")), minInterop, maxInterop, tusVersion)}
+		}
+		return protoIETF, int(n), nil
+	}
+	if v := r.Header.Get("Tus-Resumable"); v != "" {
+		if v != tusVersion {
+			return protoTus, 0, &versionError{Msg: fmt.Sprintf("Tus-Resumable %s is not supported: this server speaks tus %s", clip(v), tusVersion)}
+		}
+		return protoTus, 0, nil
+	}
+	if method == http.MethodHead || method == http.MethodGet {
+		return protoTus, 0, nil
+	}
+	return protoTus, 0, &versionError{Msg: fmt.Sprintf("send Tus-Resumable: %s (tus) or Upload-Draft-Interop-Version: %d (the IETF resumable upload draft)", tusVersion, maxInterop)}
+}
+
+// location is the URL of upload id.
+func (h *Handler) location(id string) string { return h.base + url.PathEscape(id) }
+
+// limit is the Upload-Limit for an upload (nil: before any upload exists).
+func (h *Handler) limit(up *Upload) string {
+	var parts []string
+	if h.cfg.MaxSize > 0 {
+		parts = append(parts, "max-size="+strconv.FormatInt(h.cfg.MaxSize, 10))
+	}
+	if up != nil {
+		// An append that ends no chunk makes no progress (its partial chunk is
+		// dropped); min-append-size tells IETF clients so. It does not bind requests
+		// that end the upload.
+		parts = append(parts, "min-append-size="+strconv.FormatInt(up.ChunkSize, 10))
+		if !up.Expires.IsZero() {
+			parts = append(parts, "max-age="+strconv.FormatInt(max(0, int64(time.Until(up.Expires)/time.Second)), 10))
+		}
+	}
+	if len(parts) == 0 {
+		return "min-size=0"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// options answers discovery (both protocols) and CORS preflight. 200 rather than 204,
+// as tusd answers, for old browsers that mishandle 204 preflights.
+func (h *Handler) options(w http.ResponseWriter, r *http.Request, id string) {
+	hd := w.Header()
+	hd.Set("Tus-Resumable", tusVersion)
+	hd.Set("Tus-Version", tusVersion)
+	hd.Set("Tus-Extension", tusExtensions)
+	hd.Set("Tus-Checksum-Algorithm", tusChecksumAlgorithms)
+	if h.cfg.MaxSize > 0 {
+		hd.Set("Tus-Max-Size", strconv.FormatInt(h.cfg.MaxSize, 10))
+	}
+	hd.Set("Upload-Limit", h.limit(nil))
+	hd.Set("Accept-Patch", ctIETFPatch+", "+ctTusPatch)
+	if id == "" {
+		hd.Set("Allow", "POST, OPTIONS")
+	} else {
+		hd.Set("Allow", "HEAD, GET, PATCH, DELETE, OPTIONS")
+	}
+	hd.Set("Content-Length", "0")
+	w.WriteHeader(http.StatusOK)
+}
+
+// summary is what the door derives from an upload's chunks.
+type summary struct {
+	// offset is the durable offset: the bytes of the contiguous chunks from chunk 1.
+	offset int64
+	// next is the number of the first chunk not received contiguously.
+	next uint32
+	// crc is the CRC32C of the first offset bytes.
+	crc uint32
+	// complete: the size is known and every chunk up to the last was received.
+	complete bool
+}
+
+func summarize(up Upload) summary {
+	chunks := slices.Clone(up.Chunks)
+	slices.SortFunc(chunks, func(a, b Chunk) int { return int(a.N) - int(b.N) })
+	s := summary{next: 1}
+	for _, c := range chunks {
+		if c.N < s.next {
+			continue
+		}
+		if c.N != s.next {
+			break
+		}
+		s.offset += c.Size
+		s.crc = crc.Combine(s.crc, c.CRC32C, c.Size)
+		s.next++
+	}
+	s.complete = up.Size >= 0 && s.next > totalChunks(up.Size, up.ChunkSize)
+	return s
+}
+
+// totalChunks is the number of chunks of an upload of size bytes: at least one, so an
+// empty upload is one empty chunk.
+func totalChunks(size, chunkSize int64) uint32 {
+	if size <= 0 || chunkSize <= 0 {
+		return 1
+	}
+	return uint32((size + chunkSize - 1) / chunkSize)
+}
+
+// load reads an upload for a request and records its offset for the response. An
+// upload that ended is ErrGone, with the reason when it failed.
+func (h *Handler) load(ctx context.Context, rq *request) (Upload, summary, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.CoreTimeout)
+	defer cancel()
+	up, err := h.core.Get(ctx, rq.id)
+	if err != nil {
+		return up, summary{}, err
+	}
+	st := summarize(up)
+	rq.upload = &up
+	rq.setOffset(st.offset)
+	rq.complete = st.complete
+	if up.State.Ended() {
+		msg := fmt.Sprintf("upload %s is %s", rq.id, up.State)
+		if up.Reason != "" {
+			msg += ": " + up.Reason
+		}
+		return up, st, fmt.Errorf("%w: %s; create a new upload", ErrGone, msg)
+	}
+	return up, st, nil
+}
+
+// progressHeaders sets the headers that describe an upload's progress, for HEAD, GET
+// and the responses to creation and append.
+func (h *Handler) progressHeaders(w http.ResponseWriter, rq *request, up Upload, st summary) {
+	hd := w.Header()
+	hd.Set("Upload-Offset", strconv.FormatInt(st.offset, 10))
+	if rq.proto == protoTus {
+		if up.Size >= 0 {
+			hd.Set("Upload-Length", strconv.FormatInt(up.Size, 10))
+			hd.Del("Upload-Defer-Length")
+		} else {
+			hd.Set("Upload-Defer-Length", "1")
+		}
+		if !up.Expires.IsZero() && !st.complete {
+			hd.Set("Upload-Expires", up.Expires.UTC().Format(http.TimeFormat))
+		}
+	} else {
+		hd.Set("Upload-Complete", sfBool(st.complete))
+		if up.Size >= 0 {
+			hd.Set("Upload-Length", strconv.FormatInt(up.Size, 10))
+		}
+		hd.Set("Upload-Limit", h.limit(&up))
+	}
+	if st.complete {
+		hd.Set("Repr-Digest", formatReprCRC32C(st.crc))
+	}
+}
+
+// head answers offset retrieval (HEAD) and, for GET, the upload's state as JSON (which
+// neither protocol defines; the upload page polls it).
+func (h *Handler) head(ctx context.Context, w http.ResponseWriter, r *http.Request, rq *request, get bool) {
+	up, st, err := h.load(ctx, rq)
+	if err != nil {
+		h.fail(w, r, rq, err)
+		return
+	}
+	hd := w.Header()
+	hd.Set("Cache-Control", "no-store")
+	h.progressHeaders(w, rq, up, st)
+	if rq.proto == protoTus {
+		if m := echoMetadata(up); m != "" {
+			hd.Set("Upload-Metadata", m)
+		}
+	}
+	if get {
+		hd.Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_ = json.NewEncoder(w).Encode(statusJSON(up, st))
+		return
+	}
+	if rq.proto == protoIETF {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// echoMetadata is the Upload-Metadata a tus HEAD echoes: what the client sent, or,
+// for an upload created through another door, its name and type.
+func echoMetadata(up Upload) string {
+	m := up.Metadata
+	if len(m) == 0 && (up.Name != "" || up.ContentType != "") {
+		m = map[string]string{}
+		if up.Name != "" {
+			m["filename"] = up.Name
+		}
+		if up.ContentType != "" {
+			m["filetype"] = up.ContentType
+		}
+	}
+	return formatTusMetadata(m)
+}
+
+// uploadJSON is an upload's state as GET and completing IETF responses show it.
+type uploadJSON struct {
+	ID          string            `json:"id"`
+	State       State             `json:"state"`
+	Offset      int64             `json:"offset"`
+	Size        *int64            `json:"size,omitempty"`
+	Complete    bool              `json:"complete"`
+	ChunkSize   int64             `json:"chunk_size"`
+	Received    int               `json:"received_chunks"`
+	Stored      int               `json:"stored_chunks"`
+	Key         string            `json:"key,omitempty"`
+	Name        string            `json:"name,omitempty"`
+	ContentType string            `json:"content_type,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	Expires     *time.Time        `json:"expires,omitempty"`
+	Reason      string            `json:"reason,omitempty"`
+	CRC32C      *uint32           `json:"crc32c,omitempty"`
+}
+
+func statusJSON(up Upload, st summary) uploadJSON {
+	j := uploadJSON{
+		ID: up.ID, State: up.State, Offset: st.offset, Complete: st.complete, ChunkSize: up.ChunkSize,
+		Received: len(up.Chunks), Key: up.Key, Name: up.Name, ContentType: up.ContentType,
+		Metadata: up.Metadata, Reason: up.Reason,
+	}
+	for _, c := range up.Chunks {
+		if c.Stored {
+			j.Stored++
+		}
+	}
+	if up.Size >= 0 {
+		j.Size = &up.Size
+	}
+	if !up.Expires.IsZero() {
+		e := up.Expires.UTC()
+		j.Expires = &e
+	}
+	if st.complete {
+		j.CRC32C = &st.crc
+	}
+	return j
+}
+
+// delete answers tus termination and IETF cancellation: 204, and the upload is
+// aborted. It takes no lock: an append in flight on any replica fails at its next
+// chunk (the core refuses to stage into an aborted upload), which is how the draft
+// asks in-flight requests to be ended.
+func (h *Handler) delete(ctx context.Context, w http.ResponseWriter, r *http.Request, rq *request) {
+	cctx, cancel := context.WithTimeout(ctx, h.cfg.CoreTimeout)
+	defer cancel()
+	if err := h.core.Abort(cctx, rq.id); err != nil {
+		h.fail(w, r, rq, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

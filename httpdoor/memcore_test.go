@@ -1,0 +1,263 @@
+package httpdoor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"hash/crc32"
+	"maps"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// memCore stands in for chunkup's store, to test the protocol layer only. It keeps
+// chunkup's rules: chunks numbered from 1, every chunk but the last exactly ChunkSize,
+// only a one-chunk upload may have an empty chunk, a repeated chunk with the same bytes
+// is acknowledged, the size once known cannot change, and an upload whose chunks are
+// all in is complete.
+type memCore struct {
+	chunkSize int64
+
+	mu      sync.Mutex
+	ups     map[string]*memUpload
+	seq     int
+	locks   map[string]context.CancelFunc
+	stages  int // successful Stage calls
+	tenants map[string]string
+	// beforeStage, when set, runs before each Stage (outside the mutex).
+	beforeStage func(id string, n uint32)
+}
+
+type memUpload struct {
+	up     Upload
+	data   map[uint32][]byte
+	tenant string
+}
+
+type tenantKey struct{}
+
+func newMemCore(chunkSize int64) *memCore {
+	return &memCore{chunkSize: chunkSize, ups: map[string]*memUpload{}, locks: map[string]context.CancelFunc{}}
+}
+
+func (c *memCore) Create(ctx context.Context, req CreateRequest) (Upload, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if req.Size < -1 {
+		return Upload{}, fmt.Errorf("%w: negative size", ErrInvalid)
+	}
+	c.seq++
+	id := "up" + strconv.Itoa(c.seq)
+	tenant, _ := ctx.Value(tenantKey{}).(string)
+	u := &memUpload{
+		up: Upload{
+			ID: id, State: StateActive, ChunkSize: c.chunkSize, Size: req.Size,
+			Expires: time.Now().Add(24 * time.Hour).Truncate(time.Second), Key: "uploads/" + id + "/" + req.Name,
+			Name: req.Name, ContentType: req.ContentType, Metadata: req.Metadata,
+		},
+		data: map[uint32][]byte{}, tenant: tenant,
+	}
+	c.ups[id] = u
+	return c.snapshot(u), nil
+}
+
+func (c *memCore) find(ctx context.Context, id string) (*memUpload, error) {
+	u, ok := c.ups[id]
+	tenant, _ := ctx.Value(tenantKey{}).(string)
+	if !ok || u.tenant != tenant {
+		return nil, fmt.Errorf("%w: upload %s", ErrNotFound, id)
+	}
+	return u, nil
+}
+
+func (c *memCore) snapshot(u *memUpload) Upload {
+	up := u.up
+	up.Chunks = nil
+	for n, d := range u.data {
+		up.Chunks = append(up.Chunks, Chunk{N: n, Size: int64(len(d)), CRC32C: crc32.Checksum(d, castagnoli)})
+	}
+	up.Metadata = maps.Clone(u.up.Metadata)
+	return up
+}
+
+func (c *memCore) Get(ctx context.Context, id string) (Upload, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u, err := c.find(ctx, id)
+	if err != nil {
+		return Upload{}, err
+	}
+	return c.snapshot(u), nil
+}
+
+func (c *memCore) total(u *memUpload) uint32 { return totalChunks(u.up.Size, u.up.ChunkSize) }
+
+// settle completes an upload whose chunks are all in.
+func (c *memCore) settle(u *memUpload) {
+	if u.up.Size < 0 {
+		return
+	}
+	for n := uint32(1); n <= c.total(u); n++ {
+		if _, ok := u.data[n]; !ok {
+			return
+		}
+	}
+	u.up.State = StateCompleted
+}
+
+func (c *memCore) DeclareSize(ctx context.Context, id string, size int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u, err := c.find(ctx, id)
+	if err != nil {
+		return err
+	}
+	if u.up.State.Ended() {
+		return fmt.Errorf("%w: upload is %s", ErrGone, u.up.State)
+	}
+	if u.up.Size >= 0 {
+		if u.up.Size != size {
+			return fmt.Errorf("%w: the size is %d already", ErrConflict, u.up.Size)
+		}
+		return nil
+	}
+	total := totalChunks(size, u.up.ChunkSize)
+	for n, d := range u.data {
+		want := u.up.ChunkSize
+		if n == total {
+			want = size - int64(total-1)*u.up.ChunkSize
+		}
+		if n > total || int64(len(d)) != want {
+			return fmt.Errorf("%w: chunk %d does not fit a size of %d", ErrConflict, n, size)
+		}
+	}
+	u.up.Size = size
+	c.settle(u)
+	return nil
+}
+
+func (c *memCore) Stage(ctx context.Context, id string, n uint32, data []byte, sum uint32, last bool) error {
+	if c.beforeStage != nil {
+		c.beforeStage(id, n)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u, err := c.find(ctx, id)
+	if err != nil {
+		return err
+	}
+	if old, ok := u.data[n]; ok && bytes.Equal(old, data) {
+		return nil // a repeat: acknowledged again
+	}
+	if u.up.State != StateActive {
+		return fmt.Errorf("%w: upload is %s", ErrGone, u.up.State)
+	}
+	if n == 0 || crc32.Checksum(data, castagnoli) != sum {
+		return fmt.Errorf("%w: chunk %d: bad number or checksum", ErrInvalid, n)
+	}
+	C := u.up.ChunkSize
+	if u.up.Size >= 0 {
+		total := c.total(u)
+		want := C
+		if n == total {
+			want = u.up.Size - int64(total-1)*C
+		}
+		if n > total || int64(len(data)) != want || last != (n == total) {
+			return fmt.Errorf("%w: chunk %d (%d bytes, last %v) does not fit the upload's %d bytes", ErrInvalid, n, len(data), last, u.up.Size)
+		}
+	} else if last {
+		if int64(len(data)) > C || len(data) == 0 && n != 1 {
+			return fmt.Errorf("%w: last chunk %d has %d bytes", ErrInvalid, n, len(data))
+		}
+		for m := range u.data {
+			if m > n {
+				return fmt.Errorf("%w: chunk %d cannot be the last: chunk %d was received", ErrInvalid, n, m)
+			}
+		}
+		u.up.Size = int64(n-1)*C + int64(len(data))
+	} else if int64(len(data)) != C {
+		return fmt.Errorf("%w: chunk %d has %d bytes, not %d", ErrInvalid, n, len(data), C)
+	}
+	u.data[n] = bytes.Clone(data)
+	c.stages++
+	c.settle(u)
+	return nil
+}
+
+func (c *memCore) Abort(ctx context.Context, id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u, err := c.find(ctx, id)
+	if err != nil {
+		return err
+	}
+	switch u.up.State {
+	case StateAborted:
+		return nil
+	case StateActive:
+		u.up.State = StateAborted
+		return nil
+	}
+	return fmt.Errorf("%w: upload is %s", ErrConflict, u.up.State)
+}
+
+func (c *memCore) Lock(ctx context.Context, id string) (context.Context, func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, held := c.locks[id]; held {
+		return nil, nil, fmt.Errorf("%w: upload %s", ErrLocked, id)
+	}
+	held, cancel := context.WithCancel(ctx)
+	c.locks[id] = cancel
+	var once sync.Once
+	return held, func() {
+		once.Do(func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			cancel()
+			delete(c.locks, id)
+		})
+	}, nil
+}
+
+// loseLock cancels the holder's context, as an adapter does when a lease is lost.
+func (c *memCore) loseLock(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cancel, ok := c.locks[id]; ok {
+		cancel()
+	}
+}
+
+func (c *memCore) locked(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.locks[id]
+	return ok
+}
+
+// object returns the upload's bytes, chunk after chunk, and whether it is complete.
+func (c *memCore) object(id string) ([]byte, State) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u := c.ups[id]
+	var b []byte
+	for n := uint32(1); ; n++ {
+		d, ok := u.data[n]
+		if !ok {
+			break
+		}
+		b = append(b, d...)
+	}
+	return b, u.up.State
+}
+
+func (c *memCore) stageCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stages
+}

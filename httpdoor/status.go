@@ -1,0 +1,190 @@
+package httpdoor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+)
+
+// Errors of the protocol layer itself, beside the Core's sentinels.
+var (
+	// errInterrupted: the request body stopped before its end (the client went away, sent
+	// nothing for IdleTimeout, or the upload's lock was lost). What arrived in whole
+	// chunks is staged; the client resumes from Upload-Offset. 500, as tusd answers,
+	// because clients retry 5xx and resume.
+	errInterrupted = errors.New("the request body was interrupted")
+	// errUnauthenticated: Config.Authenticate refused the request. 401.
+	errUnauthenticated = errors.New("missing or invalid credentials")
+	// errOrigin: a browser request from an origin CORS does not allow. 403.
+	errOrigin = errors.New("origin not allowed")
+	// errMediaType: a PATCH without the protocol's content type. 415.
+	errMediaType = errors.New("unsupported media type")
+	// errLength: length indications that disagree (the IETF inconsistent-upload-length
+	// problem). 400.
+	errLength = errors.New("inconsistent upload length")
+)
+
+// offsetError: the request's Upload-Offset is not the upload's. 409, with the mismatching
+// offset problem for the IETF protocol.
+type offsetError struct{ Expected, Provided int64 }
+
+func (e *offsetError) Error() string {
+	return fmt.Sprintf("Upload-Offset %d does not match the upload's offset %d: send from %d (a HEAD request tells the offset)", e.Provided, e.Expected, e.Expected)
+}
+
+// checksumError: the body's checksum did not match; nothing was staged. 460 for tus's
+// Upload-Checksum, 400 for Content-Digest and Repr-Digest.
+type checksumError struct{ Field, Algorithm string }
+
+func (e *checksumError) Error() string {
+	return fmt.Sprintf("the request body does not match its %s (%s); nothing was stored, send it again", e.Field, e.Algorithm)
+}
+
+// methodError: a method the URL does not serve. 405 with Allow.
+type methodError struct{ Method, Allow string }
+
+func (e *methodError) Error() string {
+	return fmt.Sprintf("method %s is not allowed here; allowed: %s", clip(e.Method), e.Allow)
+}
+
+// versionError: neither a supported tus version nor a supported IETF interop version.
+// 412 with Tus-Version, as tus requires.
+type versionError struct{ Msg string }
+
+func (e *versionError) Error() string { return e.Msg }
+
+// Problem types of draft-ietf-httpbis-resumable-upload.
+const (
+	problemMismatchingOffset  = "https://iana.org/assignments/http-problem-types#mismatching-upload-offset"
+	problemInconsistentLength = "https://iana.org/assignments/http-problem-types#inconsistent-upload-length"
+	problemCompletedUpload    = "https://iana.org/assignments/http-problem-types#completed-upload"
+)
+
+// statusOf maps an error to its HTTP status, the one place where errors become
+// statuses. locked differs by protocol: tus clients (tus-js-client) retry 423, which
+// tusd also defines for a locked upload; the IETF draft names 409 for concurrent
+// appends.
+func statusOf(p protocol, err error) int {
+	var (
+		off *offsetError
+		sum *checksumError
+		me  *methodError
+		ve  *versionError
+	)
+	switch {
+	case errors.As(err, &off):
+		return http.StatusConflict
+	case errors.As(err, &sum):
+		if sum.Field == "Upload-Checksum" {
+			return 460 // tus checksum extension: Checksum Mismatch
+		}
+		return http.StatusBadRequest
+	case errors.As(err, &me):
+		return http.StatusMethodNotAllowed
+	case errors.As(err, &ve):
+		return http.StatusPreconditionFailed
+	case errors.Is(err, errUnauthenticated):
+		return http.StatusUnauthorized
+	case errors.Is(err, errOrigin):
+		return http.StatusForbidden
+	case errors.Is(err, errMediaType):
+		return http.StatusUnsupportedMediaType
+	case errors.Is(err, errLength), errors.Is(err, ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, ErrGone):
+		return http.StatusGone
+	case errors.Is(err, ErrLocked):
+		if p == protoTus {
+			return http.StatusLocked
+		}
+		return http.StatusConflict
+	case errors.Is(err, ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrUnavailable):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// problem is an RFC 9457 problem details object.
+type problem struct {
+	Type           string `json:"type,omitempty"`
+	Title          string `json:"title"`
+	Status         int    `json:"status"`
+	Detail         string `json:"detail,omitempty"`
+	ExpectedOffset *int64 `json:"expected-offset,omitempty"`
+	ProvidedOffset *int64 `json:"provided-offset,omitempty"`
+}
+
+// fail answers a request with err. The response carries what the client needs to go
+// on: the upload's durable offset when it is known (st.offsetKnown), Retry-After on
+// refusals worth retrying, Allow, Tus-Version, WWW-Authenticate. tus gets a text body,
+// the IETF protocol problem+json; HEAD gets no body.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rq *request, err error) {
+	code := statusOf(rq.proto, err)
+	msg := err.Error()
+	if code == http.StatusInternalServerError && !errors.Is(err, errInterrupted) {
+		h.cfg.Logger.Error("httpdoor: request failed", "method", r.Method, "path", r.URL.Path, "upload", rq.id, "err", err)
+		msg = "internal error; retry later"
+	}
+	hd := w.Header()
+	hd.Del("Location") // a 104 may have set it; an error is no resource of its own
+	var (
+		off *offsetError
+		me  *methodError
+		ve  *versionError
+	)
+	if errors.As(err, &off) {
+		rq.setOffset(off.Expected)
+	}
+	if rq.offsetKnown {
+		hd.Set("Upload-Offset", strconv.FormatInt(rq.offset, 10))
+	}
+	if rq.proto == protoIETF && r.Method != http.MethodOptions {
+		hd.Set("Upload-Complete", sfBool(rq.complete))
+	}
+	switch {
+	case errors.As(err, &me):
+		hd.Set("Allow", me.Allow)
+	case errors.As(err, &ve):
+		hd.Set("Tus-Version", tusVersion)
+	case code == http.StatusUnauthorized:
+		hd.Set("WWW-Authenticate", `Bearer realm="chunkup"`)
+	case code == http.StatusServiceUnavailable, code == http.StatusLocked, code == http.StatusConflict && errors.Is(err, ErrLocked):
+		hd.Set("Retry-After", "1")
+	case code == http.StatusRequestEntityTooLarge && rq.proto == protoIETF:
+		hd.Set("Upload-Limit", h.limit(rq.upload))
+	}
+	if r.Method == http.MethodHead {
+		w.WriteHeader(code)
+		return
+	}
+	if rq.proto != protoIETF {
+		hd.Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(code)
+		fmt.Fprintln(w, msg)
+		return
+	}
+	p := problem{Title: http.StatusText(code), Status: code, Detail: msg}
+	switch {
+	case off != nil:
+		p.Type, p.Title = problemMismatchingOffset, "offset from request does not match offset of resource"
+		p.ExpectedOffset, p.ProvidedOffset = &off.Expected, &off.Provided
+	case errors.Is(err, errLength):
+		p.Type, p.Title = problemInconsistentLength, "inconsistent length values for upload"
+	case errors.Is(err, ErrGone) && rq.complete:
+		p.Type, p.Title = problemCompletedUpload, "upload is already completed"
+	}
+	if p.Title == "" {
+		p.Title = "Error " + strconv.Itoa(code)
+	}
+	hd.Set("Content-Type", "application/problem+json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(p)
+}

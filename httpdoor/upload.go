@@ -1,0 +1,365 @@
+package httpdoor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// headers are the protocol fields of a creation or append request, read the way the
+// request's protocol defines them.
+type headers struct {
+	// offset is the request's Upload-Offset (append only).
+	offset int64
+	// length is the upload's length as the request states it, -1 when it does not.
+	length int64
+	// ends: the request says its body ends the upload (IETF Upload-Complete: ?1).
+	ends bool
+	// data: the request carries upload data (always for PATCH; for a tus POST, when its
+	// content type says so).
+	data    bool
+	checks  []*bodyCheck
+	reprCRC *uint32
+	// name, ctype and meta describe a new upload.
+	name, ctype string
+	meta        map[string]string
+}
+
+// parseTusInt parses a tus integer header: decimal digits only (no sign, no spaces).
+func parseTusInt(field, v string) (int64, error) {
+	if v == "" || len(v) > 18 || strings.Trim(v, "0123456789") != "" {
+		return 0, fmt.Errorf("%w: %s must be a non-negative decimal integer, not %q", ErrInvalid, field, clip(v))
+	}
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n, nil
+}
+
+func mediaType(r *http.Request) string {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return mt
+}
+
+// readHeaders reads a creation (create) or append request's protocol fields.
+func (h *Handler) readHeaders(r *http.Request, rq *request, create bool) (headers, error) {
+	hd := headers{length: -1, data: !create}
+	var err error
+	if rq.proto == protoTus {
+		mt := mediaType(r)
+		if create {
+			if r.Header.Get("Upload-Concat") != "" {
+				return hd, fmt.Errorf("%w: the concatenation extension is not supported: upload the file as one upload (chunkup needs no parallel uploads for speed)", ErrInvalid)
+			}
+			l, d := r.Header.Get("Upload-Length"), r.Header.Get("Upload-Defer-Length")
+			switch {
+			case l != "" && d != "":
+				return hd, fmt.Errorf("%w: send Upload-Length or Upload-Defer-Length, not both", ErrInvalid)
+			case l != "":
+				if hd.length, err = parseTusInt("Upload-Length", l); err != nil {
+					return hd, err
+				}
+			case d != "1":
+				return hd, fmt.Errorf("%w: creating an upload needs Upload-Length, or Upload-Defer-Length: 1 when the length is not known yet", ErrInvalid)
+			}
+			hd.data = mt == ctTusPatch
+		} else {
+			if mt != ctTusPatch {
+				return hd, fmt.Errorf("%w: a tus PATCH must have Content-Type: %s", errMediaType, ctTusPatch)
+			}
+			if hd.offset, err = parseTusInt("Upload-Offset", r.Header.Get("Upload-Offset")); err != nil {
+				return hd, err
+			}
+			if l := r.Header.Get("Upload-Length"); l != "" {
+				if hd.length, err = parseTusInt("Upload-Length", l); err != nil {
+					return hd, err
+				}
+			}
+		}
+		if v := r.Header.Get("Upload-Checksum"); v != "" && hd.data {
+			c, err := parseUploadChecksum(v)
+			if err != nil {
+				return hd, err
+			}
+			hd.checks = append(hd.checks, c)
+		}
+	} else {
+		ends, present, ok := sfBoolean(r.Header.Values("Upload-Complete"))
+		switch {
+		case ok:
+			hd.ends = ends
+		case create || rq.interop >= 7:
+			return hd, fmt.Errorf("%w: the request needs Upload-Complete: ?1 (its body ends the upload) or ?0", ErrInvalid)
+		case present:
+			return hd, fmt.Errorf("%w: Upload-Complete must be ?0 or ?1", ErrInvalid)
+		default:
+			// Drafts -01 to -05 (interop up to 6): an append without the field is the
+			// last one.
+			hd.ends = true
+		}
+		if !create {
+			if rq.interop >= 6 && mediaType(r) != ctIETFPatch {
+				return hd, fmt.Errorf("%w: an append must have Content-Type: %s", errMediaType, ctIETFPatch)
+			}
+			off, _, ok := sfInteger(r.Header.Values("Upload-Offset"))
+			if !ok {
+				return hd, fmt.Errorf("%w: an append needs Upload-Offset, a non-negative integer", ErrInvalid)
+			}
+			hd.offset = off
+		}
+		// A field of the wrong type is ignored, as the draft says.
+		if l, _, ok := sfInteger(r.Header.Values("Upload-Length")); ok {
+			hd.length = l
+		}
+		if hd.ends && r.ContentLength >= 0 {
+			l := hd.offset + r.ContentLength
+			if hd.length >= 0 && hd.length != l {
+				return hd, fmt.Errorf("%w: Upload-Length %d, but Upload-Complete: ?1 and Content-Length say %d", errLength, hd.length, l)
+			}
+			hd.length = l
+		}
+		if hd.checks, err = parseContentDigest(r.Header.Values("Content-Digest")); err != nil {
+			return hd, err
+		}
+		if c, ok, err := reprCRC32C(r.Header.Values("Repr-Digest")); err != nil {
+			return hd, err
+		} else if ok {
+			hd.reprCRC = &c
+		}
+	}
+	if !create {
+		return hd, nil
+	}
+	if h.cfg.MaxSize > 0 && hd.length > h.cfg.MaxSize {
+		return hd, fmt.Errorf("%w: the upload has %d bytes; this server takes at most %d", ErrTooLarge, hd.length, h.cfg.MaxSize)
+	}
+	if hd.meta, err = parseTusMetadata(r.Header.Get("Upload-Metadata")); err != nil {
+		return hd, err
+	}
+	hd.name, hd.ctype = nameAndType(hd.meta)
+	if rq.proto == protoIETF {
+		// The creation request's representation metadata describes the file.
+		if hd.name == "" {
+			hd.name = dispositionName(r.Header.Get("Content-Disposition"))
+		}
+		if mt := r.Header.Get("Content-Type"); hd.ctype == "" && mt != "" {
+			if m := mediaType(r); m != ctIETFPatch && m != ctTusPatch {
+				hd.ctype = mt
+			}
+		}
+	}
+	return hd, nil
+}
+
+// overflow is the error for data beyond an upload's length.
+func overflow(p protocol, size int64) error {
+	if p == protoTus {
+		return fmt.Errorf("%w: the data goes past the upload's length of %d bytes", ErrTooLarge, size)
+	}
+	return fmt.Errorf("%w: the data goes past the upload's length of %d bytes", errLength, size)
+}
+
+// create answers upload creation: tus POST (with or without data) and IETF creation.
+func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Request, rq *request) {
+	hd, err := h.readHeaders(r, rq, true)
+	if err != nil {
+		h.fail(w, r, rq, err)
+		return
+	}
+	if rq.proto == protoIETF {
+		hd.data = true
+	}
+	cctx, cancel := context.WithTimeout(ctx, h.cfg.CoreTimeout)
+	up, err := h.core.Create(cctx, CreateRequest{Size: hd.length, Name: hd.name, ContentType: hd.ctype, Metadata: hd.meta})
+	cancel()
+	if err != nil {
+		h.fail(w, r, rq, err)
+		return
+	}
+	rq.id, rq.upload = up.ID, &up
+	rq.setOffset(0)
+	loc := h.location(up.ID)
+	res := appendResult{size: up.Size}
+	if rq.proto == protoIETF && r.ContentLength == 0 && !hd.ends && up.Size != 0 {
+		hd.data = false // careful creation: the client only wants the URL
+	}
+	if hd.data || up.Size == 0 {
+		held, unlock, err := h.core.Lock(context.WithoutCancel(ctx), up.ID)
+		if err != nil {
+			h.fail(w, r, rq, err)
+			return
+		}
+		defer unlock()
+		job := &appendJob{
+			id: up.ID, held: held, up: up, st: summarize(up), size: up.Size, declare: -1,
+			ends: hd.ends, checks: hd.checks, reprCRC: hd.reprCRC, overflow: overflow(rq.proto, up.Size),
+		}
+		if rq.proto == protoIETF {
+			// Announce the upload's URL before reading the body, so that the client
+			// can resume even if this request breaks.
+			h.interim(w, r, rq, "Location", loc, "Upload-Limit", h.limit(&up))
+			job.progress = func(off int64) { h.interim(w, r, rq, "Upload-Offset", strconv.FormatInt(off, 10)) }
+		}
+		if res, err = h.appendBody(w, r, job); err != nil {
+			rq.setOffset(res.offset)
+			h.fail(w, r, rq, err)
+			return
+		}
+	}
+	rq.setOffset(res.offset)
+	rq.complete = res.complete
+	h.respond(ctx, w, r, rq, up, res, http.StatusCreated, loc)
+}
+
+// patch answers an append: tus PATCH and IETF upload append.
+func (h *Handler) patch(ctx context.Context, w http.ResponseWriter, r *http.Request, rq *request) {
+	hd, err := h.readHeaders(r, rq, false)
+	if err != nil {
+		h.fail(w, r, rq, err)
+		return
+	}
+	held, unlock, err := h.core.Lock(context.WithoutCancel(ctx), rq.id)
+	if err != nil {
+		h.fail(w, r, rq, err)
+		return
+	}
+	defer unlock()
+	up, st, err := h.load(held, rq)
+	if err != nil {
+		h.fail(w, r, rq, err)
+		return
+	}
+	if hd.offset != st.offset {
+		h.fail(w, r, rq, &offsetError{Expected: st.offset, Provided: hd.offset})
+		return
+	}
+	size := up.Size
+	job := &appendJob{
+		id: rq.id, held: held, up: up, st: st, size: size, declare: -1,
+		ends: hd.ends, checks: hd.checks, reprCRC: hd.reprCRC,
+	}
+	if hd.length >= 0 && hd.length != size {
+		switch {
+		case size >= 0 || hd.length < st.offset:
+			known := "the offset is " + strconv.FormatInt(st.offset, 10)
+			if size >= 0 {
+				known = "the upload's length is " + strconv.FormatInt(size, 10)
+			}
+			if rq.proto == protoTus {
+				h.fail(w, r, rq, fmt.Errorf("%w: Upload-Length %d, but %s (the length cannot change)", ErrInvalid, hd.length, known))
+			} else {
+				h.fail(w, r, rq, fmt.Errorf("%w: the request says the length is %d, but %s", errLength, hd.length, known))
+			}
+			return
+		case h.cfg.MaxSize > 0 && hd.length > h.cfg.MaxSize:
+			h.fail(w, r, rq, fmt.Errorf("%w: the upload has %d bytes; this server takes at most %d", ErrTooLarge, hd.length, h.cfg.MaxSize))
+			return
+		}
+		job.declare, job.size, size = hd.length, hd.length, hd.length
+	}
+	job.overflow = overflow(rq.proto, size)
+	if st.complete {
+		// Nothing more can be appended. An empty append at the end is a client that
+		// lost the final response and asks again: it gets it again.
+		if r.ContentLength != 0 {
+			if _, err := newPeeker(r).peek(); err == nil {
+				h.fail(w, r, rq, job.overflow)
+				return
+			}
+		}
+		h.respond(ctx, w, r, rq, up, appendResult{offset: st.offset, crc: st.crc, complete: true, size: size}, http.StatusNoContent, "")
+		return
+	}
+	if cl := r.ContentLength; cl >= 0 {
+		end := size >= 0 && hd.offset+cl == size || hd.ends
+		switch {
+		case size >= 0 && hd.offset+cl > size:
+			h.fail(w, r, rq, job.overflow)
+			return
+		case len(hd.checks) > 0 && cl > h.cfg.MaxChecksumBody:
+			h.fail(w, r, rq, fmt.Errorf("%w: a request body with a checksum is held in memory until it is verified, so it may have at most %d bytes; this one has %d", ErrTooLarge, h.cfg.MaxChecksumBody, cl))
+			return
+		case cl > 0 && cl < up.ChunkSize && !end:
+			// Its bytes could only be dropped, and a client that sends the same again
+			// would loop for ever.
+			h.fail(w, r, rq, fmt.Errorf("%w: an append must carry at least one whole chunk (%d bytes) unless it ends the upload; this one has %d bytes", ErrInvalid, up.ChunkSize, cl))
+			return
+		}
+	}
+	if rq.proto == protoIETF {
+		job.progress = func(off int64) { h.interim(w, r, rq, "Upload-Offset", strconv.FormatInt(off, 10)) }
+	}
+	res, err := h.appendBody(w, r, job)
+	rq.setOffset(res.offset)
+	rq.complete = res.complete
+	if err != nil {
+		h.fail(w, r, rq, err)
+		return
+	}
+	h.respond(ctx, w, r, rq, up, res, http.StatusNoContent, "")
+}
+
+// newPeeker reads a body that is expected to be empty.
+func newPeeker(r *http.Request) *bodyReader {
+	return &bodyReader{body: r.Body}
+}
+
+// interim sends a 104 (Upload Resumption Supported) with the given fields, to IETF
+// clients of HTTP/1.1 or later (RFC 9110 forbids 1xx to HTTP/1.0). The fields stay in
+// the header map for the final response (net/http clears it only after a final
+// status), which is right for Location and Upload-Limit and harmless for Upload-Offset,
+// which the final response sets again; a progress 104 must not carry Location, so it
+// is taken out and put back.
+func (h *Handler) interim(w http.ResponseWriter, r *http.Request, rq *request, kv ...string) {
+	if rq.proto != protoIETF || !r.ProtoAtLeast(1, 1) {
+		return
+	}
+	hd := w.Header()
+	loc, hadLoc := hd["Location"]
+	creation := false
+	for i := 0; i+1 < len(kv); i += 2 {
+		hd.Set(kv[i], kv[i+1])
+		creation = creation || kv[i] == "Location"
+	}
+	if !creation {
+		hd.Del("Location")
+	}
+	hd.Set("Upload-Draft-Interop-Version", strconv.Itoa(rq.interop))
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(h.cfg.IdleTimeout))
+	w.WriteHeader(104)
+	if hadLoc && !creation {
+		hd["Location"] = loc
+	}
+}
+
+// respond writes a successful creation or append response.
+func (h *Handler) respond(ctx context.Context, w http.ResponseWriter, r *http.Request, rq *request, up Upload, res appendResult, code int, loc string) {
+	hdr := w.Header()
+	if loc != "" {
+		hdr.Set("Location", loc)
+	}
+	up.Size = res.size
+	st := summary{offset: res.offset, crc: res.crc, complete: res.complete}
+	h.progressHeaders(w, rq, up, st)
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(h.cfg.IdleTimeout))
+	if rq.proto == protoIETF && res.complete {
+		// The upload is whole: the response is the target resource's, the upload as
+		// chunkup now holds it.
+		cctx, cancel := context.WithTimeout(ctx, h.cfg.CoreTimeout)
+		if fresh, err := h.core.Get(cctx, up.ID); err == nil {
+			up = fresh
+		}
+		cancel()
+		if code == http.StatusNoContent {
+			code = http.StatusOK
+		}
+		hdr.Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(statusJSON(up, st))
+		return
+	}
+	w.WriteHeader(code)
+}
