@@ -27,6 +27,7 @@ import (
 	"github.com/chunkup/chunkup/cleanup"
 	"github.com/chunkup/chunkup/completion"
 	"github.com/chunkup/chunkup/events"
+	"github.com/chunkup/chunkup/httpdoor"
 	"github.com/chunkup/chunkup/internal/metrics"
 	"github.com/chunkup/chunkup/internal/notify"
 	"github.com/chunkup/chunkup/internal/tracing"
@@ -102,6 +103,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Observe configures metrics and tracing (see observe.go).
 	Observe ObserveConfig
+	// HTTPDoor configures the HTTP door (tus and the IETF resumable-upload draft) that
+	// the api role serves on HTTPAddr (see httpdoor.go).
+	HTTPDoor HTTPDoorConfig
 }
 
 // Validate checks the configuration and the configurations of every role.
@@ -125,7 +129,7 @@ func (c *Config) Validate() error {
 		return errors.New("rate limits must not be negative")
 	}
 	return errors.Join(c.S3.Validate(), c.Auth.Validate(), c.TLS.Validate(), c.Staging.Validate(), srv.Validate(), c.Worker.Validate(),
-		c.Completer.Validate(), c.Publisher.Validate(), c.Expirer.Validate(), c.OCR.validate())
+		c.Completer.Validate(), c.Publisher.Validate(), c.Expirer.Validate(), c.OCR.validate(), c.HTTPDoor.Validate())
 }
 
 func (c *Config) redisURL() string {
@@ -163,6 +167,7 @@ type App struct {
 		SetServingStatus(string, healthpb.HealthCheckResponse_ServingStatus)
 	}
 	http      *http.Server
+	door      *httpdoor.Handler // nil without the api role or an HTTP address
 	worker    *chunkworker.Worker
 	completer *completion.Completer
 	publisher *events.Publisher
@@ -295,6 +300,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			return nil, err
 		}
 	}
+	var guard server.Guard
 	if cfg.has(RoleAPI) {
 		sc := cfg.Server
 		if sc.Bucket == "" {
@@ -317,7 +323,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if err != nil {
 			return nil, err
 		}
-		guard := server.Guard{RatePerTenant: cfg.RatePerTenant, RateBurst: cfg.RateBurst}
+		guard = server.Guard{RatePerTenant: cfg.RatePerTenant, RateBurst: cfg.RateBurst}
 		if cfg.Auth.Enabled() {
 			if guard.Auth, err = server.NewAuthenticator(cfg.Auth); err != nil {
 				return nil, err
@@ -346,12 +352,17 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 			return nil, fmt.Errorf("http listen: %w", err)
 		}
-		a.http = &http.Server{
-			Handler: a.withWebhook(server.NewHTTPHandler(map[string]server.Pinger{
-				"redis": func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() },
-			})),
-			ReadHeaderTimeout: 5 * time.Second,
+		mux := a.withWebhook(server.NewHTTPHandler(map[string]server.Pinger{
+			"redis": func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() },
+		}))
+		if a.api != nil && !cfg.HTTPDoor.Off {
+			if err := a.setupDoor(mux, guard); err != nil {
+				return nil, err
+			}
 		}
+		// No ReadTimeout or WriteTimeout: an upload's request lasts as long as its body
+		// takes; the door bounds each read and write itself (IdleTimeout).
+		a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		a.http.Handler = a.withMetrics(a.http.Handler) // GET /metrics
 	}
 	ok = true
@@ -462,6 +473,9 @@ func (a *App) Run(ctx context.Context) error {
 	if a.grpc != nil {
 		a.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
 		a.api.Drain() // open streams end after their chunk and resume elsewhere
+		if a.door != nil {
+			a.door.Drain() // so do HTTP appends
+		}
 		done := make(chan struct{})
 		go func() { a.grpc.GracefulStop(); close(done) }()
 		select {
@@ -471,7 +485,8 @@ func (a *App) Run(ctx context.Context) error {
 		}
 	}
 	if a.http != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Drained HTTP appends answer once the chunk they are staging is staged.
+		sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 		_ = a.http.Shutdown(sctx)
 		cancel()
 	}

@@ -277,17 +277,24 @@ type bodyReader struct {
 	err    error
 	stop   func() bool
 
+	h       *Handler // for Drain
 	mu      sync.Mutex
 	stopped bool
 }
 
 func (h *Handler) newBodyReader(w http.ResponseWriter, r *http.Request, job *appendJob) *bodyReader {
-	b := &bodyReader{body: r.Body, rc: http.NewResponseController(w), idle: h.cfg.IdleTimeout, held: job.held, checks: job.checks}
+	b := &bodyReader{body: r.Body, rc: http.NewResponseController(w), idle: h.cfg.IdleTimeout, held: job.held, checks: job.checks, h: h}
 	if len(job.checks) > 0 {
 		b.limit = h.cfg.MaxChecksumBody
 	}
 	b.arm()
 	b.stop = context.AfterFunc(job.held, b.interrupt)
+	h.bodiesMu.Lock()
+	h.bodies[b] = struct{}{}
+	h.bodiesMu.Unlock()
+	if h.draining() {
+		b.interrupt()
+	}
 	return b
 }
 
@@ -312,6 +319,11 @@ func (b *bodyReader) interrupt() {
 func (b *bodyReader) close() {
 	if b.stop != nil {
 		b.stop()
+	}
+	if b.h != nil {
+		b.h.bodiesMu.Lock()
+		delete(b.h.bodies, b)
+		b.h.bodiesMu.Unlock()
 	}
 }
 
@@ -373,6 +385,8 @@ func (b *bodyReader) interrupted(err error) error {
 		return err
 	case b.held != nil && b.held.Err() != nil:
 		return fmt.Errorf("%w: this request lost the upload's lock; what arrived in whole chunks is stored", ErrLocked)
+	case b.h != nil && b.h.draining():
+		return fmt.Errorf("%w: it stopped reading after %d bytes; whole chunks are stored, resume from Upload-Offset", errDraining, b.n)
 	}
 	return fmt.Errorf("%w after %d bytes (%v); whole chunks are stored, resume from Upload-Offset", errInterrupted, b.n, err)
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -82,6 +83,14 @@ type CORS struct {
 	AllowCredentials bool
 	// MaxAge is how long browsers may cache a preflight. Zero means 24 h.
 	MaxAge time.Duration
+	// AllowHeaders are request header fields pages may send besides the door's own
+	// list (tusd's, the checksum and digest fields, X-Api-Key), e.g. a proxy's
+	// authentication header. Zero means the door's list only.
+	AllowHeaders []string
+	// ExposeHeaders are response header fields pages may read besides the door's own
+	// list (the tus and draft fields), e.g. a proxy's request id. Zero means the door's
+	// list only.
+	ExposeHeaders []string
 }
 
 func (c Config) withDefaults() Config {
@@ -138,6 +147,11 @@ func (c Config) Validate() error {
 	if d.BufferBudget < d.MaxChecksumBody {
 		errs = append(errs, fmt.Errorf("httpdoor: the buffer budget (%d bytes) must hold at least one checksummed body (%d bytes)", d.BufferBudget, d.MaxChecksumBody))
 	}
+	for _, h := range append(slices.Clone(c.CORS.AllowHeaders), c.CORS.ExposeHeaders...) {
+		if h == "" || strings.ContainsFunc(h, func(r rune) bool { return !isTokenChar(r) }) {
+			errs = append(errs, fmt.Errorf("httpdoor: CORS header %q is not a header field name", h))
+		}
+	}
 	for _, o := range c.CORS.AllowedOrigins {
 		if o == "*" {
 			continue
@@ -148,4 +162,9 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// isTokenChar reports whether r may appear in a header field name (RFC 9110 token).
+func isTokenChar(r rune) bool {
+	return r < 127 && r > 32 && !strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r)
 }

@@ -147,6 +147,9 @@ var (
 	ErrConflict = errors.New("request conflicts with the upload's state")
 	// ErrTooLarge: the upload or the request is larger than allowed. 413.
 	ErrTooLarge = errors.New("too large")
+	// ErrRateLimited: the caller sent more requests than its rate limit allows; only
+	// Config.Authenticate returns it (wrapped). 429 with Retry-After.
+	ErrRateLimited = errors.New("too many requests")
 	// ErrUnavailable: a refusal that a retry may overcome (the store is unreachable,
 	// full or over its budget; a chunk is being uploaded right now). Nothing was
 	// changed. 503 with Retry-After.

@@ -31,6 +31,14 @@ var (
 	}, ", ")
 )
 
+// withExtra is list followed by extra, for the configured additions to the CORS lists.
+func withExtra(list string, extra []string) string {
+	if len(extra) == 0 {
+		return list
+	}
+	return list + ", " + strings.Join(extra, ", ")
+}
+
 // cors adds the CORS headers for a request from an allowed origin and reports whether
 // the request may go on. A request without Origin (not from a browser page) or from
 // the door's own origin needs no CORS; one from an origin not allowed is refused, so
@@ -54,10 +62,10 @@ func (h *Handler) cors(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if r.Method == http.MethodOptions {
 		hd.Set("Access-Control-Allow-Methods", corsAllowMethods)
-		hd.Set("Access-Control-Allow-Headers", corsAllowHeaders)
+		hd.Set("Access-Control-Allow-Headers", h.corsAllow)
 		hd.Set("Access-Control-Max-Age", strconv.FormatInt(int64(h.cfg.CORS.MaxAge.Seconds()), 10))
 	} else {
-		hd.Set("Access-Control-Expose-Headers", corsExposeHeaders)
+		hd.Set("Access-Control-Expose-Headers", h.corsExpose)
 	}
 	return true
 }

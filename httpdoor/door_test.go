@@ -870,3 +870,58 @@ func TestPage(t *testing.T) {
 		t.Fatalf("/nothing: %d", res.StatusCode)
 	}
 }
+
+// Drain stops a request that is appending after the chunk it is staging: it is
+// answered 503 with Retry-After and its durable offset, and the client resumes.
+func TestDrain(t *testing.T) {
+	const C = 1 << 16
+	e := newEnv(t, C, Config{})
+	data := randomBytes(3*C, 12)
+	id := idOf(t, e.do("POST", "/files/", nil, "Tus-Resumable", "1.0.0", "Upload-Length", strconv.Itoa(len(data))))
+	body := &blockingBody{first: data[:C+10], rest: data[C+10:], sent: make(chan struct{}), release: make(chan error)}
+	done := make(chan reply, 1)
+	go func() {
+		done <- e.do("PATCH", "/files/"+id, body, "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", "0")
+	}()
+	<-body.sent
+	waitFor(t, "chunk 1 is staged", func() bool { return e.core.stageCount() == 1 })
+	e.door.Drain()
+	r := <-done
+	close(body.release)
+	expectStatus(t, r, http.StatusServiceUnavailable)
+	if r.Header.Get("Retry-After") == "" || r.offset(t) != C {
+		t.Fatalf("drained request: Retry-After %q, offset %s; want one, and %d", r.Header.Get("Retry-After"), r.Header.Get("Upload-Offset"), C)
+	}
+	// A body that starts while draining stops at once, with nothing staged.
+	r = e.do("PATCH", "/files/"+id, bytes.NewReader(data[C:]), "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", strconv.Itoa(C))
+	expectStatus(t, r, http.StatusServiceUnavailable)
+	if got, _ := e.core.object(id); len(got) != C {
+		t.Fatalf("%d bytes staged, want %d", len(got), C)
+	}
+}
+
+func TestCORSAdditions(t *testing.T) {
+	e := newEnv(t, 1<<16, Config{CORS: CORS{AllowedOrigins: []string{"*"}, AllowHeaders: []string{"X-Proxy-Auth"}, ExposeHeaders: []string{"X-Request-Id"}}})
+	r := e.do("OPTIONS", "/files/", nil, "Origin", "https://app.example", "Access-Control-Request-Method", "POST")
+	if h := r.Header.Get("Access-Control-Allow-Headers"); !strings.Contains(h, "Upload-Offset") || !strings.HasSuffix(h, ", X-Proxy-Auth") {
+		t.Fatalf("Access-Control-Allow-Headers %q", h)
+	}
+	r = e.do("POST", "/files/", nil, "Origin", "https://app.example", "Tus-Resumable", "1.0.0", "Upload-Length", "5")
+	if h := r.Header.Get("Access-Control-Expose-Headers"); !strings.Contains(h, "Upload-Offset") || !strings.HasSuffix(h, ", X-Request-Id") {
+		t.Fatalf("Access-Control-Expose-Headers %q", h)
+	}
+	if err := (Config{CORS: CORS{ExposeHeaders: []string{"Bad Header"}}}).Validate(); err == nil {
+		t.Fatal("a header name with a space was accepted")
+	}
+}
+
+func TestRateLimited(t *testing.T) {
+	e := newEnv(t, 1<<16, Config{Authenticate: func(r *http.Request) (context.Context, error) {
+		return nil, fmt.Errorf("%w: tenant over its rate limit", ErrRateLimited)
+	}})
+	r := e.do("POST", "/files/", nil, "Tus-Resumable", "1.0.0", "Upload-Length", "5")
+	expectStatus(t, r, http.StatusTooManyRequests)
+	if r.Header.Get("Retry-After") == "" {
+		t.Fatal("no Retry-After")
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/chunkup/chunkup/internal/crc"
@@ -58,6 +59,14 @@ type Handler struct {
 	bufs *buffers
 	// base is the prefix as an absolute path or URL, for Location.
 	base string
+	// corsAllow and corsExpose are the CORS header lists with the configured additions.
+	corsAllow, corsExpose string
+	// drain is closed by Drain; bodies holds the request bodies being read, which Drain
+	// interrupts.
+	drain     chan struct{}
+	drainOnce sync.Once
+	bodiesMu  sync.Mutex
+	bodies    map[*bodyReader]struct{}
 }
 
 // New returns a door over core.
@@ -71,9 +80,39 @@ func New(core Core, cfg Config) (*Handler, error) {
 	cfg = cfg.withDefaults()
 	return &Handler{
 		core: core, cfg: cfg,
-		bufs: newBuffers(cfg.BufferBudget),
-		base: strings.TrimSuffix(cfg.PublicURL, "/") + cfg.Prefix,
+		bufs:       newBuffers(cfg.BufferBudget),
+		base:       strings.TrimSuffix(cfg.PublicURL, "/") + cfg.Prefix,
+		corsAllow:  withExtra(corsAllowHeaders, cfg.CORS.AllowHeaders),
+		corsExpose: withExtra(corsExposeHeaders, cfg.CORS.ExposeHeaders),
+		drain:      make(chan struct{}),
+		bodies:     map[*bodyReader]struct{}{},
 	}, nil
+}
+
+// Drain prepares for shutdown: every request body being read stops at once (the chunk
+// being staged, if any, is staged to the end; the partial chunk after it is dropped)
+// and is answered 503 with Retry-After, so that its client resumes, on another replica
+// if this one is gone; bodies that start afterwards stop at once the same way. Call it
+// before http.Server.Shutdown, which then finds the requests ending instead of waiting
+// for uploads that could take hours.
+func (h *Handler) Drain() {
+	h.drainOnce.Do(func() {
+		close(h.drain)
+		h.bodiesMu.Lock()
+		defer h.bodiesMu.Unlock()
+		for b := range h.bodies {
+			b.interrupt()
+		}
+	})
+}
+
+func (h *Handler) draining() bool {
+	select {
+	case <-h.drain:
+		return true
+	default:
+		return false
+	}
 }
 
 // request is what the door knows about one request as it goes, for its response.
@@ -139,6 +178,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	if h.cfg.Authenticate != nil {
 		actx, err := h.cfg.Authenticate(r)
+		if errors.Is(err, ErrRateLimited) {
+			h.fail(w, r, rq, err)
+			return
+		}
 		if err != nil {
 			h.fail(w, r, rq, fmt.Errorf("%w: %v; send an API key as x-api-key or Authorization: Bearer", errUnauthenticated, err))
 			return

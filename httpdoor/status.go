@@ -21,6 +21,10 @@ var (
 	errOrigin = errors.New("origin not allowed")
 	// errMediaType: a PATCH without the protocol's content type. 415.
 	errMediaType = errors.New("unsupported media type")
+	// errDraining: the server is shutting down (Handler.Drain) and stopped reading the
+	// body; what arrived in whole chunks is staged. 503 with Retry-After, so the client
+	// resumes (elsewhere).
+	errDraining = errors.New("this server is shutting down")
 	// errLength: length indications that disagree (the IETF inconsistent-upload-length
 	// problem). 400.
 	errLength = errors.New("inconsistent upload length")
@@ -106,8 +110,10 @@ func statusOf(p protocol, err error) int {
 		return http.StatusConflict
 	case errors.Is(err, ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, ErrUnavailable), errors.Is(err, errDraining):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, ErrRateLimited):
+		return http.StatusTooManyRequests
 	}
 	return http.StatusInternalServerError
 }
@@ -156,7 +162,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rq *request, err 
 		hd.Set("Tus-Version", tusVersion)
 	case code == http.StatusUnauthorized:
 		hd.Set("WWW-Authenticate", `Bearer realm="chunkup"`)
-	case code == http.StatusServiceUnavailable, code == http.StatusLocked, code == http.StatusConflict && errors.Is(err, ErrLocked):
+	case code == http.StatusServiceUnavailable, code == http.StatusTooManyRequests, code == http.StatusLocked,
+		code == http.StatusConflict && errors.Is(err, ErrLocked):
 		hd.Set("Retry-After", "1")
 	case code == http.StatusRequestEntityTooLarge && rq.proto == protoIETF:
 		hd.Set("Upload-Limit", h.limit(rq.upload))

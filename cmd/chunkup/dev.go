@@ -21,7 +21,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	data := fs.String("data", "CHUNKUP_DEV_DATA", ".chunkup-dev", "directory for Redis' AOF, the S3 objects and Kafka's log (one dev at a time: it is locked)")
 	grpcAddr := fs.String("grpc-addr", "CHUNKUP_GRPC_ADDR", "127.0.0.1:7070", "gRPC listen address")
-	httpAddr := fs.String("http-addr", "CHUNKUP_HTTP_ADDR", "127.0.0.1:7071", "HTTP address for /healthz, /readyz and /metrics (off to disable)")
+	httpAddr := fs.String("http-addr", "CHUNKUP_HTTP_ADDR", "127.0.0.1:7071", "HTTP address for the upload page, HTTP uploads (/files/), /healthz, /readyz and /metrics (off to disable)")
 	s3Addr := fs.String("s3-addr", "CHUNKUP_DEV_S3_ADDR", "127.0.0.1:7072", "embedded S3 listen address")
 	kafkaAddr := fs.String("kafka-addr", "CHUNKUP_DEV_KAFKA_ADDR", "127.0.0.1:7073", "embedded Kafka listen address")
 	redisAddr := fs.String("redis-addr", "CHUNKUP_DEV_REDIS_ADDR", "127.0.0.1:0", "Redis listen address (port 0: any free port)")
@@ -73,13 +73,14 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, RedisURL: env.RedisURL, Bucket: *bucket,
 		S3:           s3store.Config{Endpoint: env.S3Endpoint, AccessKey: "chunkup-dev", SecretKey: "chunkup-dev"},
 		KafkaBrokers: []string{env.KafkaAddr}, KafkaTopic: *topic, NodeID: "dev", Logger: logger,
+		HTTPDoor: app.HTTPDoorConfig{Page: true},
 	})
 	if err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
 	fmt.Fprintf(stdout, `chunkup dev: every role in one process, for development only (no authentication)
   gRPC   %s
-  HTTP   http://%s  (/healthz, /readyz, /metrics)
+  HTTP   http://%s  (upload page; tus and IETF uploads at /files/; /healthz, /readyz, /metrics)
   S3     %s  (bucket %s, objects under %s)
   Kafka  %s  (topic %s)
   Redis  %s  (%s)

@@ -162,7 +162,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var cfg app.Config
 	grpcAddr := fs.String("grpc-addr", "CHUNKUP_GRPC_ADDR", "127.0.0.1:7070", "gRPC listen address")
-	httpAddr := fs.String("http-addr", "CHUNKUP_HTTP_ADDR", "127.0.0.1:7071", "HTTP address for /healthz, /readyz and /metrics (off to disable)")
+	httpAddr := fs.String("http-addr", "CHUNKUP_HTTP_ADDR", "127.0.0.1:7071", "HTTP address for /healthz, /readyz, /metrics and HTTP uploads (off to disable)")
+	door := doorFlags(fs)
 	redisURL := fs.String("redis-url", "CHUNKUP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL; a cluster: redis+cluster://host1:port1,host2:port2")
 	minReplicas := fs.Int("redis-min-replicas", "CHUNKUP_REDIS_MIN_REPLICAS", 0, "Redis replicas that must confirm a chunk (WAIT) before it is acknowledged (0: do not wait)")
 	replicaTimeout := fs.Duration("redis-replica-timeout", "CHUNKUP_REDIS_REPLICA_TIMEOUT", 0, "how long a chunk waits for those replicas before it is refused as UNAVAILABLE (default 1s)")
@@ -252,6 +253,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := applyOCR(&cfg); err != nil {
 		return usageError{err}
 	}
+	door(&cfg)
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}

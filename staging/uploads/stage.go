@@ -31,13 +31,17 @@ import (
 //	        a sharded channel of another slot itself
 //	ARGV[8] wake-up message ("ID/N")
 //	ARGV[9] progress channel (in this upload's slot: SPUBLISH on a cluster)
+//	KEYS[8], ARGV[10] (optional) the upload's append lock and the token the caller
+//	        holds it with (see WithAppendLock); "" or absent: no fence
 //
 // Returns {"ok", ready} for a newly staged or replaced chunk, {"dup", ready} for a
 // repeat, or an error code: {"notfound"}, {"state", status}, {"beyond", total},
-// {"last", total}, {"lastbefore", max_received}, {"recorded"}, {"busy"}, or
-// {"nobytes"} when KEYS[5] does not exist (its SET was refused) and nothing was written.
-// ready is 1 when the upload now has every part and can be completed.
+// {"last", total}, {"lastbefore", max_received}, {"recorded"}, {"busy"},
+// {"fenced"} when the append lock is no longer the caller's, or {"nobytes"} when
+// KEYS[5] does not exist (its SET was refused) and nothing was written. ready is 1 when
+// the upload now has every part and can be completed.
 var stageScript = rdb.NewScript(`
+if ARGV[10] and ARGV[10] ~= '' and redis.call('GET', KEYS[8]) ~= ARGV[10] then redis.call('DEL', KEYS[5]) return {'fenced'} end
 local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'max_received', 'uploaded')
 if not st[1] then redis.call('DEL', KEYS[5]) return {'notfound'} end
 if st[1] ~= 'ACTIVE' then redis.call('DEL', KEYS[5]) return {'state', st[1]} end
@@ -120,7 +124,9 @@ const wakeGrace = 2 * time.Second
 // Stage stores a chunk's bytes and records it as received, atomically, in one round
 // trip. The chunk is first indexed as pending (so a sweeper finds it even if every
 // wake-up is lost), its bytes are written under a fresh key, and a script then commits
-// them or, for a repeat or a rejected chunk, deletes them.
+// them or, for a repeat or a rejected chunk, deletes them. Under an append lock (ctx
+// from WithAppendLock) the script first checks that the lock is still the caller's,
+// and refuses with ErrLockLost if not.
 func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (StageResult, error) {
 	ref := staging.ChunkRef{UploadID: id, N: n}
 	now := s.c.Now()
@@ -129,12 +135,12 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 	if last {
 		lastArg = "1"
 	}
-	keys := []string{rdb.StateKey(id), rdb.ReceivedKey(id), rdb.PartsKey(id), rdb.ChunkKey(id, n), incoming, rdb.LeasesKey(id), rdb.MetaKey(id)}
+	keys := []string{rdb.StateKey(id), rdb.ReceivedKey(id), rdb.PartsKey(id), rdb.ChunkKey(id, n), incoming, rdb.LeasesKey(id), rdb.MetaKey(id), rdb.AppendLockKey(id)}
 	wake := rdb.ChunksChannel
 	if s.c.Cluster {
 		wake = "" // published below, on the sharded channel
 	}
-	args := []any{n, crc, len(data), lastArg, now.UnixMilli(), s.c.KeysTTL(), wake, ref.String(), rdb.ProgressChannel(id)}
+	args := []any{n, crc, len(data), lastArg, now.UnixMilli(), s.c.KeysTTL(), wake, ref.String(), rdb.ProgressChannel(id), fenceToken(ctx, id)}
 	var set *redis.StatusCmd
 	var index *redis.IntCmd
 	var eval *redis.Cmd
@@ -222,6 +228,8 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 		return StageResult{}, staging.ErrChunkBusy
 	case "nobytes":
 		return StageResult{}, fmt.Errorf("%w: chunk %d's bytes did not reach Redis", staging.ErrUnavailable, n)
+	case "fenced":
+		return StageResult{}, ErrLockLost
 	}
 	return StageResult{}, fmt.Errorf("staging: unexpected stage result %q", code)
 }

@@ -42,6 +42,12 @@ func OutboxKey(id string) string { return upKey(id, "outbox") }
 // DocKey is a document's hash (the document of a completed upload; same slot).
 func DocKey(id string) string { return upKey(id, "doc") }
 
+// AppendLockKey is an upload's append lock for the HTTP door: the token of the one
+// request appending to it, with a lease (PX) its holder renews. Stage and DeclareSize
+// under the lock check it in their scripts (a fence), so a request that lost it cannot
+// write.
+func AppendLockKey(id string) string { return upKey(id, "httplock") }
+
 // ChunkKey holds chunk N's staged bytes until its part is recorded.
 func ChunkKey(id string, n uint32) string {
 	return upKey(id, "chunk:"+strconv.FormatUint(uint64(n), 10))
