@@ -1,0 +1,56 @@
+// page-upload.cjs opens chunkup dev's upload page in headless Chromium (Debian's, driven
+// with puppeteer-core; no browser is downloaded), chooses the files given as arguments
+// in the page's file input, as a user who clicks "Drop files here" does, and waits
+// until every file's row says COMPLETED. It prints the rows as one JSON line on stdout:
+// [{"name", "id", "key", "state"}], and exits 1 on failure with the page's console on
+// stderr.
+//
+// Environment: PAGE_URL (the page), CHROMIUM (the browser binary), PROFILE_DIR (a
+// fresh, empty user data directory). Arguments: the files.
+'use strict'
+
+const puppeteer = require('puppeteer-core')
+
+async function main () {
+  const files = process.argv.slice(2)
+  const browser = await puppeteer.launch({
+    executablePath: process.env.CHROMIUM,
+    // Exactly these flags: no sandbox (tests may run as root), no GPU, no QUIC, and
+    // none of the background traffic a fresh profile would start.
+    ignoreDefaultArgs: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      '--disable-dev-shm-usage', '--user-data-dir=' + process.env.PROFILE_DIR, 'about:blank']
+  })
+  try {
+    const page = await browser.newPage()
+    page.on('console', m => process.stderr.write('page console: ' + m.text() + '\n'))
+    page.on('pageerror', e => process.stderr.write('page error: ' + e.message + '\n'))
+    await page.goto(process.env.PAGE_URL, { waitUntil: 'load' })
+    const input = await page.$('#files')
+    await input.uploadFile(...files)
+    await page.waitForFunction(n => {
+      const states = [...document.querySelectorAll('#uploads tr')].map(tr => tr.cells[2].textContent)
+      if (states.some(s => s === 'error' || s === 'FAILED' || s === 'ABORTED' || s === 'EXPIRED')) return true
+      return states.length === n && states.every(s => s === 'COMPLETED')
+    }, { timeout: 120000, polling: 100 }, files.length)
+    const rows = await page.$$eval('#uploads tr', trs => trs.map(tr => {
+      const codes = tr.querySelectorAll('code')
+      return {
+        name: tr.cells[0].textContent,
+        state: tr.cells[2].textContent,
+        detail: tr.cells[1].textContent,
+        id: codes[0] ? codes[0].textContent : '',
+        key: codes[1] ? codes[1].textContent : ''
+      }
+    }))
+    process.stdout.write(JSON.stringify(rows) + '\n')
+  } finally {
+    await browser.close()
+  }
+}
+
+main().catch(err => {
+  process.stderr.write(String(err && err.stack ? err.stack : err) + '\n')
+  process.exit(1)
+})
