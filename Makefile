@@ -25,18 +25,28 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 # Debian packages the tests need. An entry COMMAND:PACKAGE installs PACKAGE when COMMAND
 # is not on PATH; a bare PACKAGE installs it when dpkg does not have it. The Redis
 # Cluster tests need redis-cli (--cluster create); the OCR tests need tesseract with its
-# English data and poppler's pdftoppm.
-APT_DEPS ?= redis-server:redis-server redis-cli:redis-tools tesseract:tesseract-ocr tesseract-ocr-eng pdftoppm:poppler-utils
+# English data and poppler's pdftoppm; the HTTP door's tests need curl, Node and npm
+# (tus-js-client, puppeteer-core) and chromium (the upload page, headless).
+APT_DEPS ?= redis-server:redis-server redis-cli:redis-tools tesseract:tesseract-ocr tesseract-ocr-eng pdftoppm:poppler-utils \
+	curl:curl node:nodejs npm:npm chromium:chromium
 APT_DEPS += $(APT_DEPS_EXTRA)
 
 GO_TEST_FLAGS ?=
 
-.PHONY: all deps deps-apt deps-minio test chaos bench bench-go tools generate lint check-generate ci clean-cache
+# The tests' Node packages, pinned with their whole tree in one lock file, are
+# installed into the cache (never the repository) under the lock's hash, as
+# internal/testenv (NodeDir) expects them; --ignore-scripts: no install script runs, so
+# no browser is downloaded (the tests drive Debian's chromium).
+NODE_PACKAGES := internal/testenv/node
+NODE_DIR = $(CACHE)/node/$(shell sha256sum $(NODE_PACKAGES)/package-lock.json | cut -c1-16)
+
+.PHONY: all deps deps-apt deps-minio deps-node test chaos bench bench-go tools generate lint check-generate ci clean-cache
 
 all: test
 
-## deps: install redis-server (apt) and MinIO (go install) when missing
-deps: deps-apt deps-minio
+## deps: install redis-server, chromium, Node (apt), MinIO (go install) and the tests'
+## Node packages (npm ci into the cache) when missing
+deps: deps-apt deps-minio deps-node
 
 deps-apt:
 	@missing=""; \
@@ -83,6 +93,16 @@ endef
 # The lock file is the one internal/testenv takes before building MinIO itself.
 deps-minio:
 	$(call go_install,minio,github.com/minio/minio,$(MINIO_VERSION))
+
+# The lock file is the one internal/testenv takes before installing them itself.
+deps-node: deps-apt
+	@if [ ! -f "$(NODE_DIR)/.installed" ]; then \
+	  echo "installing the tests' Node packages into $(NODE_DIR)"; \
+	  mkdir -p "$(NODE_DIR)"; \
+	  cp $(NODE_PACKAGES)/package.json $(NODE_PACKAGES)/package-lock.json "$(NODE_DIR)/"; \
+	  flock "$(CACHE)/node.lock" sh -c 'cd "$(NODE_DIR)" && if [ ! -f .installed ]; then \
+	    PUPPETEER_SKIP_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund && touch .installed; fi'; \
+	fi
 
 ## test: run every test, with the race detector
 test: deps

@@ -15,8 +15,9 @@ func TestRunSmall(t *testing.T) {
 	cfg.Sizes = []int64{8 * MiB, 16 * MiB}
 	rep := run(t, cfg)
 
-	if rep.Large.Chunkup <= 0 || rep.Large.Direct <= 0 || rep.Small.Chunkup <= 0 || rep.Small.Direct <= 0 {
-		t.Errorf("comparisons without figures: large %+v, small %+v", rep.Large, rep.Small)
+	if rep.Large.Chunkup <= 0 || rep.Large.Direct <= 0 || rep.Small.Chunkup <= 0 || rep.Small.Direct <= 0 ||
+		rep.HTTP.Chunkup <= 0 || rep.HTTP.GRPC != rep.Large.Chunkup || rep.HTTP.Cost.ServerCPUPerGiB <= 0 {
+		t.Errorf("comparisons without figures: large %+v, HTTP %+v, small %+v", rep.Large, rep.HTTP, rep.Small)
 	}
 	if len(rep.Scaling) != 2 || rep.Scaling[1].SecPerGiB <= 0 || rep.Scaling[1].Cost.ServerPeakRSSMiB <= 0 {
 		t.Errorf("scaling: %+v", rep.Scaling)
@@ -26,7 +27,7 @@ func TestRunSmall(t *testing.T) {
 	}
 	var out bytes.Buffer
 	rep.print(&out)
-	for _, want := range []string{"large 24MiB", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB"} {
+	for _, want := range []string{"large 24MiB", "large 24MiB via HTTP (tus)", "HTTP door (tus, one PATCH) / gRPC SDK", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}

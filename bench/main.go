@@ -71,7 +71,7 @@ func main() {
 	flag.BoolVar(&cfg.AOF, "aof", false, "run Redis with the append-only file (appendfsync everysec), as in production")
 	flag.StringVar(&cfg.ExtraArgs, "chunkup-args", "", "extra `chunkup serve` flags, space-separated (to compare settings)")
 	flag.StringVar(&cfg.ExtraEnv, "chunkup-env", "", "extra environment for `chunkup serve`, space-separated NAME=VALUE (e.g. GOGC=50)")
-	flag.StringVar(&cfg.Skip, "skip", "", "parts to leave out, comma-separated: large, small, scaling (while tuning one)")
+	flag.StringVar(&cfg.Skip, "skip", "", "parts to leave out, comma-separated: large, http (the large upload through the HTTP door), small, scaling (while tuning one)")
 	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "after the measurements, run the large upload and the small ones once more through chunkup and write the server's CPU profiles to this file and to its -small variant")
 	flag.Parse()
 
@@ -130,13 +130,15 @@ func parseSize(s string) (int64, error) {
 
 // report is what a run measured.
 type report struct {
-	When    time.Time     `json:"when"`
-	Machine string        `json:"machine"`
-	Config  config        `json:"config"`
-	Large   comparison    `json:"large"`
-	Small   comparison    `json:"small"`
-	Scaling []scalingStep `json:"scaling"`
-	Targets []target      `json:"targets"`
+	When    time.Time  `json:"when"`
+	Machine string     `json:"machine"`
+	Config  config     `json:"config"`
+	Large   comparison `json:"large"`
+	// HTTP is the large upload through the HTTP door (tus), in the same rounds.
+	HTTP    httpComparison `json:"http"`
+	Small   comparison     `json:"small"`
+	Scaling []scalingStep  `json:"scaling"`
+	Targets []target       `json:"targets"`
 }
 
 // comparison is chunkup against the direct upload, each the median of the rounds.
@@ -158,6 +160,15 @@ type comparison struct {
 	// chunkup's (server, Redis, MinIO and client): the ratio chunkup could reach at
 	// best when every process shares one machine's cores and they are all busy.
 	CPUBound float64 `json:"cpu_bound_ratio"`
+}
+
+// httpComparison is the large upload through the HTTP door against the direct upload
+// (Chunkup is the door's figure, Cost its cost; ack latencies are gRPC's only), and
+// against the gRPC path of the same rounds.
+type httpComparison struct {
+	comparison
+	GRPC        float64 `json:"grpc"`
+	RatioToGRPC float64 `json:"ratio_to_grpc"`
 }
 
 // cost is what an upload through chunkup used.
@@ -197,9 +208,16 @@ func (r *report) print(w io.Writer) {
 
 	fmt.Fprintln(tw, "comparison\tunit\tchunkup\tdirect\tratio\t")
 	fmt.Fprintf(tw, "large %s\t%s\t%.1f\t%.1f\t%.3f\t\n", human(r.Config.Large), r.Large.Unit, r.Large.Chunkup, r.Large.Direct, r.Large.Ratio)
+	if r.HTTP.Chunkup > 0 {
+		fmt.Fprintf(tw, "large %s via HTTP (tus)\t%s\t%.1f\t%.1f\t%.3f\t\n", human(r.Config.Large), r.HTTP.Unit, r.HTTP.Chunkup, r.HTTP.Direct, r.HTTP.Ratio)
+	}
 	fmt.Fprintf(tw, "small %d × %s @%d\t%s\t%.1f\t%.1f\t%.3f\t\n", r.Config.SmallCount, human(r.Config.SmallSize), r.Config.SmallConc,
 		r.Small.Unit, r.Small.Chunkup, r.Small.Direct, r.Small.Ratio)
 	tw.Flush()
+	if r.HTTP.Chunkup > 0 {
+		fmt.Fprintf(w, "HTTP door (tus, one PATCH) / gRPC SDK, large %s: %.1f / %.1f MiB/s = %.3f\n",
+			human(r.Config.Large), r.HTTP.Chunkup, r.HTTP.GRPC, r.HTTP.RatioToGRPC)
+	}
 
 	fmt.Fprintln(w)
 	fmt.Fprintln(tw, "chunkup\tMiB/s\ts/GiB\tserver RSS MiB\tRedis peak MiB\tack p50 ms\tack p99 ms\tCPU s/GiB server\tRedis\tMinIO\tclient\t")
@@ -208,6 +226,9 @@ func (r *report) print(w io.Writer) {
 			c.ServerPeakRSSMiB, c.RedisPeakMiB, c.AckP50ms, c.AckP99ms, c.ServerCPUPerGiB, c.RedisCPUPerGiB, c.MinIOCPUPerGiB, c.ClientCPUPerGiB)
 	}
 	row("large "+human(r.Config.Large), r.Large.Chunkup, 1024/r.Large.Chunkup, r.Large.Cost)
+	if r.HTTP.Chunkup > 0 {
+		row("large "+human(r.Config.Large)+" via HTTP", r.HTTP.Chunkup, 1024/r.HTTP.Chunkup, r.HTTP.Cost)
+	}
 	row("small (all files)", r.Small.Chunkup*float64(r.Config.SmallSize)/MiB, MiB*1024/(r.Small.Chunkup*float64(r.Config.SmallSize)), r.Small.Cost)
 	for _, s := range r.Scaling {
 		row("scaling "+human(s.Bytes), s.MiBps, s.SecPerGiB, s.Cost)

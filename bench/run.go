@@ -45,10 +45,12 @@ type bench struct {
 	src      *source
 	seq      int64
 	httpAddr string
+	// http uploads through the HTTP door (see http.go).
+	http *http.Client
 }
 
 func setUp(tb testenv.TB, cfg config) *bench {
-	b := &bench{tb: tb, cfg: cfg, lat: &ackLatency{}, src: newSource(64*MiB + 4093)}
+	b := &bench{tb: tb, cfg: cfg, lat: &ackLatency{}, src: newSource(64*MiB + 4093), http: httpClient()}
 	var ropts []testenv.RedisOption
 	if cfg.AOF {
 		ropts = append(ropts, testenv.WithArgs("--appendonly", "yes", "--appendfsync", "everysec"))
@@ -101,6 +103,9 @@ func setUp(tb testenv.TB, cfg config) *bench {
 	b.smallRound(true, 4, 1)
 	b.viaDirect(min(cfg.Large, 256*MiB))
 	b.viaChunkup(min(cfg.Large, 256*MiB))
+	if !slices.Contains(strings.Split(cfg.Skip, ","), "http") {
+		b.viaHTTP(min(cfg.Large, 256*MiB))
+	}
 	return b
 }
 
@@ -109,7 +114,7 @@ func run(tb testenv.TB, cfg config) *report {
 	rep := &report{When: time.Now().UTC(), Machine: machine(), Config: cfg}
 	skip := strings.Split(cfg.Skip, ",")
 	if !slices.Contains(skip, "large") {
-		rep.Large = b.compareLarge()
+		rep.Large, rep.HTTP = b.compareLarge(!slices.Contains(skip, "http"))
 	}
 	if !slices.Contains(skip, "small") {
 		rep.Small = b.compareSmall()
@@ -296,34 +301,57 @@ func (b *bench) viaDirect(n int64) (time.Duration, [2]float64) {
 
 func mibps(n int64, d time.Duration) float64 { return float64(n) / MiB / d.Seconds() }
 
-// compareLarge alternates one large upload through chunkup and one direct, Rounds times.
-func (b *bench) compareLarge() comparison {
+// The contenders of the large comparison.
+const (
+	viaGRPC = iota
+	viaS3
+	viaDoor
+)
+
+// compareLarge uploads the large file through chunkup's SDK, directly, and (withHTTP)
+// through the HTTP door, Rounds times, the contenders taking turns going first.
+func (b *bench) compareLarge(withHTTP bool) (comparison, httpComparison) {
 	n := b.cfg.Large
-	var ch, di []float64
-	var costs []cost
+	var ch, di, hh []float64
+	var costs, hcosts []cost
 	var directCPU [][2]float64
 	gib := float64(n) / (1 << 30)
+	contenders := []int{viaGRPC, viaS3}
+	if withHTTP {
+		contenders = append(contenders, viaDoor)
+	}
 	for r := range b.cfg.Rounds {
-		for _, viaChunkup := range order(r) {
-			if viaChunkup {
+		for _, who := range order(contenders, r) {
+			switch who {
+			case viaGRPC:
 				took, c := b.viaChunkup(n)
 				ch, costs = append(ch, mibps(n, took)), append(costs, c)
-			} else {
+			case viaS3:
 				took, cpu := b.viaDirect(n)
 				di, directCPU = append(di, mibps(n, took)), append(directCPU, [2]float64{cpu[0] / gib, cpu[1] / gib})
+			case viaDoor:
+				took, c := b.viaHTTP(n)
+				hh, hcosts = append(hh, mibps(n, took)), append(hcosts, c)
 			}
 		}
-		b.tb.Logf("bench: large round %d: chunkup %.1f MiB/s, direct %.1f MiB/s", r+1, ch[r], di[r])
+		if withHTTP {
+			b.tb.Logf("bench: large round %d: chunkup %.1f MiB/s, HTTP door %.1f MiB/s, direct %.1f MiB/s", r+1, ch[r], hh[r], di[r])
+		} else {
+			b.tb.Logf("bench: large round %d: chunkup %.1f MiB/s, direct %.1f MiB/s", r+1, ch[r], di[r])
+		}
 	}
-	return summarize("MiB/s", ch, di, costs, directCPU)
+	large := summarize("MiB/s", ch, di, costs, directCPU)
+	if !withHTTP {
+		return large, httpComparison{}
+	}
+	h := summarize("MiB/s", hh, di, hcosts, directCPU)
+	return large, httpComparison{comparison: h, GRPC: large.Chunkup, RatioToGRPC: h.Chunkup / large.Chunkup}
 }
 
 // order is the order of the contenders in round r: they take turns going first.
-func order(r int) []bool {
-	if r%2 == 0 {
-		return []bool{true, false}
-	}
-	return []bool{false, true}
+func order[T any](contenders []T, r int) []T {
+	k := r % len(contenders)
+	return append(slices.Clone(contenders[k:]), contenders[:k]...)
 }
 
 // summarize takes the medians of the rounds.
@@ -428,7 +456,7 @@ func (b *bench) compareSmall() comparison {
 	var directCPU [][2]float64
 	var costs []cost
 	for r := range b.cfg.Rounds {
-		for _, viaChunkup := range order(r) {
+		for _, viaChunkup := range order([]bool{true, false}, r) {
 			fps, c, cpu := b.smallRound(viaChunkup, b.cfg.SmallCount, b.cfg.SmallConc)
 			if viaChunkup {
 				ch, costs = append(ch, fps), append(costs, c)

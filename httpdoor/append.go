@@ -122,29 +122,65 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 			res.complete = true
 			res.size = res.offset
 		}
-		if job.progress != nil && !a.last {
-			job.progress(res.offset)
-		}
 		return nil
 	}
-	// emit performs an action now, or queues it until a checksummed body is verified.
-	emit := func(a action) error {
+	// staged tells the client (IETF 104) the offset a chunk's stage reached. Only this
+	// goroutine, the request's, writes to the response.
+	staged := func() {
+		if job.progress != nil && !res.complete {
+			job.progress(res.offset)
+		}
+	}
+	// A chunk's stage runs while the next chunk is read (read-ahead of one chunk, in a
+	// second buffer), so the body keeps arriving while Redis takes the chunk before it.
+	// Stages stay in order, one at a time: wait collects the one in flight.
+	var inflight chan error
+	wait := func() error {
+		if inflight == nil {
+			return nil
+		}
+		err := <-inflight
+		inflight = nil
+		if err == nil {
+			staged()
+		}
+		return err
+	}
+	// emit performs an action: queued until a checksummed body is verified; a chunk
+	// that is not the last in the background (async reports whether it did); a size or
+	// the last chunk at once.
+	emit := func(a action, async bool) error {
 		if checked {
 			queue = append(queue, a)
 			return nil
 		}
-		return do(a)
+		if err := wait(); err != nil {
+			return err
+		}
+		if async && !a.declare && !a.last {
+			ch := make(chan error, 1)
+			inflight = ch
+			go func() { ch <- do(a) }()
+			return nil
+		}
+		if err := do(a); err != nil {
+			return err
+		}
+		if !a.declare {
+			staged()
+		}
+		return nil
 	}
 
 	if job.declare >= 0 {
-		if err := emit(action{declare: true, size: job.declare}); err != nil {
+		if err := emit(action{declare: true, size: job.declare}, false); err != nil {
 			return res, err
 		}
 	}
 
 	body := h.newBodyReader(w, r, job)
 	defer body.close()
-	cut := func() error {
+	cut := func() (err error) {
 		C, S := job.up.ChunkSize, job.size
 		if S >= 0 && S == job.st.offset && S > 0 {
 			// The size makes the chunks already here the whole upload; the body must
@@ -156,15 +192,27 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 			}
 			return nil
 		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.BufferWait)
-		buf, err := h.bufs.get(ctx, C)
-		cancel()
+		getBuf := func() ([]byte, error) {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.BufferWait)
+			defer cancel()
+			return h.bufs.get(ctx, C)
+		}
+		// buf is filled while spare's chunk, if any, is staged in the background.
+		var spare []byte
+		buf, err := getBuf()
 		if err != nil {
 			return err
 		}
 		defer func() {
-			if buf != nil {
-				h.bufs.put(buf)
+			// The stage in flight reads its buffer: it ends before the buffers go back.
+			// Its error, if any, came first.
+			if werr := wait(); werr != nil {
+				err = werr
+			}
+			for _, b := range [][]byte{buf, spare} {
+				if b != nil {
+					h.bufs.put(b)
+				}
 			}
 		}()
 		n := job.st.next
@@ -176,15 +224,29 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 			a := action{n: n, data: buf[:k], crc: crc.Checksum(buf[:k]), last: last}
 			if checked {
 				owned = append(owned, buf)
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.BufferWait)
-				buf, err = h.bufs.get(ctx, C)
-				cancel()
-				if err != nil {
+				if buf, err = getBuf(); err != nil {
 					buf = nil
 					return err
 				}
+				return emit(a, false)
 			}
-			return emit(a)
+			if last {
+				return emit(a, false)
+			}
+			if spare == nil {
+				// The second buffer, for read-ahead. Without room for it the request goes
+				// on one chunk at a time.
+				if spare, err = h.bufs.tryGet(C); err != nil {
+					return emit(a, false)
+				}
+			}
+			// emit waits for the stage in flight, whose buffer is spare, before it
+			// starts this one's: spare is then free to take the next chunk.
+			if err := emit(a, true); err != nil {
+				return err
+			}
+			buf, spare = spare, buf
+			return nil
 		}
 		for {
 			want := C
@@ -230,7 +292,7 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 				if k == 0 && start > 0 {
 					// Every chunk arrived whole before this (empty) request: the size is
 					// what they hold.
-					return emit(action{declare: true, size: start})
+					return emit(action{declare: true, size: start}, false)
 				}
 				return chunk(k, true)
 			case err == io.EOF:
@@ -258,6 +320,9 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 	for _, a := range queue {
 		if err := do(a); err != nil {
 			return res, err
+		}
+		if !a.declare {
+			staged()
 		}
 	}
 	return res, nil

@@ -44,11 +44,30 @@ func (b *buffers) get(ctx context.Context, size int64) ([]byte, error) {
 			return nil, fmt.Errorf("%w: the server is receiving as many uploads as its memory allows; retry in a moment", ErrUnavailable)
 		}
 	}
+	return b.alloc(size), nil
+}
+
+// alloc takes a buffer of size bytes from its pool, or makes one; the budget is
+// counted already.
+func (b *buffers) alloc(size int64) []byte {
 	p, _ := b.pools.LoadOrStore(size, &sync.Pool{})
 	if v := p.(*sync.Pool).Get(); v != nil {
-		return *v.(*[]byte), nil
+		return *v.(*[]byte)
 	}
-	return make([]byte, size), nil
+	return make([]byte, size)
+}
+
+// tryGet returns a buffer of size bytes if the budget has room for it now, without
+// waiting (for an optional second buffer).
+func (b *buffers) tryGet(size int64) ([]byte, error) {
+	b.mu.Lock()
+	if b.used+size > b.budget {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("%w: no room for a read-ahead buffer", ErrUnavailable)
+	}
+	b.used += size
+	b.mu.Unlock()
+	return b.alloc(size), nil
 }
 
 // put returns a buffer that get handed out.

@@ -453,6 +453,8 @@ func TestConcurrentAppend(t *testing.T) {
 				first <- e.do("PATCH", "/files/"+id, body, append([]string{"Upload-Offset", "0"}, tc.kv...)...)
 			}()
 			<-body.sent
+			// The client has sent the first bytes; the server may not have the request yet.
+			waitFor(t, "the first PATCH to hold the lock", func() bool { return e.core.locked(id) })
 			second := e.do("PATCH", "/files/"+id, bytes.NewReader(data), append([]string{"Upload-Offset", "0"}, tc.kv...)...)
 			expectStatus(t, second, tc.want)
 			if second.Header.Get("Retry-After") == "" {
@@ -923,5 +925,27 @@ func TestRateLimited(t *testing.T) {
 	expectStatus(t, r, http.StatusTooManyRequests)
 	if r.Header.Get("Retry-After") == "" {
 		t.Fatal("no Retry-After")
+	}
+}
+
+// A chunk is staged while the next one is read; when its stage fails, the request
+// stops with that error and the offset before it, and nothing after it is staged.
+func TestReadAheadStageFails(t *testing.T) {
+	const C = 1 << 16
+	e := newEnv(t, C, Config{})
+	data := randomBytes(5*C, 13)
+	id := idOf(t, e.do("POST", "/files/", nil, "Tus-Resumable", "1.0.0", "Upload-Length", strconv.Itoa(len(data))))
+	e.core.beforeStage = func(id string, n uint32) {
+		if n == 3 {
+			_ = e.core.Abort(context.Background(), id)
+		}
+	}
+	r := e.do("PATCH", "/files/"+id, bytes.NewReader(data), "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", "0")
+	expectStatus(t, r, http.StatusGone)
+	if r.offset(t) != 2*C {
+		t.Fatalf("offset %d, want %d", r.offset(t), 2*C)
+	}
+	if got, _ := e.core.object(id); !bytes.Equal(got, data[:2*C]) {
+		t.Fatalf("%d bytes staged, want the first two chunks", len(got))
 	}
 }

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+)
+
+// The HTTP row: the large upload through the HTTP door as a tus client sends it by
+// default (tus-js-client's chunkSize is the whole file): one creation request, then one
+// PATCH carrying the whole body. Like the SDK's upload, it counts as done when the
+// upload is COMPLETED, which it learns from WatchUpload.
+
+// httpClient is the bench's HTTP client: one keep-alive connection, and write buffers
+// large enough that a 1 GiB body is not sent 4 KiB at a time (net/http's default),
+// which would cost the client CPU the gRPC SDK does not spend.
+func httpClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: 2, WriteBufferSize: 256 << 10, ReadBufferSize: 64 << 10, DisableCompression: true,
+	}}
+}
+
+// viaHTTP uploads n bytes through the HTTP door and returns the elapsed time and costs.
+func (b *bench) viaHTTP(n int64) (time.Duration, cost) {
+	ctx, cancel := b.ctx()
+	defer cancel()
+	start := b.next()
+	m := b.startMeter()
+	id, err := b.tusUpload(ctx, b.src.reader(start, n), n)
+	if err == nil {
+		var last *chunkupv1.UploadProgress
+		if last, err = b.cl.Watch(ctx, id, nil); err == nil && last.State != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
+			err = fmt.Errorf("upload %s ended %s: %s", id, last.State, last.Error)
+		}
+	}
+	took, c := m.stop(n)
+	if err != nil {
+		b.tb.Fatalf("bench: HTTP upload of %s: %v", human(n), err)
+	}
+	up, err := b.cl.Get(ctx, id)
+	if err != nil {
+		b.tb.Fatalf("bench: %v", err)
+	}
+	if up.Size != n {
+		b.tb.Fatalf("bench: HTTP upload %s has %d bytes, want %d", id, up.Size, n)
+	}
+	b.verifyAndDelete([]object{{up.Key, start, n}})
+	return took, c
+}
+
+// tusUpload creates a tus upload of n bytes and sends body in one PATCH; it returns the
+// upload's id once the server has staged the whole body.
+func (b *bench) tusUpload(ctx context.Context, body io.Reader, n int64) (string, error) {
+	base := "http://" + b.httpAddr
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/files/", nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Tus-Resumable", "1.0.0")
+	req.Header.Set("Upload-Length", strconv.FormatInt(n, 10))
+	req.Header.Set("Upload-Metadata", "filename "+base64.StdEncoding.EncodeToString([]byte("large.bin")))
+	res, err := b.http.Do(req)
+	if err != nil {
+		return "", err
+	}
+	drain(res)
+	loc := res.Header.Get("Location")
+	if res.StatusCode != http.StatusCreated || !strings.HasPrefix(loc, "/files/") {
+		return "", fmt.Errorf("create: %s, Location %q", res.Status, loc)
+	}
+	req, err = http.NewRequestWithContext(ctx, http.MethodPatch, base+loc, body)
+	if err != nil {
+		return "", err
+	}
+	req.ContentLength = n
+	req.Header.Set("Tus-Resumable", "1.0.0")
+	req.Header.Set("Content-Type", "application/offset+octet-stream")
+	req.Header.Set("Upload-Offset", "0")
+	if res, err = b.http.Do(req); err != nil {
+		return "", err
+	}
+	msg := drain(res)
+	if res.StatusCode != http.StatusNoContent || res.Header.Get("Upload-Offset") != strconv.FormatInt(n, 10) {
+		return "", fmt.Errorf("PATCH: %s, Upload-Offset %s: %s", res.Status, res.Header.Get("Upload-Offset"), msg)
+	}
+	return strings.TrimPrefix(loc, "/files/"), nil
+}
+
+// drain reads and closes a response's body (so its connection is reused), and returns
+// its start for messages.
+func drain(res *http.Response) string {
+	defer res.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+	_, _ = io.Copy(io.Discard, res.Body)
+	return strings.TrimSpace(string(b))
+}
