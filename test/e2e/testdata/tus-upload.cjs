@@ -6,11 +6,14 @@
 // Environment: TUS_FILE (the file), TUS_ENDPOINT (the creation URL) or TUS_UPLOAD_URL
 // (an upload to resume: HEAD, then PATCH from its offset), TUS_PROTOCOL (tus-v1,
 // ietf-draft-03 or ietf-draft-05), TUS_API_KEY (sent as Authorization: Bearer),
-// TUS_KILL_AT (after this many bytes have been sent, the process sends itself SIGKILL:
-// an interruption in the middle of a request, as a crash or a closed laptop makes).
+// TUS_KILL_AT (the request that carries the file's byte at this offset sends the bytes
+// before it, and once they are written to the connection the process sends itself
+// SIGKILL: an interruption in the middle of a request, as a crash or a closed laptop
+// makes, at a place that does not depend on timing).
 'use strict'
 
 const fs = require('fs')
+const http = require('http')
 const path = require('path')
 const tus = require('tus-js-client')
 
@@ -20,7 +23,37 @@ const killAt = Number(env.TUS_KILL_AT || 0)
 
 function emit (o) { process.stdout.write(JSON.stringify(o) + '\n') }
 
-const upload = new tus.Upload(file, {
+// KillingStack is tus-js-client's own Node HTTP stack, but for the request whose body
+// holds byte killAt of the file: that one it sends itself, up to that byte, and dies.
+// (tus-js-client reports progress at most every 100 ms, too coarse to interrupt a fast
+// loopback upload at a known place.)
+class KillingStack {
+  constructor () { this.inner = new tus.DefaultHttpStack() }
+  getName () { return 'KillingStack' }
+  createRequest (method, url) {
+    const req = this.inner.createRequest(method, url)
+    const headers = {}
+    const setHeader = req.setHeader.bind(req)
+    req.setHeader = (k, v) => { headers[k] = v; setHeader(k, v) }
+    const send = req.send.bind(req)
+    req.send = body => {
+      const offset = Number(headers['Upload-Offset'] || 0)
+      if (!body || !body.length || offset > killAt || offset + body.length <= killAt) return send(body)
+      return new Promise(() => {
+        const u = new URL(url)
+        const r = http.request({ method, hostname: u.hostname, port: u.port, path: u.pathname, headers: { ...headers, 'Content-Length': body.length } })
+        r.on('error', () => {})
+        r.write(body.subarray(0, killAt - offset), () => {
+          emit({ killed: killAt })
+          process.kill(process.pid, 'SIGKILL')
+        })
+      })
+    }
+    return req
+  }
+}
+
+const options = {
   endpoint: env.TUS_ENDPOINT || null,
   uploadUrl: env.TUS_UPLOAD_URL || null,
   protocol: env.TUS_PROTOCOL || 'tus-v1',
@@ -31,12 +64,6 @@ const upload = new tus.Upload(file, {
   retryDelays: [0, 250, 500, 1000, 2000, 4000, 8000],
   storeFingerprintForResuming: false,
   onUploadUrlAvailable () { emit({ url: upload.url }) },
-  onProgress (sent) {
-    if (killAt > 0 && sent >= killAt) {
-      emit({ killed: sent })
-      process.kill(process.pid, 'SIGKILL')
-    }
-  },
   onSuccess () {
     emit({ done: upload.url })
     process.exit(0)
@@ -45,5 +72,8 @@ const upload = new tus.Upload(file, {
     emit({ error: String(err && err.message ? err.message : err) })
     process.exit(1)
   }
-})
+}
+// (An option set to undefined would replace tus-js-client's default.)
+if (killAt > 0) options.httpStack = new KillingStack()
+const upload = new tus.Upload(file, options)
 upload.start()
