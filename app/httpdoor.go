@@ -13,7 +13,6 @@ import (
 
 	"github.com/chunkup/chunkup/httpdoor"
 	"github.com/chunkup/chunkup/httpdoor/coreadapter"
-	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/internal/metrics"
 	"github.com/chunkup/chunkup/server"
 )
@@ -128,11 +127,10 @@ func (a *App) observeDoor(door http.Handler, series *metrics.HTTPDoor) http.Hand
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		done := series.Started(r.Method)
-		corr := r.Header.Get(server.CorrelationIDHeader)
-		if corr == "" || len(corr) > 128 {
-			corr = ids.New()
-			r.Header.Set(server.CorrelationIDHeader, corr)
-		}
+		// The caller's id if usable (the rules gRPC's are held to), else a new one;
+		// put back into the request, so that an upload it creates stores this id.
+		corr := server.CorrelationID(server.HTTPContext(r))
+		r.Header.Set(server.CorrelationIDHeader, corr)
 		w.Header().Set(server.CorrelationIDHeader, corr)
 		var span trace.Span
 		if tracer != nil {
