@@ -514,6 +514,21 @@ func TestInterruptedAppend(t *testing.T) {
 	checkObject(t, e.core, id, data)
 }
 
+// stalledPatch starts a tus PATCH of data to upload id whose body sends chunk 1 (of C
+// bytes) and a few bytes more, then blocks until body.release; it returns once chunk 1
+// is staged. The reply comes on done.
+func (e *env) stalledPatch(id string, data []byte, C int) (done chan reply, body *blockingBody) {
+	e.t.Helper()
+	body = &blockingBody{first: data[:C+10], rest: data[C+10:], sent: make(chan struct{}), release: make(chan error)}
+	done = make(chan reply, 1)
+	go func() {
+		done <- e.do("PATCH", "/files/"+id, body, "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", "0")
+	}()
+	<-body.sent
+	waitFor(e.t, "chunk 1 is staged", func() bool { return e.core.stageCount() == 1 })
+	return done, body
+}
+
 // A request that loses the upload's lock (its lease expired) stops at once: its
 // blocked body read is interrupted, and it stages nothing more.
 func TestLockLostInterrupts(t *testing.T) {
@@ -521,13 +536,7 @@ func TestLockLostInterrupts(t *testing.T) {
 	e := newEnv(t, C, Config{})
 	data := randomBytes(3*C, 7)
 	id := idOf(t, e.do("POST", "/files/", nil, "Tus-Resumable", "1.0.0", "Upload-Length", strconv.Itoa(len(data))))
-	body := &blockingBody{first: data[:C+10], rest: data[C+10:], sent: make(chan struct{}), release: make(chan error)}
-	done := make(chan reply, 1)
-	go func() {
-		done <- e.do("PATCH", "/files/"+id, body, "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", "0")
-	}()
-	<-body.sent
-	waitFor(t, "chunk 1 is staged", func() bool { return e.core.stageCount() == 1 })
+	done, body := e.stalledPatch(id, data, C)
 	e.core.loseLock(id)
 	r := <-done
 	close(body.release)
@@ -880,13 +889,7 @@ func TestDrain(t *testing.T) {
 	e := newEnv(t, C, Config{})
 	data := randomBytes(3*C, 12)
 	id := idOf(t, e.do("POST", "/files/", nil, "Tus-Resumable", "1.0.0", "Upload-Length", strconv.Itoa(len(data))))
-	body := &blockingBody{first: data[:C+10], rest: data[C+10:], sent: make(chan struct{}), release: make(chan error)}
-	done := make(chan reply, 1)
-	go func() {
-		done <- e.do("PATCH", "/files/"+id, body, "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", "0")
-	}()
-	<-body.sent
-	waitFor(t, "chunk 1 is staged", func() bool { return e.core.stageCount() == 1 })
+	done, body := e.stalledPatch(id, data, C)
 	e.door.Drain()
 	r := <-done
 	close(body.release)

@@ -234,9 +234,29 @@ func TestHTTPReplicas(t *testing.T) {
 			patches = append(patches, strings.TrimSpace(line))
 		}
 	}
-	if !slices.ContainsFunc(patches, func(l string) bool { return strings.HasPrefix(l, `chunkup_http_requests_total{code="200",method="PATCH",protocol="ietf"}`) }) {
+	if !slices.ContainsFunc(patches, func(l string) bool {
+		return strings.HasPrefix(l, `chunkup_http_requests_total{code="200",method="PATCH",protocol="ietf"}`)
+	}) {
 		t.Fatalf("replica two counted no IETF append completing an upload; its PATCH series: %q", patches)
 	}
+}
+
+// appendInFlight starts a PATCH of data to the upload at path through door a, sends
+// its first chunk and a few bytes more, and waits until door b reports that chunk
+// staged: the request holds the upload's lock then, and waits for the rest of its
+// body, which the caller writes to (and closes) pw. Its reply comes on first.
+func appendInFlight(t *testing.T, a, b *httpDoor, path string, data []byte) (first chan reply, pw *io.PipeWriter) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	first = make(chan reply, 1)
+	go func() {
+		first <- a.do("PATCH", path, pr, "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", "0")
+	}()
+	if _, err := pw.Write(data[:chunk+10]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first chunk to be staged", func() bool { return b.offset(path) == chunk })
+	return first, pw
 }
 
 // TestHTTPConcurrentAppends: while a request appends to an upload, another one to the
@@ -253,16 +273,7 @@ func TestHTTPConcurrentAppends(t *testing.T) {
 	t.Run("refused while another appends", func(t *testing.T) {
 		data := randomBytes(3*chunk+100, 190)
 		path := da.create(len(data))
-		pr, pw := io.Pipe()
-		first := make(chan reply, 1)
-		go func() {
-			first <- da.do("PATCH", path, pr, "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", "0")
-		}()
-		if _, err := pw.Write(data[:chunk+10]); err != nil {
-			t.Fatal(err)
-		}
-		// Its first chunk is staged: the request holds the upload's lock now.
-		waitFor(t, "the first chunk to be staged", func() bool { return db.offset(path) == chunk })
+		first, pw := appendInFlight(t, da, db, path, data)
 		r := db.do("PATCH", path, bytes.NewReader(data[chunk:]), "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", strconv.Itoa(chunk))
 		expectHTTP(t, r, http.StatusLocked)
 		if r.Header.Get("Retry-After") == "" {
@@ -324,15 +335,7 @@ func TestHTTPShutdownDrains(t *testing.T) {
 	da, db := doorOf(t, a.HTTPAddr()), doorOf(t, b.HTTPAddr())
 	data := randomBytes(3*chunk+7, 192)
 	path := da.create(len(data))
-	pr, pw := io.Pipe()
-	first := make(chan reply, 1)
-	go func() {
-		first <- da.do("PATCH", path, pr, "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", "0")
-	}()
-	if _, err := pw.Write(data[:chunk+10]); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the first chunk to be staged", func() bool { return db.offset(path) == chunk })
+	first, pw := appendInFlight(t, da, db, path, data)
 	stopped := make(chan struct{})
 	go func() { a.Stop(); close(stopped) }()
 	r := <-first
