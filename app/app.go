@@ -500,6 +500,9 @@ func (a *App) Close() {
 	if a.kafka != nil {
 		_ = a.kafka.Close()
 	}
+	if a.outbox != nil {
+		_ = a.outbox.Close()
+	}
 	if a.rdb != nil {
 		_ = a.rdb.Close()
 	}

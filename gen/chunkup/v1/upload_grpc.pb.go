@@ -24,6 +24,7 @@ const (
 	UploadService_GetUpload_FullMethodName    = "/chunkup.v1.UploadService/GetUpload"
 	UploadService_AbortUpload_FullMethodName  = "/chunkup.v1.UploadService/AbortUpload"
 	UploadService_WatchUpload_FullMethodName  = "/chunkup.v1.UploadService/WatchUpload"
+	UploadService_ListUploads_FullMethodName  = "/chunkup.v1.UploadService/ListUploads"
 )
 
 // UploadServiceClient is the client API for UploadService service.
@@ -56,6 +57,9 @@ type UploadServiceClient interface {
 	// WatchUpload sends the upload's progress: a snapshot first, then updates (at most a
 	// few per second) until the upload reaches a terminal state, when the stream ends.
 	WatchUpload(ctx context.Context, in *WatchUploadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchUploadResponse], error)
+	// ListUploads lists the caller's uploads in progress (ACTIVE or COMPLETING), oldest
+	// first, a page at a time. Uploads without their per-chunk detail (`chunks`).
+	ListUploads(ctx context.Context, in *ListUploadsRequest, opts ...grpc.CallOption) (*ListUploadsResponse, error)
 }
 
 type uploadServiceClient struct {
@@ -128,6 +132,16 @@ func (c *uploadServiceClient) WatchUpload(ctx context.Context, in *WatchUploadRe
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type UploadService_WatchUploadClient = grpc.ServerStreamingClient[WatchUploadResponse]
 
+func (c *uploadServiceClient) ListUploads(ctx context.Context, in *ListUploadsRequest, opts ...grpc.CallOption) (*ListUploadsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListUploadsResponse)
+	err := c.cc.Invoke(ctx, UploadService_ListUploads_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // UploadServiceServer is the server API for UploadService service.
 // All implementations must embed UnimplementedUploadServiceServer
 // for forward compatibility.
@@ -158,6 +172,9 @@ type UploadServiceServer interface {
 	// WatchUpload sends the upload's progress: a snapshot first, then updates (at most a
 	// few per second) until the upload reaches a terminal state, when the stream ends.
 	WatchUpload(*WatchUploadRequest, grpc.ServerStreamingServer[WatchUploadResponse]) error
+	// ListUploads lists the caller's uploads in progress (ACTIVE or COMPLETING), oldest
+	// first, a page at a time. Uploads without their per-chunk detail (`chunks`).
+	ListUploads(context.Context, *ListUploadsRequest) (*ListUploadsResponse, error)
 	mustEmbedUnimplementedUploadServiceServer()
 }
 
@@ -182,6 +199,9 @@ func (UnimplementedUploadServiceServer) AbortUpload(context.Context, *AbortUploa
 }
 func (UnimplementedUploadServiceServer) WatchUpload(*WatchUploadRequest, grpc.ServerStreamingServer[WatchUploadResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchUpload not implemented")
+}
+func (UnimplementedUploadServiceServer) ListUploads(context.Context, *ListUploadsRequest) (*ListUploadsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListUploads not implemented")
 }
 func (UnimplementedUploadServiceServer) mustEmbedUnimplementedUploadServiceServer() {}
 func (UnimplementedUploadServiceServer) testEmbeddedByValue()                       {}
@@ -276,6 +296,24 @@ func _UploadService_WatchUpload_Handler(srv interface{}, stream grpc.ServerStrea
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type UploadService_WatchUploadServer = grpc.ServerStreamingServer[WatchUploadResponse]
 
+func _UploadService_ListUploads_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListUploadsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UploadServiceServer).ListUploads(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UploadService_ListUploads_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UploadServiceServer).ListUploads(ctx, req.(*ListUploadsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // UploadService_ServiceDesc is the grpc.ServiceDesc for UploadService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -294,6 +332,10 @@ var UploadService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AbortUpload",
 			Handler:    _UploadService_AbortUpload_Handler,
+		},
+		{
+			MethodName: "ListUploads",
+			Handler:    _UploadService_ListUploads_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
