@@ -181,6 +181,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	stateTTL := fs.Duration("state-ttl", "CHUNKUP_STATE_TTL", 0, "how long an upload may be idle before it expires (default 24h)")
 	retention := fs.Duration("retention", "CHUNKUP_RETENTION", 0, "how long an ended upload's state stays readable (default 24h)")
 	cleanupEvery := fs.Duration("cleanup-interval", "CHUNKUP_CLEANUP_INTERVAL", 0, "how often idle uploads are looked for (default 10s)")
+	reconcileEvery := fs.Duration("reconcile-interval", "CHUNKUP_RECONCILE_INTERVAL", 0, "how often every active upload is checked for work a Redis failover or restart took out of the indexes (default 30s)")
 	workers := fs.Int("worker-concurrency", "CHUNKUP_WORKER_CONCURRENCY", 8, "chunks uploaded to S3 at once")
 	lease := fs.Duration("lease", "CHUNKUP_LEASE", 0, "chunk claim lease; a dead worker's chunks wait this long (default 30s)")
 	sweep := fs.Duration("sweep-interval", "CHUNKUP_SWEEP_INTERVAL", 0, "how often lost wake-ups and expired leases are swept (default 1s)")
@@ -240,7 +241,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	cfg.Staging.ChunkTTL, cfg.Staging.StateTTL, cfg.Staging.Retention = *chunkTTL, *stateTTL, *retention
 	cfg.Staging.MinReplicas, cfg.Staging.ReplicaTimeout = *minReplicas, *replicaTimeout
-	cfg.Expirer.Interval, cfg.KafkaTopic = *cleanupEvery, *kafkaTopic
+	cfg.Expirer.Interval, cfg.Expirer.ReconcileInterval, cfg.KafkaTopic = *cleanupEvery, *reconcileEvery, *kafkaTopic
 	for b := range strings.SplitSeq(*kafkaBrokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			cfg.KafkaBrokers = append(cfg.KafkaBrokers, b)

@@ -423,7 +423,10 @@ type CreateUploadRequest struct {
 	ClientNodeId string `protobuf:"bytes,1,opt,name=client_node_id,json=clientNodeId,proto3" json:"client_node_id,omitempty"`
 	// The file's name, used in the default object key. Optional.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	// The object key. Optional: defaults to uploads/{upload_id}/{name}.
+	// The object key: relative, "/"-separated, without empty, "." or ".." segments, nor
+	// control or Unicode format characters, at most 1024 bytes. Optional: defaults to
+	// uploads/{upload_id}/{name} (name reduced to its last path element). With
+	// authentication, keys are put under the tenant's prefix: {tenant}/{key}.
 	Key         string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
 	ContentType string `protobuf:"bytes,4,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// The total size in bytes when known; the server picks a chunk size large enough to
@@ -581,7 +584,9 @@ type UploadChunkRequest struct {
 	// CRC32C (Castagnoli) of data. When set, the server rejects a chunk that does not
 	// match with DATA_LOSS.
 	Crc32C *uint32 `protobuf:"varint,4,opt,name=crc32c,proto3,oneof" json:"crc32c,omitempty"`
-	// Marks the last chunk of an upload whose size was not declared.
+	// Marks the last chunk. Required for an upload whose size was not declared (it then
+	// fixes total_chunks); for one that was, the last chunk is known already and the flag
+	// may be set on it (on any other chunk it is INVALID_ARGUMENT).
 	IsLast bool `protobuf:"varint,5,opt,name=is_last,json=isLast,proto3" json:"is_last,omitempty"`
 	// Creates the upload instead of naming one. Allowed only in the first message of a
 	// stream; the response carries the new upload. The same message may carry chunk 1.

@@ -43,8 +43,9 @@ const (
 // the size and CRC32C of each chunk the server holds, so a client can check that its
 // input is the one it is resuming before it skips them.
 type UploadServiceClient interface {
-	// CreateUpload starts an upload. It is idempotent on `client_node_id`: the same id
-	// returns the same upload.
+	// CreateUpload starts an upload. It is idempotent on `client_node_id`: the same
+	// request under the same id returns the same upload; another request under it is
+	// ALREADY_EXISTS, naming the first field that differs.
 	CreateUpload(ctx context.Context, in *CreateUploadRequest, opts ...grpc.CallOption) (*CreateUploadResponse, error)
 	// UploadChunk streams chunks and returns one acknowledgement per chunk. Chunks may
 	// arrive out of order and on several streams at once; a repeated chunk with the same
@@ -52,7 +53,9 @@ type UploadServiceClient interface {
 	UploadChunk(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UploadChunkRequest, UploadChunkResponse], error)
 	// GetUpload returns the upload's state, with enough detail to resume it.
 	GetUpload(ctx context.Context, in *GetUploadRequest, opts ...grpc.CallOption) (*GetUploadResponse, error)
-	// AbortUpload stops an upload, discards its staged chunks and S3 parts.
+	// AbortUpload stops an upload, discards its staged chunks and S3 parts, and records
+	// `reason` as its error. Aborting an aborted upload returns it unchanged; a completed,
+	// failed or expired upload cannot be aborted (FAILED_PRECONDITION).
 	AbortUpload(ctx context.Context, in *AbortUploadRequest, opts ...grpc.CallOption) (*AbortUploadResponse, error)
 	// WatchUpload sends the upload's progress: a snapshot first, then updates (at most a
 	// few per second) until the upload reaches a terminal state, when the stream ends.
@@ -158,8 +161,9 @@ func (c *uploadServiceClient) ListUploads(ctx context.Context, in *ListUploadsRe
 // the size and CRC32C of each chunk the server holds, so a client can check that its
 // input is the one it is resuming before it skips them.
 type UploadServiceServer interface {
-	// CreateUpload starts an upload. It is idempotent on `client_node_id`: the same id
-	// returns the same upload.
+	// CreateUpload starts an upload. It is idempotent on `client_node_id`: the same
+	// request under the same id returns the same upload; another request under it is
+	// ALREADY_EXISTS, naming the first field that differs.
 	CreateUpload(context.Context, *CreateUploadRequest) (*CreateUploadResponse, error)
 	// UploadChunk streams chunks and returns one acknowledgement per chunk. Chunks may
 	// arrive out of order and on several streams at once; a repeated chunk with the same
@@ -167,7 +171,9 @@ type UploadServiceServer interface {
 	UploadChunk(grpc.BidiStreamingServer[UploadChunkRequest, UploadChunkResponse]) error
 	// GetUpload returns the upload's state, with enough detail to resume it.
 	GetUpload(context.Context, *GetUploadRequest) (*GetUploadResponse, error)
-	// AbortUpload stops an upload, discards its staged chunks and S3 parts.
+	// AbortUpload stops an upload, discards its staged chunks and S3 parts, and records
+	// `reason` as its error. Aborting an aborted upload returns it unchanged; a completed,
+	// failed or expired upload cannot be aborted (FAILED_PRECONDITION).
 	AbortUpload(context.Context, *AbortUploadRequest) (*AbortUploadResponse, error)
 	// WatchUpload sends the upload's progress: a snapshot first, then updates (at most a
 	// few per second) until the upload reaches a terminal state, when the stream ends.
