@@ -309,7 +309,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if sc.Observe == (server.Observability{}) {
 			sc.Observe = a.observability
 		}
-		deps := server.Deps{Store: a.uploads, Progress: a.outbox, Ender: ender}
+		deps := server.Deps{Store: a.uploads, Progress: a.outbox, Ender: ender, Objects: a.s3}
 		if a.worker != nil {
 			deps.Local = a.worker // the local fast path: chunks go to S3 from memory
 		}

@@ -103,6 +103,8 @@ type Deps struct {
 	Progress Progress
 	// Ender ends uploads (abort). Required.
 	Ender Ender
+	// Objects reads objects back (ReadObject). Nil: ReadObject is refused.
+	Objects Objects
 	// Local, when set, is a worker in this process that takes a staged chunk straight
 	// from the bytes the stream received, instead of reading them back from Redis (which
 	// keeps the durable copy). Nil: every chunk goes through Redis.
@@ -171,6 +173,7 @@ type UploadService struct {
 	progress Progress
 	ender    Ender
 	local    LocalWorker
+	objects  Objects
 	streams  *streamCounter
 	watches  *streamCounter
 	budget   *budgetGate
@@ -190,7 +193,7 @@ func NewUploadService(d Deps, cfg Config) (*UploadService, error) {
 	}
 	cfg.setDefaults()
 	store := d.Store
-	s := &UploadService{cfg: cfg, store: store, progress: d.Progress, ender: d.Ender, local: d.Local, draining: make(chan struct{}),
+	s := &UploadService{cfg: cfg, store: store, progress: d.Progress, ender: d.Ender, local: d.Local, objects: d.Objects, draining: make(chan struct{}),
 		streams: &streamCounter{what: "upload streams", flag: "--max-streams-per-tenant", limit: cfg.MaxStreamsPerTenant, open: map[string]int{}},
 		watches: &streamCounter{what: "watches", flag: "--max-watches-per-tenant", limit: cfg.MaxWatchesPerTenant, open: map[string]int{}}}
 	if cfg.StagedBytesBudget > 0 {

@@ -6,6 +6,7 @@
 //	chunkup upload -r DIR              upload a tree, keys keeping the relative paths
 //	chunkup status --server ADDR ID    print an upload's state
 //	chunkup ls --server ADDR           list your uploads in progress
+//	chunkup get ID|KEY [FILE|-]        download a completed object, checked by CRC32C
 //	chunkup abort  --server ADDR ID    abort an upload
 //	chunkup watch  --server ADDR ID    print an upload's progress until it ends
 //	chunkup events --brokers B         print events from Kafka as JSON lines
@@ -70,6 +71,7 @@ func commands() []command {
 		{"upload", "upload files (or trees, -r) and print the final uploads", upload},
 		{"status", "print an upload's state", statusCmd},
 		{"ls", "list your uploads in progress", ls},
+		{"get", "download a completed object (or a range), checked by CRC32C", get},
 		{"abort", "abort an upload", abort},
 		{"watch", "print an upload's progress until it ends", watch},
 		{"events", "print chunkup's Kafka events as JSON lines", eventsCmd},

@@ -1040,6 +1040,178 @@ func (x *ListUploadsResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ReadObjectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The upload whose object to read. Either upload_id or key.
+	UploadId string `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	// The object's key, as Upload.key gives it (under the tenant's prefix, when there is
+	// one). Either upload_id or key.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The first byte to read; 0 for the start.
+	Offset int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// How many bytes to read from offset; 0 for all to the end.
+	Limit         int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadObjectRequest) Reset() {
+	*x = ReadObjectRequest{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadObjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadObjectRequest) ProtoMessage() {}
+
+func (x *ReadObjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadObjectRequest.ProtoReflect.Descriptor instead.
+func (*ReadObjectRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReadObjectRequest) GetUploadId() string {
+	if x != nil {
+		return x.UploadId
+	}
+	return ""
+}
+
+func (x *ReadObjectRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ReadObjectRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadObjectRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ReadObjectResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object's bytes from offset.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// Where data starts in the object.
+	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// CRC32C (Castagnoli) of data.
+	Crc32C uint32 `protobuf:"varint,3,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	// In the first message only: the object's size, and its CRC32C when chunkup (or the
+	// store) recorded one (has_object_crc32c). A reader of the whole object compares it
+	// with the CRC32C of what it read.
+	ObjectSize      int64  `protobuf:"varint,4,opt,name=object_size,json=objectSize,proto3" json:"object_size,omitempty"`
+	ObjectCrc32C    uint32 `protobuf:"varint,5,opt,name=object_crc32c,json=objectCrc32c,proto3" json:"object_crc32c,omitempty"`
+	HasObjectCrc32C bool   `protobuf:"varint,6,opt,name=has_object_crc32c,json=hasObjectCrc32c,proto3" json:"has_object_crc32c,omitempty"`
+	// In the first message, when the object is read by upload_id: the upload.
+	Upload        *Upload `protobuf:"bytes,7,opt,name=upload,proto3" json:"upload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadObjectResponse) Reset() {
+	*x = ReadObjectResponse{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadObjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadObjectResponse) ProtoMessage() {}
+
+func (x *ReadObjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadObjectResponse.ProtoReflect.Descriptor instead.
+func (*ReadObjectResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ReadObjectResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ReadObjectResponse) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadObjectResponse) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *ReadObjectResponse) GetObjectSize() int64 {
+	if x != nil {
+		return x.ObjectSize
+	}
+	return 0
+}
+
+func (x *ReadObjectResponse) GetObjectCrc32C() uint32 {
+	if x != nil {
+		return x.ObjectCrc32C
+	}
+	return 0
+}
+
+func (x *ReadObjectResponse) GetHasObjectCrc32C() bool {
+	if x != nil {
+		return x.HasObjectCrc32C
+	}
+	return false
+}
+
+func (x *ReadObjectResponse) GetUpload() *Upload {
+	if x != nil {
+		return x.Upload
+	}
+	return nil
+}
+
 type WatchUploadRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	UploadId      string                 `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
@@ -1049,7 +1221,7 @@ type WatchUploadRequest struct {
 
 func (x *WatchUploadRequest) Reset() {
 	*x = WatchUploadRequest{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[12]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1233,7 @@ func (x *WatchUploadRequest) String() string {
 func (*WatchUploadRequest) ProtoMessage() {}
 
 func (x *WatchUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[12]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1246,7 @@ func (x *WatchUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchUploadRequest.ProtoReflect.Descriptor instead.
 func (*WatchUploadRequest) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{12}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchUploadRequest) GetUploadId() string {
@@ -1094,7 +1266,7 @@ type WatchUploadResponse struct {
 
 func (x *WatchUploadResponse) Reset() {
 	*x = WatchUploadResponse{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[13]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1278,7 @@ func (x *WatchUploadResponse) String() string {
 func (*WatchUploadResponse) ProtoMessage() {}
 
 func (x *WatchUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[13]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1291,7 @@ func (x *WatchUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchUploadResponse.ProtoReflect.Descriptor instead.
 func (*WatchUploadResponse) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{13}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchUploadResponse) GetProgress() *UploadProgress {
@@ -1158,7 +1330,7 @@ type UploadProgress struct {
 
 func (x *UploadProgress) Reset() {
 	*x = UploadProgress{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[14]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1342,7 @@ func (x *UploadProgress) String() string {
 func (*UploadProgress) ProtoMessage() {}
 
 func (x *UploadProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[14]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1355,7 @@ func (x *UploadProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadProgress.ProtoReflect.Descriptor instead.
 func (*UploadProgress) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{14}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UploadProgress) GetUploadId() string {
@@ -1365,7 +1537,21 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"k\n" +
 	"\x13ListUploadsResponse\x12,\n" +
 	"\auploads\x18\x01 \x03(\v2\x12.chunkup.v1.UploadR\auploads\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"1\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"p\n" +
+	"\x11ReadObjectRequest\x12\x1b\n" +
+	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\"\xf6\x01\n" +
+	"\x12ReadObjectResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\x12\x1f\n" +
+	"\vobject_size\x18\x04 \x01(\x03R\n" +
+	"objectSize\x12#\n" +
+	"\robject_crc32c\x18\x05 \x01(\rR\fobjectCrc32c\x12*\n" +
+	"\x11has_object_crc32c\x18\x06 \x01(\bR\x0fhasObjectCrc32c\x12*\n" +
+	"\x06upload\x18\a \x01(\v2\x12.chunkup.v1.UploadR\x06upload\"1\n" +
 	"\x12WatchUploadRequest\x12\x1b\n" +
 	"\tupload_id\x18\x01 \x01(\tR\buploadId\"M\n" +
 	"\x13WatchUploadResponse\x126\n" +
@@ -1393,14 +1579,16 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\x16UPLOAD_STATE_COMPLETED\x10\x03\x12\x17\n" +
 	"\x13UPLOAD_STATE_FAILED\x10\x04\x12\x18\n" +
 	"\x14UPLOAD_STATE_ABORTED\x10\x05\x12\x18\n" +
-	"\x14UPLOAD_STATE_EXPIRED\x10\x062\xf2\x03\n" +
+	"\x14UPLOAD_STATE_EXPIRED\x10\x062\xc1\x04\n" +
 	"\rUploadService\x12Q\n" +
 	"\fCreateUpload\x12\x1f.chunkup.v1.CreateUploadRequest\x1a .chunkup.v1.CreateUploadResponse\x12R\n" +
 	"\vUploadChunk\x12\x1e.chunkup.v1.UploadChunkRequest\x1a\x1f.chunkup.v1.UploadChunkResponse(\x010\x01\x12H\n" +
 	"\tGetUpload\x12\x1c.chunkup.v1.GetUploadRequest\x1a\x1d.chunkup.v1.GetUploadResponse\x12N\n" +
 	"\vAbortUpload\x12\x1e.chunkup.v1.AbortUploadRequest\x1a\x1f.chunkup.v1.AbortUploadResponse\x12P\n" +
 	"\vWatchUpload\x12\x1e.chunkup.v1.WatchUploadRequest\x1a\x1f.chunkup.v1.WatchUploadResponse0\x01\x12N\n" +
-	"\vListUploads\x12\x1e.chunkup.v1.ListUploadsRequest\x1a\x1f.chunkup.v1.ListUploadsResponseB5Z3github.com/chunkup/chunkup/gen/chunkup/v1;chunkupv1b\x06proto3"
+	"\vListUploads\x12\x1e.chunkup.v1.ListUploadsRequest\x1a\x1f.chunkup.v1.ListUploadsResponse\x12M\n" +
+	"\n" +
+	"ReadObject\x12\x1d.chunkup.v1.ReadObjectRequest\x1a\x1e.chunkup.v1.ReadObjectResponse0\x01B5Z3github.com/chunkup/chunkup/gen/chunkup/v1;chunkupv1b\x06proto3"
 
 var (
 	file_chunkup_v1_upload_proto_rawDescOnce sync.Once
@@ -1415,7 +1603,7 @@ func file_chunkup_v1_upload_proto_rawDescGZIP() []byte {
 }
 
 var file_chunkup_v1_upload_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_chunkup_v1_upload_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_chunkup_v1_upload_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_chunkup_v1_upload_proto_goTypes = []any{
 	(UploadState)(0),              // 0: chunkup.v1.UploadState
 	(*Upload)(nil),                // 1: chunkup.v1.Upload
@@ -1430,47 +1618,52 @@ var file_chunkup_v1_upload_proto_goTypes = []any{
 	(*AbortUploadResponse)(nil),   // 10: chunkup.v1.AbortUploadResponse
 	(*ListUploadsRequest)(nil),    // 11: chunkup.v1.ListUploadsRequest
 	(*ListUploadsResponse)(nil),   // 12: chunkup.v1.ListUploadsResponse
-	(*WatchUploadRequest)(nil),    // 13: chunkup.v1.WatchUploadRequest
-	(*WatchUploadResponse)(nil),   // 14: chunkup.v1.WatchUploadResponse
-	(*UploadProgress)(nil),        // 15: chunkup.v1.UploadProgress
-	nil,                           // 16: chunkup.v1.Upload.MetadataEntry
-	nil,                           // 17: chunkup.v1.CreateUploadRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*ReadObjectRequest)(nil),     // 13: chunkup.v1.ReadObjectRequest
+	(*ReadObjectResponse)(nil),    // 14: chunkup.v1.ReadObjectResponse
+	(*WatchUploadRequest)(nil),    // 15: chunkup.v1.WatchUploadRequest
+	(*WatchUploadResponse)(nil),   // 16: chunkup.v1.WatchUploadResponse
+	(*UploadProgress)(nil),        // 17: chunkup.v1.UploadProgress
+	nil,                           // 18: chunkup.v1.Upload.MetadataEntry
+	nil,                           // 19: chunkup.v1.CreateUploadRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
 }
 var file_chunkup_v1_upload_proto_depIdxs = []int32{
 	0,  // 0: chunkup.v1.Upload.state:type_name -> chunkup.v1.UploadState
-	16, // 1: chunkup.v1.Upload.metadata:type_name -> chunkup.v1.Upload.MetadataEntry
-	18, // 2: chunkup.v1.Upload.create_time:type_name -> google.protobuf.Timestamp
-	18, // 3: chunkup.v1.Upload.update_time:type_name -> google.protobuf.Timestamp
-	18, // 4: chunkup.v1.Upload.complete_time:type_name -> google.protobuf.Timestamp
+	18, // 1: chunkup.v1.Upload.metadata:type_name -> chunkup.v1.Upload.MetadataEntry
+	20, // 2: chunkup.v1.Upload.create_time:type_name -> google.protobuf.Timestamp
+	20, // 3: chunkup.v1.Upload.update_time:type_name -> google.protobuf.Timestamp
+	20, // 4: chunkup.v1.Upload.complete_time:type_name -> google.protobuf.Timestamp
 	2,  // 5: chunkup.v1.Upload.chunks:type_name -> chunkup.v1.ReceivedChunk
-	17, // 6: chunkup.v1.CreateUploadRequest.metadata:type_name -> chunkup.v1.CreateUploadRequest.MetadataEntry
+	19, // 6: chunkup.v1.CreateUploadRequest.metadata:type_name -> chunkup.v1.CreateUploadRequest.MetadataEntry
 	1,  // 7: chunkup.v1.CreateUploadResponse.upload:type_name -> chunkup.v1.Upload
 	3,  // 8: chunkup.v1.UploadChunkRequest.create:type_name -> chunkup.v1.CreateUploadRequest
 	1,  // 9: chunkup.v1.UploadChunkResponse.upload:type_name -> chunkup.v1.Upload
 	1,  // 10: chunkup.v1.GetUploadResponse.upload:type_name -> chunkup.v1.Upload
 	1,  // 11: chunkup.v1.AbortUploadResponse.upload:type_name -> chunkup.v1.Upload
 	1,  // 12: chunkup.v1.ListUploadsResponse.uploads:type_name -> chunkup.v1.Upload
-	15, // 13: chunkup.v1.WatchUploadResponse.progress:type_name -> chunkup.v1.UploadProgress
-	0,  // 14: chunkup.v1.UploadProgress.state:type_name -> chunkup.v1.UploadState
-	18, // 15: chunkup.v1.UploadProgress.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 16: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
-	5,  // 17: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
-	7,  // 18: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
-	9,  // 19: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
-	13, // 20: chunkup.v1.UploadService.WatchUpload:input_type -> chunkup.v1.WatchUploadRequest
-	11, // 21: chunkup.v1.UploadService.ListUploads:input_type -> chunkup.v1.ListUploadsRequest
-	4,  // 22: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
-	6,  // 23: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
-	8,  // 24: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
-	10, // 25: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
-	14, // 26: chunkup.v1.UploadService.WatchUpload:output_type -> chunkup.v1.WatchUploadResponse
-	12, // 27: chunkup.v1.UploadService.ListUploads:output_type -> chunkup.v1.ListUploadsResponse
-	22, // [22:28] is the sub-list for method output_type
-	16, // [16:22] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	1,  // 13: chunkup.v1.ReadObjectResponse.upload:type_name -> chunkup.v1.Upload
+	17, // 14: chunkup.v1.WatchUploadResponse.progress:type_name -> chunkup.v1.UploadProgress
+	0,  // 15: chunkup.v1.UploadProgress.state:type_name -> chunkup.v1.UploadState
+	20, // 16: chunkup.v1.UploadProgress.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 17: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
+	5,  // 18: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
+	7,  // 19: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
+	9,  // 20: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
+	15, // 21: chunkup.v1.UploadService.WatchUpload:input_type -> chunkup.v1.WatchUploadRequest
+	11, // 22: chunkup.v1.UploadService.ListUploads:input_type -> chunkup.v1.ListUploadsRequest
+	13, // 23: chunkup.v1.UploadService.ReadObject:input_type -> chunkup.v1.ReadObjectRequest
+	4,  // 24: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
+	6,  // 25: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
+	8,  // 26: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
+	10, // 27: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
+	16, // 28: chunkup.v1.UploadService.WatchUpload:output_type -> chunkup.v1.WatchUploadResponse
+	12, // 29: chunkup.v1.UploadService.ListUploads:output_type -> chunkup.v1.ListUploadsResponse
+	14, // 30: chunkup.v1.UploadService.ReadObject:output_type -> chunkup.v1.ReadObjectResponse
+	24, // [24:31] is the sub-list for method output_type
+	17, // [17:24] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_chunkup_v1_upload_proto_init() }
@@ -1486,7 +1679,7 @@ func file_chunkup_v1_upload_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkup_v1_upload_proto_rawDesc), len(file_chunkup_v1_upload_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	UploadService_AbortUpload_FullMethodName  = "/chunkup.v1.UploadService/AbortUpload"
 	UploadService_WatchUpload_FullMethodName  = "/chunkup.v1.UploadService/WatchUpload"
 	UploadService_ListUploads_FullMethodName  = "/chunkup.v1.UploadService/ListUploads"
+	UploadService_ReadObject_FullMethodName   = "/chunkup.v1.UploadService/ReadObject"
 )
 
 // UploadServiceClient is the client API for UploadService service.
@@ -63,6 +64,12 @@ type UploadServiceClient interface {
 	// ListUploads lists the caller's uploads in progress (ACTIVE or COMPLETING), oldest
 	// first, a page at a time. Uploads without their per-chunk detail (`chunks`).
 	ListUploads(ctx context.Context, in *ListUploadsRequest, opts ...grpc.CallOption) (*ListUploadsResponse, error)
+	// ReadObject streams a completed upload's object, or a range of it, from S3 (in the
+	// spirit of google.bytestream.ByteStream.Read): messages of at most 1 MiB, in order,
+	// each with its offset and CRC32C, the first also with what is known of the whole
+	// object (its size and, when recorded, its CRC32C). An upload not COMPLETED is
+	// FAILED_PRECONDITION; another tenant's object is NOT_FOUND.
+	ReadObject(ctx context.Context, in *ReadObjectRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadObjectResponse], error)
 }
 
 type uploadServiceClient struct {
@@ -145,6 +152,25 @@ func (c *uploadServiceClient) ListUploads(ctx context.Context, in *ListUploadsRe
 	return out, nil
 }
 
+func (c *uploadServiceClient) ReadObject(ctx context.Context, in *ReadObjectRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadObjectResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &UploadService_ServiceDesc.Streams[2], UploadService_ReadObject_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadObjectRequest, ReadObjectResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type UploadService_ReadObjectClient = grpc.ServerStreamingClient[ReadObjectResponse]
+
 // UploadServiceServer is the server API for UploadService service.
 // All implementations must embed UnimplementedUploadServiceServer
 // for forward compatibility.
@@ -181,6 +207,12 @@ type UploadServiceServer interface {
 	// ListUploads lists the caller's uploads in progress (ACTIVE or COMPLETING), oldest
 	// first, a page at a time. Uploads without their per-chunk detail (`chunks`).
 	ListUploads(context.Context, *ListUploadsRequest) (*ListUploadsResponse, error)
+	// ReadObject streams a completed upload's object, or a range of it, from S3 (in the
+	// spirit of google.bytestream.ByteStream.Read): messages of at most 1 MiB, in order,
+	// each with its offset and CRC32C, the first also with what is known of the whole
+	// object (its size and, when recorded, its CRC32C). An upload not COMPLETED is
+	// FAILED_PRECONDITION; another tenant's object is NOT_FOUND.
+	ReadObject(*ReadObjectRequest, grpc.ServerStreamingServer[ReadObjectResponse]) error
 	mustEmbedUnimplementedUploadServiceServer()
 }
 
@@ -208,6 +240,9 @@ func (UnimplementedUploadServiceServer) WatchUpload(*WatchUploadRequest, grpc.Se
 }
 func (UnimplementedUploadServiceServer) ListUploads(context.Context, *ListUploadsRequest) (*ListUploadsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListUploads not implemented")
+}
+func (UnimplementedUploadServiceServer) ReadObject(*ReadObjectRequest, grpc.ServerStreamingServer[ReadObjectResponse]) error {
+	return status.Error(codes.Unimplemented, "method ReadObject not implemented")
 }
 func (UnimplementedUploadServiceServer) mustEmbedUnimplementedUploadServiceServer() {}
 func (UnimplementedUploadServiceServer) testEmbeddedByValue()                       {}
@@ -320,6 +355,17 @@ func _UploadService_ListUploads_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _UploadService_ReadObject_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadObjectRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(UploadServiceServer).ReadObject(m, &grpc.GenericServerStream[ReadObjectRequest, ReadObjectResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type UploadService_ReadObjectServer = grpc.ServerStreamingServer[ReadObjectResponse]
+
 // UploadService_ServiceDesc is the grpc.ServiceDesc for UploadService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -354,6 +400,11 @@ var UploadService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchUpload",
 			Handler:       _UploadService_WatchUpload_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ReadObject",
+			Handler:       _UploadService_ReadObject_Handler,
 			ServerStreams: true,
 		},
 	},
