@@ -68,9 +68,10 @@ return {'ok', st[2], st[4] or '', st[5], st[6], st[7] or '0'}
 //	ARGV[8] "1" when the upload must be handed off (to OCR) after completion
 //	ARGV[9] retention (ms)
 //	ARGV[10] progress channel
+//	ARGV[11] upload id (progress notices are "ID STATUS")
 //
-// Returns {"ok"}, {"done"} when already completed, or {"lost"} when the guard is
-// another completer's (or the upload left COMPLETING).
+// Returns {"ok", tenant, created_ms}, {"done"} when already completed, or {"lost"}
+// when the guard is another completer's (or the upload left COMPLETING).
 var finishCompleteScript = rdb.NewScript(`
 local status = redis.call('HGET', KEYS[1], 'status')
 if status == 'COMPLETED' then return {'done'} end
@@ -83,8 +84,8 @@ redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[3], ARGV[6], ARGV[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[9])
 for i = 4, 7 do redis.call('PEXPIRE', KEYS[i], ARGV[9]) end
-redis.call('PUBLISH', ARGV[10], 'COMPLETED')
-return {'ok'}
+redis.call('PUBLISH', ARGV[10], ARGV[11] .. ' COMPLETED')
+return {'ok', redis.call('HGET', KEYS[1], 'tenant') or '', redis.call('HGET', KEYS[1], 'created_ms') or '0'}
 `)
 
 // handedOffScript records that a completed upload was handed off.
@@ -216,9 +217,11 @@ func (c *Completions) Finish(ctx context.Context, id, token, etag string, size i
 		h = "1"
 	}
 	var code string
+	var res []any
 	err := s.outbox.Bracket(ctx, id, func() (bool, error) {
-		res, err := finishCompleteScript.Run(ctx, s.c, terminalKeys(id), token, etag, size, crc, s.c.NowMs(),
-			ev.ID, outbox.Record(ev), h, s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel(id)).Slice()
+		var err error
+		res, err = finishCompleteScript.Run(ctx, s.c, terminalKeys(id), token, etag, size, crc, s.c.NowMs(),
+			ev.ID, outbox.Record(ev), h, s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel, id).Slice()
 		if err != nil {
 			return false, err
 		}
@@ -231,6 +234,7 @@ func (c *Completions) Finish(ctx context.Context, id, token, etag string, size i
 	switch code {
 	case "ok":
 		_ = s.active.Done(ctx, id, id) // a hint; a stale entry is dropped when visited
+		s.forget(ctx, id, rdb.Str(res[1]), rdb.I64(res[2]))
 		if handoff {
 			return nil
 		}

@@ -146,6 +146,7 @@ func (s *Store) UnlockAppend(ctx context.Context, id, token string) error {
 //	ARGV[4] keys TTL (ms)
 //	ARGV[5] progress channel
 //	ARGV[6] the append lock's token ("": no fence)
+//	ARGV[7] upload id (progress notices are "ID STATUS")
 //
 // Returns {"ok", ready} when the size was recorded (ready is 1 when every part is in S3
 // already, so the upload can be completed now), {"same", ready} when the upload has
@@ -191,7 +192,7 @@ end
 redis.call('HSET', KEYS[1], 'expected_size', size, 'total', ntotal, 'updated_ms', ARGV[3])
 for i = 1, 2 do redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
 for i = 4, 6 do redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
-redis.call('PUBLISH', ARGV[5], 'received')
+redis.call('PUBLISH', ARGV[5], ARGV[7] .. ' received')
 local ready = 0
 if tonumber(st[5]) == ntotal then ready = 1 end
 return {'ok', ready}
@@ -209,7 +210,7 @@ return {'ok', ready}
 // lock (see WithAppendLock).
 func (s *Store) DeclareSize(ctx context.Context, id, tenant string, size int64) error {
 	keys := []string{rdb.StateKey(id), rdb.ReceivedKey(id), rdb.AppendLockKey(id), rdb.MetaKey(id), rdb.PartsKey(id), rdb.LeasesKey(id)}
-	args := []any{size, tenant, s.c.NowMs(), s.c.KeysTTL(), rdb.ProgressChannel(id), fenceToken(ctx, id)}
+	args := []any{size, tenant, s.c.NowMs(), s.c.KeysTTL(), rdb.ProgressChannel, fenceToken(ctx, id), id}
 	var eval, wait *redis.Cmd
 	run := func(p redis.Pipeliner) error {
 		eval = declareSizeScript.Eval(ctx, s.c, p, keys, args...)

@@ -30,8 +30,9 @@ import (
 //	ARGV[7] wake-up channel; "" on a cluster, where the caller publishes the wake-up on
 //	        a sharded channel of another slot itself
 //	ARGV[8] wake-up message ("ID/N")
-//	ARGV[9] progress channel (in this upload's slot: SPUBLISH on a cluster)
-//	KEYS[8], ARGV[10] (optional) the upload's append lock and the token the caller
+//	ARGV[9] progress channel
+//	ARGV[10] upload id (progress notices are "ID STATUS")
+//	KEYS[8], ARGV[11] (optional) the upload's append lock and the token the caller
 //	        holds it with (see WithAppendLock); "" or absent: no fence
 //
 // Returns {"ok", ready} for a newly staged or replaced chunk, {"dup", ready} for a
@@ -41,7 +42,7 @@ import (
 // KEYS[5] does not exist (its SET was refused) and nothing was written. ready is 1 when
 // the upload now has every part and can be completed.
 var stageScript = rdb.NewScript(`
-if ARGV[10] and ARGV[10] ~= '' and redis.call('GET', KEYS[8]) ~= ARGV[10] then redis.call('DEL', KEYS[5]) return {'fenced'} end
+if ARGV[11] and ARGV[11] ~= '' and redis.call('GET', KEYS[8]) ~= ARGV[11] then redis.call('DEL', KEYS[5]) return {'fenced'} end
 local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'max_received', 'uploaded')
 if not st[1] then redis.call('DEL', KEYS[5]) return {'notfound'} end
 if st[1] ~= 'ACTIVE' then redis.call('DEL', KEYS[5]) return {'state', st[1]} end
@@ -100,7 +101,7 @@ redis.call('PEXPIRE', KEYS[6], ARGV[6])
 redis.call('PEXPIRE', KEYS[7], ARGV[6])
 if code == 'ok' then
   if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
-  redis.call('PUBLISH', ARGV[9], 'received')
+  redis.call('PUBLISH', ARGV[9], ARGV[10] .. ' received')
 end
 local ready = 0
 if total > 0 and tonumber(st[4]) == total then ready = 1 end
@@ -140,7 +141,7 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 	if s.c.Cluster {
 		wake = "" // published below, on the sharded channel
 	}
-	args := []any{n, crc, len(data), lastArg, now.UnixMilli(), s.c.KeysTTL(), wake, ref.String(), rdb.ProgressChannel(id), fenceToken(ctx, id)}
+	args := []any{n, crc, len(data), lastArg, now.UnixMilli(), s.c.KeysTTL(), wake, ref.String(), rdb.ProgressChannel, id, fenceToken(ctx, id)}
 	var set *redis.StatusCmd
 	var index *redis.IntCmd
 	var eval *redis.Cmd

@@ -50,6 +50,7 @@ func TestOnCluster(t *testing.T) {
 		{"LostWakeUp", TestLostWakeUp},
 		{"BadInput", TestBadInput},
 		{"CreateOnStreamThenChunks", TestCreateOnStreamThenChunks},
+		{"Conformance", TestConformance},
 		{"ResumeCannotMixInputs", TestResumeCannotMixInputs},
 		// Crashes and races of workers and completers.
 		{"WorkerKilledHoldingClaim", TestWorkerKilledHoldingClaim},
