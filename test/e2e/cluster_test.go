@@ -61,6 +61,9 @@ func TestOnCluster(t *testing.T) {
 		{"AbandonedUploadExpires", TestAbandonedUploadExpires},
 		{"OCRDocumentsReachDecision", TestOCRDocumentsReachDecision},
 		{"WokenByShardedPubSub", testWokenByShardedPubSub},
+		// HTTP uploads: the append lock, its fence and the declared size in one slot.
+		{"HTTPUnknownLength", TestHTTPUnknownLength},
+		{"HTTPConcurrentAppends", TestHTTPConcurrentAppends},
 		// Several API and worker processes, no affinity, one worker killed.
 		{"ManyReplicas", testManyReplicas},
 	} {

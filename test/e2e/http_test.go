@@ -259,6 +259,62 @@ func appendInFlight(t *testing.T, a, b *httpDoor, path string, data []byte) (fir
 	return first, pw
 }
 
+// TestHTTPUnknownLength: uploads whose length the client tells only at the end. tus
+// creation-defer-length, the length in the last PATCH with the last bytes, and in an
+// empty PATCH after every byte arrived in whole chunks already stored in S3 (the
+// declared size completes the upload by itself); and an IETF creation whose chunked
+// body, of no announced length, ends the upload.
+func TestHTTPUnknownLength(t *testing.T) {
+	e := newEnv(t)
+	a := e.start(t, e.config())
+	c := e.client(t, a)
+	d := doorOf(t, a.HTTPAddr())
+	deferred := func() string {
+		r := d.do("POST", "/files/", nil, "Tus-Resumable", "1.0.0", "Upload-Defer-Length", "1")
+		expectHTTP(t, r, http.StatusCreated)
+		return r.Header.Get("Location")
+	}
+	patch := func(path string, off int, body []byte, kv ...string) reply {
+		return d.do("PATCH", path, bytes.NewReader(body), append([]string{"Tus-Resumable", "1.0.0", "Content-Type", tusCT,
+			"Upload-Offset", strconv.Itoa(off)}, kv...)...)
+	}
+
+	t.Run("length with the last bytes", func(t *testing.T) {
+		data := randomBytes(2*chunk+777, 194)
+		path := deferred()
+		expectHTTP(t, patch(path, 0, data[:chunk+5]), http.StatusNoContent)
+		r := patch(path, chunk, data[chunk:], "Upload-Length", strconv.Itoa(len(data)))
+		expectHTTP(t, r, http.StatusNoContent)
+		if headerInt(t, r.Header, "Upload-Offset") != int64(len(data)) {
+			t.Fatalf("offset %s", r.Header.Get("Upload-Offset"))
+		}
+		e.requireExact(t, waitCompleted(t, c, idOf(path)), data)
+	})
+
+	t.Run("length after the bytes", func(t *testing.T) {
+		data := randomBytes(2*chunk, 195)
+		path := deferred()
+		expectHTTP(t, patch(path, 0, data), http.StatusNoContent)
+		waitFor(t, "both parts in S3", func() bool { return getUpload(t, c, idOf(path)).UploadedChunks == 2 })
+		if up := getUpload(t, c, idOf(path)); up.State != chunkupv1.UploadState_UPLOAD_STATE_ACTIVE || up.TotalChunks != 0 {
+			t.Fatalf("before its length is known: %v", up)
+		}
+		expectHTTP(t, patch(path, len(data), nil, "Upload-Length", strconv.Itoa(len(data))), http.StatusNoContent)
+		e.requireExact(t, waitCompleted(t, c, idOf(path)), data)
+	})
+
+	t.Run("IETF body of unknown length", func(t *testing.T) {
+		data := randomBytes(chunk+99, 196)
+		// An io.Reader that is not a *bytes.Reader goes chunked, without Content-Length.
+		r := d.do("POST", "/files/", io.MultiReader(bytes.NewReader(data)), "Upload-Draft-Interop-Version", "8", "Upload-Complete", "?1")
+		expectHTTP(t, r, http.StatusCreated)
+		if r.Header.Get("Upload-Complete") != "?1" || headerInt(t, r.Header, "Upload-Offset") != int64(len(data)) {
+			t.Fatalf("IETF creation: %v", r.Header)
+		}
+		e.requireExact(t, waitCompleted(t, c, idOf(r.Header.Get("Location"))), data)
+	})
+}
+
 // TestHTTPConcurrentAppends: while a request appends to an upload, another one to the
 // same upload, on the same replica or another, is refused (tus 423, IETF 409, both with
 // Retry-After); many requests racing with the whole body each end 204, 409 or 423; and
