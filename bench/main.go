@@ -1,7 +1,8 @@
 // Command bench measures what chunkup's guarantees cost: it uploads the same bytes
 // through chunkup (the Go SDK, a `chunkup serve` process, Redis, MinIO) and straight to
-// the same MinIO with the AWS SDK, alternating the two in one run, and prints each
-// figure as a ratio chunkup / direct, with the targets of docs/performance.md. `make
+// the same MinIO with the AWS SDK, alternating the two in one run (and, for the large
+// upload, a third: the HTTP door, as one tus PATCH), and prints each figure as a ratio
+// chunkup / direct, with the targets of docs/performance.md. `make
 // bench` runs it; the same table is written as JSON (-out).
 //
 // Redis and MinIO are real servers started through internal/testenv (as in the tests);
