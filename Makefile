@@ -113,8 +113,9 @@ test: deps
 chaos: deps
 	$(GO) test -race -tags chaos -timeout 20m -v $(GO_TEST_FLAGS) ./test/chaos/
 
-## bench: chunkup against direct S3 uploads (bench/, about 5 minutes; the large upload also through the HTTP door): a table of
-## ratios, also written to bench-results.json. BENCH_FLAGS passes flags (go run ./bench -h).
+## bench: chunkup against direct S3 uploads (bench/, about 5 minutes; the large upload
+## also through the HTTP door): a table of ratios, also written to bench-results.json.
+## BENCH_FLAGS passes flags (go run ./bench -h).
 bench: deps
 	$(GO) run ./bench $(BENCH_FLAGS)
 
