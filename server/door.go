@@ -123,8 +123,9 @@ func (a *Authenticator) AuthenticateHTTP(r *http.Request) (context.Context, erro
 	return ctx, nil
 }
 
-// RateLimiter is the per-tenant rate limit g sets (nil when there is none), for another
-// door: its requests are counted in buckets of their own, beside the gRPC calls'.
+// RateLimiter returns a new per-tenant limiter with g's rate and burst (zero burst:
+// twice the rate, at least 1), or nil when g sets no rate. gRPC's interceptors get one,
+// and another door another: its requests are counted in buckets of their own.
 func (g Guard) RateLimiter() *TenantRateLimiter {
 	if g.RatePerTenant <= 0 {
 		return nil

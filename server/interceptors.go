@@ -47,12 +47,7 @@ func (g Guard) ServerOptions() []grpc.ServerOption {
 		unary = append(unary, selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(g.Auth.Authenticate), match))
 		stream = append(stream, selector.StreamServerInterceptor(auth.StreamServerInterceptor(g.Auth.Authenticate), match))
 	}
-	if g.RatePerTenant > 0 {
-		burst := g.RateBurst
-		if burst == 0 {
-			burst = max(1, int(2*g.RatePerTenant))
-		}
-		l := NewTenantRateLimiter(g.RatePerTenant, burst)
+	if l := g.RateLimiter(); l != nil {
 		match := selector.MatchFunc(guarded)
 		unary = append(unary, selector.UnaryServerInterceptor(ratelimit.UnaryServerInterceptor(l), match))
 		stream = append(stream, selector.StreamServerInterceptor(ratelimit.StreamServerInterceptor(l), match))

@@ -201,6 +201,52 @@ func TestHTTPCurl(t *testing.T) {
 	})
 }
 
+// TestHTTPCredentials: the door takes the API's credentials (API keys in either header,
+// JWTs), keeps tenants apart as gRPC does, announces and enforces --max-upload-size,
+// and counts each request against the tenant's rate limit (429 past it).
+func TestHTTPCredentials(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.Auth = server.AuthConfig{APIKeys: map[string]string{server.HashAPIKey("acme-key"): "acme"}, JWTSecret: jwtSecret}
+	cfg.Server.MaxUploadSize = 3 * chunk
+	cfg.RatePerTenant, cfg.RateBurst = 1, 12
+	a := e.start(t, cfg)
+	acme := doorOf(t, a.HTTPAddr(), "X-Api-Key", "acme-key")
+	other := doorOf(t, a.HTTPAddr(), "Authorization", "Bearer "+token(t, "other"))
+
+	expectHTTP(t, doorOf(t, a.HTTPAddr(), "X-Api-Key", "guess").do("POST", "/files/", nil, "Tus-Resumable", "1.0.0", "Upload-Length", "5"), http.StatusUnauthorized)
+	data := []byte("acme's file")
+	path := acme.create(len(data))
+	expectHTTP(t, acme.do("PATCH", path, bytes.NewReader(data), "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", "0"), http.StatusNoContent)
+	expectHTTP(t, other.do("HEAD", path, nil, "Tus-Resumable", "1.0.0"), http.StatusNotFound)
+	expectHTTP(t, other.do("PATCH", path, bytes.NewReader(data), "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", "0"), http.StatusNotFound)
+	expectHTTP(t, other.do("DELETE", path, nil, "Tus-Resumable", "1.0.0"), http.StatusNotFound)
+	up := waitCompleted(t, e.client(t, a, client.WithAPIKey("acme-key")), idOf(path))
+	e.requireExact(t, up, data)
+	if !strings.HasPrefix(up.Key, "acme/") {
+		t.Fatalf("key %s outside acme's namespace", up.Key)
+	}
+
+	r := other.do("OPTIONS", "/files/", nil)
+	if r.Header.Get("Tus-Max-Size") != strconv.Itoa(3*chunk) {
+		t.Fatalf("Tus-Max-Size %q", r.Header.Get("Tus-Max-Size"))
+	}
+	expectHTTP(t, other.do("POST", "/files/", nil, "Tus-Resumable", "1.0.0", "Upload-Length", strconv.Itoa(3*chunk+1)), http.StatusRequestEntityTooLarge)
+
+	var limited reply
+	for range 40 {
+		if limited = other.do("HEAD", path, nil, "Tus-Resumable", "1.0.0"); limited.StatusCode == http.StatusTooManyRequests {
+			break
+		}
+	}
+	expectHTTP(t, limited, http.StatusTooManyRequests)
+	if limited.Header.Get("Retry-After") == "" {
+		t.Fatal("429 without Retry-After")
+	}
+	// Another tenant's bucket is its own.
+	expectHTTP(t, acme.do("HEAD", path, nil, "Tus-Resumable", "1.0.0"), http.StatusOK)
+}
+
 // TestHTTPReplicas: two `chunkup serve` replicas, no affinity. tus-js-client begins
 // an upload on one and is killed in the middle of it; a new run resumes it on the
 // other, with tus, or with the IETF protocol. Both objects are exact.
