@@ -117,8 +117,20 @@ func (c *Core) Create(ctx context.Context, req httpdoor.CreateRequest) (httpdoor
 	return c.door(up), nil
 }
 
+// known refuses an id that cannot name a chunkup upload: a URL that names no upload is
+// 404, as for an upload that does not exist, not a malformed request.
+func known(id string) error {
+	if !ids.Valid(id) {
+		return fmt.Errorf("%w: no upload at this URL (chunkup's upload ids are 26 characters a-z, 2-7)", httpdoor.ErrNotFound)
+	}
+	return nil
+}
+
 // Get implements httpdoor.Core.
 func (c *Core) Get(ctx context.Context, id string) (httpdoor.Upload, error) {
+	if err := known(id); err != nil {
+		return httpdoor.Upload{}, err
+	}
 	up, err := c.svc.Lookup(ctx, id)
 	if err != nil {
 		return httpdoor.Upload{}, c.mapErr(id, err)
@@ -148,6 +160,9 @@ func (c *Core) door(u *uploads.Upload) httpdoor.Upload {
 
 // DeclareSize implements httpdoor.Core with the store's declare-size script.
 func (c *Core) DeclareSize(ctx context.Context, id string, size int64) error {
+	if err := known(id); err != nil {
+		return err
+	}
 	up, err := c.svc.Lookup(ctx, id)
 	if err != nil {
 		return c.mapErr(id, err)
@@ -172,6 +187,9 @@ func (c *Core) DeclareSize(ctx context.Context, id string, size int64) error {
 
 // Stage implements httpdoor.Core: one chunk of UploadChunk.
 func (c *Core) Stage(ctx context.Context, id string, n uint32, data []byte, crc32c uint32, last bool) error {
+	if err := known(id); err != nil {
+		return err
+	}
 	_, err := c.svc.StageChunk(ctx, id, n, data, crc32c, last)
 	if err != nil && errors.Is(context.Cause(ctx), uploads.ErrLockLost) {
 		// The lock was found lost while (or before) staging: whatever the call says,
@@ -191,6 +209,9 @@ func (c *Core) Stage(ctx context.Context, id string, n uint32, data []byte, crc3
 
 // Abort implements httpdoor.Core: AbortUpload's path.
 func (c *Core) Abort(ctx context.Context, id string) error {
+	if err := known(id); err != nil {
+		return err
+	}
 	err := c.svc.Abort(ctx, id, abortReason)
 	var st *staging.StateError
 	switch {
@@ -215,6 +236,9 @@ var errLockReleased = errors.New("append lock released")
 // counts as one of the tenant's streams (--max-streams-per-tenant). Another request
 // holding the lock is ErrLocked at once: tus clients retry 423 and IETF ones 409.
 func (c *Core) Lock(ctx context.Context, id string) (context.Context, func(), error) {
+	if err := known(id); err != nil {
+		return nil, nil, err
+	}
 	release, err := c.svc.OpenStream(ctx)
 	if err != nil {
 		return nil, nil, c.mapErr(id, err)

@@ -199,6 +199,9 @@ func TestErrors(t *testing.T) {
 			t.Errorf("another tenant's %s: %v, want ErrNotFound", name, err)
 		}
 	}
+	if _, err := e.core.Get(ctx, "not-an-upload-id"); !errors.Is(err, httpdoor.ErrNotFound) {
+		t.Errorf("a malformed id: %v, want ErrNotFound", err)
+	}
 	if err := stage(ctx, e.core, up.ID, 1, bytesOf(chunk-1, 2), false); !errors.Is(err, httpdoor.ErrInvalid) {
 		t.Errorf("a short chunk: %v, want ErrInvalid", err)
 	}
