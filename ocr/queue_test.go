@@ -260,23 +260,9 @@ func TestRecoverDocumentsLeftProcessing(t *testing.T) {
 	cfg.MaxAttempts = 1
 	q := e.queue(t, cfg)
 	r := e.reaper(t, cfg)
-	u := e.upload(t, "image/png", testdocs.PNG("HELLO"))
-	if err := q.Handoff(ctxT(t), u, false); err != nil {
-		t.Fatal(err)
-	}
 	// A worker takes the document and dies; its job is dead-lettered by a reclaim whose
 	// process died before failing the document (simulated by the raw store call).
-	j, err := e.stores.Jobs.Fetch(ctxT(t), time.Second, cfg.Lease)
-	if err != nil || j == nil {
-		t.Fatal(j, err)
-	}
-	if err := e.stores.Jobs.MarkProcessing(ctxT(t), u.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.stores.Docs.Transition(ctxT(t), u.ID, time.Hour, documents.Change{
-		From: []documents.Status{documents.Uploaded}, To: documents.Processing, Fence: documents.Fence{Start: true, Token: j.Token}}); err != nil {
-		t.Fatal(err)
-	}
+	u, _ := e.takeDocument(t, q, cfg, "HELLO")
 	e.clk.Add(cfg.Lease + time.Second)
 	if got, err := e.stores.Jobs.Reclaim(ctxT(t), cfg.Lease, 1, 10); err != nil || len(got) != 1 || !got[0].Dead {
 		t.Fatalf("reclaim: %+v %v", got, err)
@@ -351,6 +337,29 @@ func TestJobThatKillsEveryWorkerEnds(t *testing.T) {
 	}
 }
 
+// takeDocument hands a PNG of words to q and does what a worker does first: fetches
+// its job, indexes the document as processing and takes it (one attempt recorded).
+func (e *env) takeDocument(t *testing.T, q *ocr.Queue, cfg ocr.Config, words string) (*uploads.Upload, *ocrqueue.Job) {
+	t.Helper()
+	u := e.upload(t, "image/png", testdocs.PNG(words))
+	if err := q.Handoff(ctxT(t), u, false); err != nil {
+		t.Fatal(err)
+	}
+	j, err := e.stores.Jobs.Fetch(ctxT(t), time.Second, cfg.Lease)
+	if err != nil || j == nil {
+		t.Fatal(j, err)
+	}
+	if err := e.stores.Jobs.MarkProcessing(ctxT(t), u.ID); err != nil {
+		t.Fatal(err)
+	}
+	one := 1
+	if _, err := e.stores.Docs.Transition(ctxT(t), u.ID, time.Hour, documents.Change{From: []documents.Status{documents.Uploaded},
+		To: documents.Processing, Fence: documents.Fence{Start: true, Token: j.Token}, Attempts: &one}); err != nil {
+		t.Fatal(err)
+	}
+	return u, j
+}
+
 // TestStartupRecovery follows the design's start-up steps: with Redis up, stale
 // processing entries are cleared; a document stuck in processing (its worker died) is
 // taken out of every queue, reset (attempts 0, status uploaded, with its event) and
@@ -360,27 +369,7 @@ func TestStartupRecovery(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config()
 	q, r := e.queue(t, cfg), e.reaper(t, cfg)
-	handoff := func(words string) (*uploads.Upload, *ocrqueue.Job) {
-		t.Helper()
-		u := e.upload(t, "image/png", testdocs.PNG(words))
-		if err := q.Handoff(ctxT(t), u, false); err != nil {
-			t.Fatal(err)
-		}
-		j, err := e.stores.Jobs.Fetch(ctxT(t), time.Second, cfg.Lease)
-		if err != nil || j == nil {
-			t.Fatal(j, err)
-		}
-		// What a worker does first: index the document, take it (processing).
-		if err := e.stores.Jobs.MarkProcessing(ctxT(t), u.ID); err != nil {
-			t.Fatal(err)
-		}
-		one := 1
-		if _, err := e.stores.Docs.Transition(ctxT(t), u.ID, time.Hour, documents.Change{From: []documents.Status{documents.Uploaded},
-			To: documents.Processing, Fence: documents.Fence{Start: true, Token: j.Token}, Attempts: &one}); err != nil {
-			t.Fatal(err)
-		}
-		return u, j
-	}
+	handoff := func(words string) (*uploads.Upload, *ocrqueue.Job) { return e.takeDocument(t, q, cfg, words) }
 	stuck, stuckJob := handoff("STUCK")
 	if _, err := e.stores.Jobs.Fail(ctxT(t), stuckJob.ID, stuckJob.Token, "engine exploded", ocrqueue.FailRetry, e.clk.Now(), 5); err != nil {
 		t.Fatal(err) // one failed attempt before the crash, which recovery resets

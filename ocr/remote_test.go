@@ -103,6 +103,23 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
+// engines starts fake as a remote engine and returns it with a Tesseract engine for
+// its fallback.
+func engines(t *testing.T, fake *fakeRemote) (*ocr.Remote, *ocr.Tesseract) {
+	t.Helper()
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	remote, err := ocr.NewRemote(ocr.RemoteConfig{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tess, err := ocr.NewTesseract(ocr.TesseractConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return remote, tess
+}
+
 // resultEngine reads the engine and text of a document's stored OCR result.
 func (e *env) resultEngine(t *testing.T, id string) (engine, text string) {
 	t.Helper()
@@ -128,16 +145,7 @@ func (e *env) resultEngine(t *testing.T, id string) (engine, text string) {
 func TestRemoteEngineOutageFallsBackAndRecovers(t *testing.T) {
 	e := newEnv(t)
 	fake := &fakeRemote{}
-	srv := httptest.NewServer(fake)
-	defer srv.Close()
-	remote, err := ocr.NewRemote(ocr.RemoteConfig{URL: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tess, err := ocr.NewTesseract(ocr.TesseractConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	remote, tess := engines(t, fake)
 	var logs syncBuffer
 	m := newEngineMetrics()
 	const probe = time.Minute
@@ -217,12 +225,7 @@ func TestRemoteEngineOutageFallsBackAndRecovers(t *testing.T) {
 func TestRemoteEngineWithoutFallback(t *testing.T) {
 	e := newEnv(t)
 	fake := &fakeRemote{down: true}
-	srv := httptest.NewServer(fake)
-	defer srv.Close()
-	remote, err := ocr.NewRemote(ocr.RemoteConfig{URL: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	remote, _ := engines(t, fake)
 	eng := ocr.NewFallback(remote, nil, ocr.FallbackConfig{Now: e.clk.Now, Logger: testLogger()})
 	cfg := e.config()
 	q, w := e.queue(t, cfg), e.worker(t, eng, cfg)
@@ -281,16 +284,7 @@ func TestRemoteEngineUnreachable(t *testing.T) {
 func TestWorkerReportsItsEngine(t *testing.T) {
 	e := newEnv(t)
 	fake := &fakeRemote{down: true}
-	srv := httptest.NewServer(fake)
-	defer srv.Close()
-	remote, err := ocr.NewRemote(ocr.RemoteConfig{URL: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tess, err := ocr.NewTesseract(ocr.TesseractConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	remote, tess := engines(t, fake)
 	cfg := e.config()
 	cfg.InstanceID = "ocr-7"
 	w := e.worker(t, ocr.NewFallback(remote, tess, ocr.FallbackConfig{Now: e.clk.Now, Logger: testLogger()}), cfg)

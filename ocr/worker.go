@@ -105,10 +105,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// EngineStatus reports the worker's engine: the configured one, the one jobs run on
-// now, and its health (checked now, unless it is a Fallback, which keeps its own).
+// EngineStatus checks the worker's engine and reports it: the configured one, the one
+// jobs run on now, and its health. (A Fallback's check also notices the remote engine's
+// loss or return.)
 func (w *Worker) EngineStatus(ctx context.Context) EngineStatus {
 	if f, ok := w.engine.(interface{ Status() EngineStatus }); ok {
+		_ = w.engine.Health(ctx)
 		return f.Status()
 	}
 	st := EngineStatus{Engine: w.engine.Name(), Active: w.engine.Name(), Healthy: true}
@@ -125,7 +127,6 @@ func (w *Worker) reportLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		hctx, cancel := context.WithTimeout(ctx, w.cfg.ReportInterval)
-		_ = w.engine.Health(hctx) // a Fallback notices the remote engine's loss or return
 		st := w.EngineStatus(hctx)
 		err := w.store.Report(hctx, ocrqueue.WorkerReport{
 			InstanceID: w.cfg.InstanceID, Engine: st.Engine, ActiveEngine: st.Active, EngineHealthy: st.Healthy,

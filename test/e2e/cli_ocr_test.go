@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,7 +12,6 @@ import (
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/testdocs"
-	"github.com/chunkup/chunkup/ocr"
 	"github.com/chunkup/chunkup/test/harness"
 )
 
@@ -84,17 +82,9 @@ func TestCLIUploadScanReachesDecision(t *testing.T) {
 
 	// The design's own webhook call: the node id and the result, nothing else.
 	body := fmt.Sprintf(`{"documentId":%q,"verificationResult":"rejected"}`, up.NodeId)
-	req, _ := http.NewRequestWithContext(ctx(t), http.MethodPost, "http://"+node.HTTPAddr+ocr.WebhookPath, strings.NewReader(body))
-	req.Header.Set(ocr.ServiceKeyHeader, ocrKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	answer, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(answer), `"success":true`) ||
-		!strings.Contains(string(answer), `"message":"Verification result received"`) || !strings.Contains(string(answer), `"timestamp":"`) {
-		t.Fatalf("webhook answered %d %s", resp.StatusCode, answer)
+	if code, answer := verify(t, node.HTTPAddr, body); code != http.StatusOK || !strings.Contains(answer, `"success":true`) ||
+		!strings.Contains(answer, `"message":"Verification result received"`) || !strings.Contains(answer, `"timestamp":"`) {
+		t.Fatalf("webhook answered %d %s", code, answer)
 	}
 	if out := cli(t, bin, "ocr", "status", "--server", node.GRPCAddr, up.NodeId); !strings.Contains(out, " rejected ") {
 		t.Fatalf("after the webhook: %s", out)

@@ -21,7 +21,6 @@ import (
 	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/internal/testdocs"
 	"github.com/chunkup/chunkup/internal/testenv"
-	"github.com/chunkup/chunkup/ocr"
 	"github.com/chunkup/chunkup/server"
 )
 
@@ -263,16 +262,8 @@ func TestDocumentsThroughTheAPI(t *testing.T) {
 
 	// The design's webhook request names the document by node id (with its tenant).
 	body := fmt.Sprintf(`{"documentId":%q,"tenant":"acme","verificationResult":"approved"}`, node)
-	req, _ := http.NewRequestWithContext(ctx(t), http.MethodPost, "http://"+a.HTTPAddr()+ocr.WebhookPath, strings.NewReader(body))
-	req.Header.Set(ocr.ServiceKeyHeader, ocrKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	answer, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(answer), `"message":"Verification result received"`) {
-		t.Fatalf("webhook answered %d %s", resp.StatusCode, answer)
+	if code, answer := verify(t, a.HTTPAddr(), body); code != http.StatusOK || !strings.Contains(answer, `"message":"Verification result received"`) {
+		t.Fatalf("webhook answered %d %s", code, answer)
 	}
 	if r, err := acme.GetDocument(ctx(t), &chunkupv1.GetDocumentRequest{DocumentId: node}); err != nil ||
 		r.Document.Status != chunkupv1.DocumentStatus_DOCUMENT_STATUS_APPROVED {

@@ -389,15 +389,17 @@ func (x *Verification) GetVerifyTime() *timestamppb.Timestamp {
 
 // Document is the state of one document.
 type Document struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DocumentId    string                 `protobuf:"bytes,1,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
-	UploadId      string                 `protobuf:"bytes,2,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
-	Status        DocumentStatus         `protobuf:"varint,3,opt,name=status,proto3,enum=chunkup.v1.DocumentStatus" json:"status,omitempty"`
-	Bucket        string                 `protobuf:"bytes,4,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Key           string                 `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
-	ContentType   string                 `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
-	Tenant        string                 `protobuf:"bytes,7,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	CorrelationId string                 `protobuf:"bytes,8,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The document's id in chunkup: its upload's id (upload_id repeats it). node_id is
+	// the document's own id (a UUID), which names it too.
+	DocumentId    string         `protobuf:"bytes,1,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
+	UploadId      string         `protobuf:"bytes,2,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	Status        DocumentStatus `protobuf:"varint,3,opt,name=status,proto3,enum=chunkup.v1.DocumentStatus" json:"status,omitempty"`
+	Bucket        string         `protobuf:"bytes,4,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Key           string         `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
+	ContentType   string         `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	Tenant        string         `protobuf:"bytes,7,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	CorrelationId string         `protobuf:"bytes,8,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	// The OCR job currently (or last) responsible for the document.
 	JobId string `protobuf:"bytes,9,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// Failed OCR attempts of the current job.
