@@ -634,12 +634,14 @@ const (
 //
 // Returns {"ok", doc} or {"gone"} when the job was no longer in the set.
 var jobPurgeScript = rdb.NewScript(`
-local n
-if ARGV[2] == 'list' then n = redis.call('LREM', KEYS[1], 0, ARGV[1]) else n = redis.call('ZREM', KEYS[1], ARGV[1]) end
-if n == 0 then return {'gone'} end
+local there
+if ARGV[2] == 'list' then there = redis.call('LPOS', KEYS[1], ARGV[1]) else there = redis.call('ZSCORE', KEYS[1], ARGV[1]) end
+if not there then return {'gone'} end
 local doc = redis.call('HGET', KEYS[2], 'doc') or ''
+local dedupe = doc ~= '' and redis.call('GET', KEYS[4]) == ARGV[1]
+if ARGV[2] == 'list' then redis.call('LREM', KEYS[1], 0, ARGV[1]) else redis.call('ZREM', KEYS[1], ARGV[1]) end
 redis.call('DEL', KEYS[2], KEYS[3])
-if doc ~= '' and redis.call('GET', KEYS[4]) == ARGV[1] then redis.call('DEL', KEYS[4]) end
+if dedupe then redis.call('DEL', KEYS[4]) end
 return {'ok', doc}
 `)
 
