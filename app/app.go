@@ -313,7 +313,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if sc.Observe == (server.Observability{}) {
 			sc.Observe = a.observability
 		}
-		deps := server.Deps{Store: a.uploads, Progress: a.outbox, Ender: ender}
+		deps := server.Deps{Store: a.uploads, Progress: a.outbox, Ender: ender, Objects: a.s3}
 		if a.worker != nil {
 			deps.Local = a.worker // the local fast path: chunks go to S3 from memory
 		}
@@ -506,6 +506,9 @@ func (a *App) Close() {
 	}
 	if a.kafka != nil {
 		_ = a.kafka.Close()
+	}
+	if a.outbox != nil {
+		_ = a.outbox.Close()
 	}
 	if a.rdb != nil {
 		_ = a.rdb.Close()

@@ -161,7 +161,7 @@ func (a *App) runOCR(ctx context.Context, wg *sync.WaitGroup) {
 
 // registerDocuments adds the document service to the API's gRPC server.
 func (a *App) registerDocuments() error {
-	deps := server.DocumentDeps{Docs: a.docs, Uploads: a.uploads, Jobs: a.jobs, Results: ocr.NewResults(a.s3)}
+	deps := server.DocumentDeps{Docs: a.docs, Changes: a.outbox, Uploads: a.uploads, Jobs: a.jobs, Results: ocr.NewResults(a.s3)}
 	if q := a.OCRQueue(); q != nil {
 		deps.Queue = q
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"runtime"
 	"strings"
 	"time"
 
@@ -19,6 +20,13 @@ import (
 //     learns the rest). Options are go-redis' cluster URL options (dial_timeout=3s,
 //     max_redirects=8, …). A cluster has no databases: the path must be empty.
 //
+// The connection pool is bounded: go-redis opens connections beyond PoolSize under a
+// burst unless MaxActiveConns says otherwise, so it is set to the pool size (default 10
+// per CPU, per Redis node); requests beyond it wait for a connection (pool_size and
+// max_active_conns in the URL override both). go-redis' pipeline pool (10) and the
+// pub/sub connections come on top: one for progress notices, and one (eight on a
+// cluster) for chunk wake-ups.
+//
 // It returns the client and the address to name in messages. It does not connect yet.
 func NewRedisClient(rawURL string) (redis.UniversalClient, string, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
@@ -27,6 +35,7 @@ func NewRedisClient(rawURL string) (redis.UniversalClient, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
+		opt.PoolSize, opt.MaxActiveConns = boundedPool(opt.PoolSize, opt.MaxActiveConns)
 		return redis.NewClient(opt), opt.Addr, nil
 	}
 	// url.Parse refuses a comma-separated host list, so the first host goes into the
@@ -69,5 +78,18 @@ func NewRedisClient(rawURL string) (redis.UniversalClient, string, error) {
 	// so after a failover the client would keep dialling it for up to a minute
 	// (github.com/redis/go-redis/issues/3979); a reload is one CLUSTER SLOTS a second.
 	opt.ClusterStateReloadInterval = time.Second
+	opt.PoolSize, opt.MaxActiveConns = boundedPool(opt.PoolSize, opt.MaxActiveConns)
 	return redis.NewClusterClient(opt), "cluster " + strings.Join(opt.Addrs, ","), nil
+}
+
+// boundedPool is go-redis' default pool size (when unset), with the active connections
+// capped at it (when unset).
+func boundedPool(size, maxActive int) (int, int) {
+	if size == 0 {
+		size = 10 * runtime.GOMAXPROCS(0)
+	}
+	if maxActive == 0 {
+		maxActive = size
+	}
+	return size, maxActive
 }

@@ -179,13 +179,18 @@ type ExpirerConfig struct {
 	// Interval is how often idle uploads are looked for. Zero means 10 s.
 	Interval time.Duration
 	// Batch is how many candidates one sweep handles. Zero means 100.
-	Batch  int64
-	Logger *slog.Logger
+	Batch int64
+	// ReconcileInterval is how often every active upload is checked for work its
+	// indexes lost (see Recover), at start and then periodically: a Redis failover or
+	// restart can take away an index entry written moments before, on another node than
+	// the state it points at. Zero means 30 s.
+	ReconcileInterval time.Duration
+	Logger            *slog.Logger
 }
 
 // Validate checks the configuration.
 func (c ExpirerConfig) Validate() error {
-	if c.Interval < 0 || c.Batch < 0 {
+	if c.Interval < 0 || c.Batch < 0 || c.ReconcileInterval < 0 {
 		return errors.New("cleanup: settings must not be negative")
 	}
 	return nil
@@ -208,6 +213,9 @@ func NewExpirer(ender *Ender, cfg ExpirerConfig) (*Expirer, error) {
 	if cfg.Interval == 0 {
 		cfg.Interval = 10 * time.Second
 	}
+	if cfg.ReconcileInterval == 0 {
+		cfg.ReconcileInterval = 30 * time.Second
+	}
 	if cfg.Batch == 0 {
 		cfg.Batch = 100
 	}
@@ -219,11 +227,16 @@ func NewExpirer(ender *Ender, cfg ExpirerConfig) (*Expirer, error) {
 
 // Run recovers, then sweeps every Interval until ctx ends.
 func (x *Expirer) Run(ctx context.Context) error {
-	if err := x.Recover(ctx); err != nil && ctx.Err() == nil {
-		x.cfg.Logger.Warn("start-up recovery", "err", err)
-	}
-	pace := retry.Pacer{What: "expiring idle uploads", Interval: x.cfg.Interval, Logger: x.cfg.Logger}
+	var reconciled time.Time
+	pace := retry.Pacer{What: "expiring idle uploads", Interval: min(x.cfg.Interval, x.cfg.ReconcileInterval), Logger: x.cfg.Logger}
 	for {
+		if time.Since(reconciled) >= x.cfg.ReconcileInterval {
+			if err := x.Recover(ctx); err != nil && ctx.Err() == nil {
+				x.cfg.Logger.Warn("recovering lost index entries", "err", err)
+			} else {
+				reconciled = time.Now()
+			}
+		}
 		_, err := x.Sweep(ctx)
 		if ctx.Err() != nil {
 			return nil
@@ -239,9 +252,9 @@ func (x *Expirer) Run(ctx context.Context) error {
 }
 
 // Recover walks the active-upload index (an index, not the keyspace) and puts back
-// into the work indexes any staged chunk or finished upload a crash left out of them.
-// Leases that expired and outbox records need nothing: their indexes are written
-// before the state they point at, and the sweeps pick them up.
+// into the work indexes any staged chunk or finished upload a crash or a failover left
+// out of them. Run calls it at start and every ReconcileInterval. Leases that expired
+// need nothing: the chunks they hold are pending, and the sweeps pick them up.
 func (x *Expirer) Recover(ctx context.Context) error {
 	n := 0
 	for start := int64(0); ; start += 500 {
@@ -259,7 +272,7 @@ func (x *Expirer) Recover(ctx context.Context) error {
 			break
 		}
 	}
-	x.cfg.Logger.Info("start-up recovery done", "active_uploads", n)
+	x.cfg.Logger.Debug("recovered lost index entries", "active_uploads", n)
 	return nil
 }
 

@@ -115,6 +115,23 @@ func (c *Client) Get(ctx context.Context, id string) (*chunkupv1.Upload, error) 
 	return r.Upload, nil
 }
 
+// List returns the caller's uploads in progress (ACTIVE or COMPLETING), oldest first,
+// reading every page of ListUploads.
+func (c *Client) List(ctx context.Context) ([]*chunkupv1.Upload, error) {
+	var out []*chunkupv1.Upload
+	token := ""
+	for {
+		r, err := c.api.ListUploads(ctx, &chunkupv1.ListUploadsRequest{PageSize: 500, PageToken: token})
+		if err != nil {
+			return nil, fmt.Errorf("chunkup: list uploads: %w", err)
+		}
+		out = append(out, r.Uploads...)
+		if token = r.NextPageToken; token == "" {
+			return out, nil
+		}
+	}
+}
+
 // Abort aborts an upload.
 func (c *Client) Abort(ctx context.Context, id, reason string) (*chunkupv1.Upload, error) {
 	r, err := c.api.AbortUpload(ctx, &chunkupv1.AbortUploadRequest{UploadId: id, Reason: reason})

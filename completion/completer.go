@@ -31,7 +31,7 @@ import (
 type Objects interface {
 	Complete(ctx context.Context, bucket, key, uploadID string, parts []s3store.Part, size int64) (string, error)
 	AbortStrays(ctx context.Context, bucket, key, keep string) ([]string, error)
-	Head(ctx context.Context, bucket, key string, n int64) ([]byte, error)
+	FirstBytes(ctx context.Context, bucket, key string, n int64) ([]byte, error)
 }
 
 var _ Objects = (*s3store.Store)(nil)
@@ -317,7 +317,7 @@ func (c *Completer) detect(ctx context.Context, b uploads.Begin) (string, error)
 	}
 	ctx, cancel := context.WithTimeout(ctx, min(c.cfg.S3Timeout, strayTimeout))
 	defer cancel()
-	head, err := c.s3.Head(ctx, b.Bucket, b.Key, sniff.HeadSize)
+	head, err := c.s3.FirstBytes(ctx, b.Bucket, b.Key, sniff.HeadSize)
 	if err != nil {
 		if retry.Permanent(err) {
 			c.cfg.Logger.Warn("cannot read the object's first bytes; its type stays undetected", "bucket", b.Bucket, "key", b.Key, "err", err)

@@ -162,20 +162,20 @@ func (s *Store) Open(ctx context.Context, bucket, key string) (io.ReadCloser, in
 	return out.Body, aws.ToInt64(out.ContentLength), nil
 }
 
-// Head reads at most n bytes from the start of object bucket/key (one ranged GET): what
-// the completer needs to recognize an object's type without reading all of it.
-func (s *Store) Head(ctx context.Context, bucket, key string, n int64) ([]byte, error) {
-	out, err := s.api.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key),
-		Range: aws.String(fmt.Sprintf("bytes=0-%d", n-1))})
+// FirstBytes reads at most n bytes from the start of object bucket/key (one ranged
+// GET): what the completer needs to recognize an object's type without reading all of
+// it. An empty object has none.
+func (s *Store) FirstBytes(ctx context.Context, bucket, key string, n int64) ([]byte, error) {
+	body, err := s.OpenRange(ctx, bucket, key, 0, n)
 	if err != nil {
 		var re interface{ ErrorCode() string }
 		if errors.As(err, &re) && re.ErrorCode() == "InvalidRange" {
 			return nil, nil // an empty object has no byte 0
 		}
-		return nil, fmt.Errorf("get object head: %w", err)
+		return nil, err
 	}
-	defer out.Body.Close()
-	return io.ReadAll(io.LimitReader(out.Body, n))
+	defer body.Close()
+	return io.ReadAll(io.LimitReader(body, n))
 }
 
 // KeyOwnedBy reports whether object key belongs to upload id alone: one of its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,7 +28,6 @@ import (
 // DocumentStore is the part of the document store the document service uses.
 type DocumentStore interface {
 	Get(ctx context.Context, id string) (*documents.Document, error)
-	Changes(ctx context.Context, id string) (*staging.Subscription, error)
 }
 
 var _ DocumentStore = (*documents.Store)(nil)
@@ -69,6 +69,9 @@ type OCRResults interface {
 type DocumentDeps struct {
 	// Docs holds the documents. Required.
 	Docs DocumentStore
+	// Changes carries the notices of a document's status changes, on its upload's
+	// progress subscription ("doc:STATUS"). Required.
+	Changes Progress
 	// Uploads resolves node ids. Required.
 	Uploads UploadLookup
 	// Jobs reads the OCR queue. Required.
@@ -120,8 +123,8 @@ func NewDocumentService(d DocumentDeps, cfg DocumentConfig) (*DocumentService, e
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if d.Docs == nil || d.Uploads == nil || d.Jobs == nil {
-		return nil, errors.New("server: the document service needs the document, upload and job stores")
+	if d.Docs == nil || d.Changes == nil || d.Uploads == nil || d.Jobs == nil {
+		return nil, errors.New("server: the document service needs the document, upload and job stores and a progress channel")
 	}
 	return &DocumentService{d: d, cfg: cfg, draining: make(chan struct{})}, nil
 }
@@ -199,7 +202,7 @@ func (s *DocumentService) WatchDocument(req *chunkupv1.WatchDocumentRequest, str
 		return toStatus(ref, err)
 	}
 	// Subscribe before the snapshot, so no change between the two goes unnoticed.
-	sub, err := s.d.Docs.Changes(ctx, id)
+	sub, err := s.d.Changes.Progress(ctx, id)
 	if err != nil {
 		return toStatus(ref, err)
 	}
@@ -230,9 +233,12 @@ func (s *DocumentService) WatchDocument(req *chunkupv1.WatchDocumentRequest, str
 			return status.Error(codes.Unavailable, "this server is shutting down; watch again (another server will answer)")
 		case <-ctx.Done():
 			return status.FromContextError(context.Cause(ctx)).Err()
-		case _, ok := <-sub.C:
+		case msg, ok := <-sub.C:
 			if !ok {
 				return status.Error(codes.Unavailable, "document subscription closed; watch again")
+			}
+			if !strings.HasPrefix(msg, "doc:") {
+				continue // the upload's own progress, not its document's
 			}
 		case <-t.C:
 		}

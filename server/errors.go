@@ -105,6 +105,10 @@ func toStatus(id string, err error) error {
 		return status.Error(codes.DataLoss, on+sum.Error())
 	case errors.As(err, new(*ConflictError)):
 		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.As(err, new(*NoObjectError)):
+		return status.Errorf(codes.FailedPrecondition, "upload %s %v", id, err)
+	case errors.As(err, new(*ObjectNotFoundError)):
+		return status.Errorf(codes.NotFound, "%v: it may not exist, or be another tenant's", err)
 	case errors.Is(err, staging.ErrNotFound):
 		return status.Errorf(codes.NotFound, "upload %s not found: create an upload first (it may also have expired)", quote(id))
 	case errors.As(err, &st):

@@ -58,11 +58,13 @@ func (l *TenantRateLimiter) Limit(ctx context.Context) error {
 	return nil
 }
 
-// streamCounter bounds the upload streams a tenant has open on this process.
+// streamCounter bounds the streams (of one kind: what, limited by flag) a tenant has
+// open on this process.
 type streamCounter struct {
-	limit int
-	mu    sync.Mutex
-	open  map[string]int
+	what, flag string
+	limit      int
+	mu         sync.Mutex
+	open       map[string]int
 }
 
 func (c *streamCounter) acquire(tenant string) (func(), error) {
@@ -72,7 +74,7 @@ func (c *streamCounter) acquire(tenant string) (func(), error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.open[tenant] >= c.limit {
-		return nil, &LimitError{Msg: fmt.Sprintf("tenant %q already has %d upload streams open on this server (limit --max-streams-per-tenant); send more chunks per stream or wait", tenant, c.limit)}
+		return nil, &LimitError{Msg: fmt.Sprintf("tenant %s already has %d %s open on this server (limit %s); close some, or wait and retry", quote(tenant), c.limit, c.what, c.flag)}
 	}
 	c.open[tenant]++
 	return func() {

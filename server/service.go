@@ -39,6 +39,7 @@ type Store interface {
 	Params(ctx context.Context, id string) (uploads.Params, error)
 	Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (uploads.StageResult, error)
 	Get(ctx context.Context, id string) (*uploads.Upload, error)
+	InProgress(ctx context.Context, tenant, cursor string, limit int) ([]*uploads.Upload, string, error)
 	StagedBytes(ctx context.Context) (int64, error)
 }
 
@@ -80,6 +81,9 @@ type Config struct {
 	// MaxUploadSize caps an upload's size. Zero means only S3's cap (10,000 chunks of at
 	// most MaxChunkSize).
 	MaxUploadSize int64
+	// MaxWatchesPerTenant caps the WatchUpload streams one tenant has open on this
+	// process. Zero means 1,000; -1 means no cap.
+	MaxWatchesPerTenant int
 	// MaxStreamsPerTenant caps the upload streams one tenant has open on this process.
 	// Zero means no cap.
 	MaxStreamsPerTenant int
@@ -111,6 +115,8 @@ type Deps struct {
 	Progress Progress
 	// Ender ends uploads (abort). Required.
 	Ender Ender
+	// Objects reads objects back (ReadObject). Nil: ReadObject is refused.
+	Objects Objects
 	// Local, when set, is a worker in this process that takes a staged chunk straight
 	// from the bytes the stream received, instead of reading them back from Redis (which
 	// keeps the durable copy). Nil: every chunk goes through Redis.
@@ -131,6 +137,9 @@ func (c Config) Validate() error {
 	if c.ChunkSize != 0 && c.MaxChunkSize != 0 && c.ChunkSize > c.MaxChunkSize {
 		return errors.New("server: chunk size must not exceed max chunk size")
 	}
+	if c.MaxWatchesPerTenant < -1 {
+		return errors.New("server: the watch limit must be -1 (none), 0 (the default) or a positive number")
+	}
 	if c.MaxUploadSize < 0 || c.MaxStreamsPerTenant < 0 || c.StagedBytesBudget < 0 || c.BudgetWait < 0 {
 		return errors.New("server: limits must not be negative")
 	}
@@ -146,6 +155,9 @@ func (c Config) Validate() error {
 }
 
 func (c *Config) setDefaults() {
+	if c.MaxWatchesPerTenant == 0 {
+		c.MaxWatchesPerTenant = 1000
+	}
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = "uploads"
 	}
@@ -178,8 +190,10 @@ type UploadService struct {
 	progress Progress
 	ender    Ender
 	local    LocalWorker
+	objects  Objects
 	keys     *KeyTemplate // nil: default keys
 	streams  *streamCounter
+	watches  *streamCounter
 	budget   *budgetGate
 	draining chan struct{}
 	drain    sync.Once
@@ -197,8 +211,9 @@ func NewUploadService(d Deps, cfg Config) (*UploadService, error) {
 	}
 	cfg.setDefaults()
 	store := d.Store
-	s := &UploadService{cfg: cfg, store: store, progress: d.Progress, ender: d.Ender, local: d.Local, draining: make(chan struct{}),
-		streams: &streamCounter{limit: cfg.MaxStreamsPerTenant, open: map[string]int{}}}
+	s := &UploadService{cfg: cfg, store: store, progress: d.Progress, ender: d.Ender, local: d.Local, objects: d.Objects, draining: make(chan struct{}),
+		streams: &streamCounter{what: "upload streams", flag: "--max-streams-per-tenant", limit: cfg.MaxStreamsPerTenant, open: map[string]int{}},
+		watches: &streamCounter{what: "watches", flag: "--max-watches-per-tenant", limit: cfg.MaxWatchesPerTenant, open: map[string]int{}}}
 	if cfg.KeyTemplate != "" {
 		s.keys, _ = ParseKeyTemplate(cfg.KeyTemplate) // checked by Validate
 	}

@@ -31,6 +31,11 @@ func (s *UploadService) WatchUpload(req *chunkupv1.WatchUploadRequest, stream ch
 		return toStatus(id, err)
 	}
 	ctx := stream.Context()
+	release, err := s.watches.acquire(TenantFrom(ctx))
+	if err != nil {
+		return toStatus(id, err)
+	}
+	defer release()
 	// Subscribe before the snapshot, so no change between the two goes unnoticed.
 	sub, err := s.progress.Progress(ctx, id)
 	if err != nil {

@@ -5,6 +5,8 @@
 //	chunkup upload --server ADDR FILE  upload files and print the final uploads
 //	chunkup upload -r DIR              upload a tree, keys keeping the relative paths
 //	chunkup status --server ADDR ID    print an upload's state
+//	chunkup ls --server ADDR           list your uploads in progress
+//	chunkup get ID|KEY [FILE|-]        download a completed object, checked by CRC32C
 //	chunkup abort  --server ADDR ID    abort an upload
 //	chunkup watch  --server ADDR ID    print an upload's progress until it ends
 //	chunkup events --brokers B         print events from Kafka as JSON lines
@@ -69,6 +71,8 @@ func commands() []command {
 		{"dev", "run everything in one process with embedded Redis, S3 and Kafka", dev},
 		{"upload", "upload files (or trees, -r) and print the final uploads", upload},
 		{"status", "print an upload's state", statusCmd},
+		{"ls", "list your uploads in progress", ls},
+		{"get", "download a completed object (or a range), checked by CRC32C", get},
 		{"abort", "abort an upload", abort},
 		{"watch", "print an upload's progress until it ends", watch},
 		{"events", "print chunkup's Kafka events as JSON lines", eventsCmd},
@@ -183,6 +187,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	stateTTL := fs.Duration("state-ttl", "CHUNKUP_STATE_TTL", 0, "how long an upload may be idle before it expires (default 24h)")
 	retention := fs.Duration("retention", "CHUNKUP_RETENTION", 0, "how long an ended upload's state stays readable (default 24h)")
 	cleanupEvery := fs.Duration("cleanup-interval", "CHUNKUP_CLEANUP_INTERVAL", 0, "how often idle uploads are looked for (default 10s)")
+	reconcileEvery := fs.Duration("reconcile-interval", "CHUNKUP_RECONCILE_INTERVAL", 0, "how often every active upload is checked for work a Redis failover or restart took out of the indexes (default 30s)")
 	workers := fs.Int("worker-concurrency", "CHUNKUP_WORKER_CONCURRENCY", 8, "chunks uploaded to S3 at once")
 	lease := fs.Duration("lease", "CHUNKUP_LEASE", 0, "chunk claim lease; a dead worker's chunks wait this long (default 30s)")
 	sweep := fs.Duration("sweep-interval", "CHUNKUP_SWEEP_INTERVAL", 0, "how often lost wake-ups and expired leases are swept (default 1s)")
@@ -205,6 +210,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	tlsClientCA := fs.String("tls-client-ca", "CHUNKUP_TLS_CLIENT_CA", "", "require client certificates from this CA (mutual TLS)")
 	maxUpload := fs.Size("max-upload-size", "CHUNKUP_MAX_UPLOAD_SIZE", 0, "largest upload accepted (0: 10,000 chunks of --max-chunk-size)")
 	maxStreams := fs.Int("max-streams-per-tenant", "CHUNKUP_MAX_STREAMS_PER_TENANT", 0, "upload streams one tenant may have open on this process (0: no limit)")
+	maxWatches := fs.Int("max-watches-per-tenant", "CHUNKUP_MAX_WATCHES_PER_TENANT", 1000, "WatchUpload streams one tenant may have open on this process (-1: no limit)")
 	budget := fs.Size("staged-bytes-budget", "CHUNKUP_STAGED_BYTES_BUDGET", 0, "Redis memory (used_memory) above which streams stop reading chunks until workers drain it (0: no budget)")
 	ratePerTenant := fs.String("rate-limit", "CHUNKUP_RATE_LIMIT", "0", "calls per second per tenant (0: no limit)")
 	rateBurst := fs.Int("rate-burst", "CHUNKUP_RATE_BURST", 0, "burst of calls per tenant (0: twice the rate)")
@@ -247,7 +253,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	cfg.Staging.ChunkTTL, cfg.Staging.StateTTL, cfg.Staging.Retention = *chunkTTL, *stateTTL, *retention
 	cfg.Staging.MinReplicas, cfg.Staging.ReplicaTimeout = *minReplicas, *replicaTimeout
-	cfg.Expirer.Interval, cfg.KafkaTopic = *cleanupEvery, *kafkaTopic
+	cfg.Expirer.Interval, cfg.Expirer.ReconcileInterval, cfg.KafkaTopic = *cleanupEvery, *reconcileEvery, *kafkaTopic
 	for b := range strings.SplitSeq(*kafkaBrokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			cfg.KafkaBrokers = append(cfg.KafkaBrokers, b)
@@ -255,6 +261,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	cfg.Server.ChunkSize, cfg.Server.MaxChunkSize = *chunkSize, *maxChunk
 	cfg.Server.MaxUploadSize, cfg.Server.MaxStreamsPerTenant, cfg.Server.StagedBytesBudget = *maxUpload, *maxStreams, *budget
+	cfg.Server.MaxWatchesPerTenant = *maxWatches
 	cfg.Worker.Concurrency, cfg.Worker.Lease, cfg.Worker.SweepInterval = *workers, *lease, *sweep
 	cfg.Worker.S3Timeout = *s3Timeout
 	cfg.Worker.GiveUpAfter = *s3GiveUp

@@ -470,6 +470,27 @@ func TestCommandsAgainstServer(t *testing.T) {
 		}
 	})
 
+	t.Run("ls", func(t *testing.T) {
+		ctx, c := dialTest(t, addr)
+		created, err := c.API().CreateUpload(ctx, &chunkupv1.CreateUploadRequest{Name: "listed.bin"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := runCLI(t, "ls", "--server", addr, "--json")
+		if code != exitOK {
+			t.Fatalf("ls exited %d\nstderr: %s", code, stderr)
+		}
+		found := false
+		for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+			if up := parseUpload(t, line); up.UploadId == created.Upload.UploadId {
+				found = up.State == chunkupv1.UploadState_UPLOAD_STATE_ACTIVE
+			}
+		}
+		if !found {
+			t.Fatalf("ls printed %q, without the active upload %s", stdout, created.Upload.UploadId)
+		}
+	})
+
 	t.Run("abort an active upload", func(t *testing.T) {
 		ctx, c := dialTest(t, addr)
 		created, err := c.API().CreateUpload(ctx, &chunkupv1.CreateUploadRequest{Name: "never.bin"})

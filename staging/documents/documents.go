@@ -193,8 +193,10 @@ return {'ok'}
 //	ARGV[6] document TTL (ms)
 //	ARGV[7] event id ("" records no event)
 //	ARGV[8] event record
-//	ARGV[9] the document's change channel, told the new status when an event is recorded
-//	ARGV[10] number of field/value pairs to set that follow; any further ARGV are fields
+//	ARGV[9] the progress channel, told "ID doc:STATUS" when an event is recorded (for
+//	        WatchDocument)
+//	ARGV[10] the document's (upload's) id
+//	ARGV[11] number of field/value pairs to set that follow; any further ARGV are fields
 //	        to delete
 //
 // Returns {"ok"}, {"notfound"}, {"state", status} or {"fenced", job_token}.
@@ -206,14 +208,14 @@ local cur = tonumber(d[2] or '0') or 0
 local tok = tonumber(ARGV[4]) or 0
 if ARGV[3] == 'start' and tok <= cur then return {'fenced', cur} end
 if ARGV[3] == 'hold' and tok ~= cur then return {'fenced', cur} end
-local n = tonumber(ARGV[10])
+local n = tonumber(ARGV[11])
 local f = {'status', ARGV[2], 'updated_ms', ARGV[5]}
 if ARGV[3] == 'start' then f[#f+1] = 'job_token'; f[#f+1] = ARGV[4] end
-for i = 11, 10 + 2*n do f[#f+1] = ARGV[i] end
+for i = 12, 11 + 2*n do f[#f+1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(f))
-if #ARGV > 10 + 2*n then
+if #ARGV > 11 + 2*n then
   local del = {}
-  for i = 11 + 2*n, #ARGV do del[#del+1] = ARGV[i] end
+  for i = 12 + 2*n, #ARGV do del[#del+1] = ARGV[i] end
   redis.call('HDEL', KEYS[1], unpack(del))
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
@@ -221,7 +223,7 @@ if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[2], ARGV[7], ARGV[8])
   local p = redis.call('PTTL', KEYS[2])
   if p >= 0 and p < tonumber(ARGV[6]) then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
-  redis.call('PUBLISH', ARGV[9], ARGV[2])
+  redis.call('PUBLISH', ARGV[9], ARGV[10] .. ' doc:' .. ARGV[2])
 end
 return {'ok'}
 `)
@@ -309,7 +311,7 @@ func (s *Store) Transition(ctx context.Context, id string, ttl time.Duration, c 
 		}
 		set, del := c.fields(s.c.NowMs())
 		args := []any{string(d.Status), string(c.To), fence, c.Fence.Token, s.c.NowMs(), ttl.Milliseconds(), evID, rec,
-			rdb.DocChannel(id), len(set) / 2}
+			rdb.ProgressChannel, id, len(set) / 2}
 		args = append(args, set...)
 		args = append(args, del...)
 		var res []any
@@ -387,7 +389,7 @@ func (s *Store) RecordFailure(ctx context.Context, id string, ttl time.Duration,
 		return err
 	}
 	res, err := docTransitionScript.Run(ctx, s.c, []string{rdb.DocKey(id), rdb.OutboxKey(id)},
-		string(d.Status), string(d.Status), "hold", token, s.c.NowMs(), ttl.Milliseconds(), "", "", rdb.DocChannel(id), 4,
+		string(d.Status), string(d.Status), "hold", token, s.c.NowMs(), ttl.Milliseconds(), "", "", rdb.ProgressChannel, id, 4,
 		"attempts", attempts, "error", rdb.OneLine(msg), "error_ms", s.c.NowMs(), "max_retries", "0").Slice()
 	if err != nil {
 		return err
@@ -396,13 +398,6 @@ func (s *Store) RecordFailure(ctx context.Context, id string, ttl time.Duration,
 		return &FencedError{Token: token, Current: rdb.I64(res[1])}
 	}
 	return nil
-}
-
-// Changes subscribes to document id's status changes: each notice is the new status
-// (a wake-up: readers re-read the document, and read it now and then anyway, as a notice
-// can be lost). It returns once Redis confirmed the subscription.
-func (s *Store) Changes(ctx context.Context, id string) (*staging.Subscription, error) {
-	return s.c.Subscribe(ctx, rdb.DocChannel(id))
 }
 
 // Settled reports whether no more status changes happen to a document on its own: OCR

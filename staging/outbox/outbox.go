@@ -20,9 +20,10 @@ import (
 
 // Outbox reads and acknowledges outbox events, and indexes the outboxes that hold some.
 type Outbox struct {
-	c     *rdb.Conn
-	index *rdb.Index
-	hub   *notify.Hub
+	c        *rdb.Conn
+	index    *rdb.Index
+	hub      *notify.Hub
+	progress *progressHub
 }
 
 // New returns the Outbox on client. hub (may be nil) hears of every event recorded.
@@ -31,7 +32,7 @@ func New(client redis.UniversalClient, cfg staging.Config, hub *notify.Hub) (*Ou
 		return nil, err
 	}
 	c := rdb.Open(client, cfg)
-	return &Outbox{c: c, index: rdb.NewIndex(c, rdb.OutboxIndex), hub: hub}, nil
+	return &Outbox{c: c, index: rdb.NewIndex(c, rdb.OutboxIndex), hub: hub, progress: &progressHub{c: c}}, nil
 }
 
 // Record encodes ev as the value of its outbox hash field, for a script that records it:
@@ -131,10 +132,5 @@ func (o *Outbox) Oldest(ctx context.Context) (time.Time, bool, error) { return o
 // Now is the store's clock reading.
 func (o *Outbox) Now() time.Time { return o.c.Now() }
 
-// Progress subscribes to upload id's progress notices and returns once Redis confirmed
-// the subscription. A notice only says "something changed" (its payload is the new
-// status when the upload ended, else "received" or "uploaded"): subscribers re-read the
-// state, so a lost notice costs nothing but latency.
-func (o *Outbox) Progress(ctx context.Context, id string) (*staging.Subscription, error) {
-	return o.c.Subscribe(ctx, rdb.ProgressChannel(id))
-}
+// Close releases the progress subscription the outbox shares among watchers.
+func (o *Outbox) Close() error { return o.progress.close() }

@@ -173,6 +173,7 @@ return {'ok', ARGV[1]}
 //	ARGV[5] size of the uploaded bytes
 //	ARGV[6] now (unix ms)
 //	ARGV[7] progress channel
+//	ARGV[8] upload id (progress notices are "ID STATUS")
 //
 // Returns {"ok", ready}, {"dup", ready} when already recorded, {"lost"} when the lease
 // is another worker's, {"stale"} when the chunk was replaced since the claim, or
@@ -202,7 +203,7 @@ local up = redis.call('HINCRBY', KEYS[1], 'uploaded', 1)
 redis.call('HINCRBY', KEYS[1], 'uploaded_bytes', ARGV[5])
 redis.call('HSET', KEYS[1], 'updated_ms', ARGV[6])
 redis.call('HSETNX', KEYS[1], 'first_ms', ARGV[6])
-redis.call('PUBLISH', ARGV[7], 'uploaded')
+redis.call('PUBLISH', ARGV[7], ARGV[8] .. ' uploaded')
 local ready = 0
 if total > 0 and up == total then ready = 1 end
 return {'ok', ready}
@@ -366,7 +367,7 @@ const (
 func (c *Chunks) Record(ctx context.Context, ref staging.ChunkRef, token, etag string, crc uint32, size int64) (outcome RecordOutcome, ready bool, err error) {
 	s := c.s
 	res, err := recordScript.Run(ctx, s.c, c.keys(ref), ref.N, token, etag, crc, size, s.c.NowMs(),
-		rdb.ProgressChannel(ref.UploadID)).Slice()
+		rdb.ProgressChannel, ref.UploadID).Slice()
 	if err != nil {
 		return 0, false, err
 	}

@@ -68,10 +68,11 @@ return {'ok', st[2], st[4] or '', st[5], st[6], st[7] or '0'}
 //	ARGV[8] "1" when the upload must be handed off (to OCR) after completion
 //	ARGV[9] retention (ms)
 //	ARGV[10] progress channel
-//	ARGV[11] content type detected in the object's first bytes ("" for none)
+//	ARGV[11] upload id (progress notices are "ID STATUS")
+//	ARGV[12] content type detected in the object's first bytes ("" for none)
 //
-// Returns {"ok"}, {"done"} when already completed, or {"lost"} when the guard is
-// another completer's (or the upload left COMPLETING).
+// Returns {"ok", tenant, created_ms}, {"done"} when already completed, or {"lost"}
+// when the guard is another completer's (or the upload left COMPLETING).
 var finishCompleteScript = rdb.NewScript(`
 local status = redis.call('HGET', KEYS[1], 'status')
 if status == 'COMPLETED' then return {'done'} end
@@ -80,13 +81,13 @@ if status ~= 'COMPLETING' or not g or string.sub(g, 1, #ARGV[1]+1) ~= ARGV[1] ..
 redis.call('HSET', KEYS[1], 'status', 'COMPLETED', 'etag', ARGV[2], 'size', ARGV[3],
   'crc32c', ARGV[4], 'completed_ms', ARGV[5], 'updated_ms', ARGV[5])
 if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'handoff', 'pending') end
-if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'detected_ct', ARGV[11]) end
+if ARGV[12] ~= '' then redis.call('HSET', KEYS[1], 'detected_ct', ARGV[12]) end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[3], ARGV[6], ARGV[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[9])
 for i = 4, 7 do redis.call('PEXPIRE', KEYS[i], ARGV[9]) end
-redis.call('PUBLISH', ARGV[10], 'COMPLETED')
-return {'ok'}
+redis.call('PUBLISH', ARGV[10], ARGV[11] .. ' COMPLETED')
+return {'ok', redis.call('HGET', KEYS[1], 'tenant') or '', redis.call('HGET', KEYS[1], 'created_ms') or '0'}
 `)
 
 // handedOffScript records that a completed upload was handed off.
@@ -229,9 +230,11 @@ func (c *Completions) Finish(ctx context.Context, id, token string, f Final, ev 
 		h = "1"
 	}
 	var code string
+	var res []any
 	err := s.outbox.Bracket(ctx, id, func() (bool, error) {
-		res, err := finishCompleteScript.Run(ctx, s.c, terminalKeys(id), token, f.ETag, f.Size, f.CRC32C, s.c.NowMs(),
-			ev.ID, outbox.Record(ev), h, s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel(id), f.DetectedContentType).Slice()
+		var err error
+		res, err = finishCompleteScript.Run(ctx, s.c, terminalKeys(id), token, f.ETag, f.Size, f.CRC32C, s.c.NowMs(),
+			ev.ID, outbox.Record(ev), h, s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel, id, f.DetectedContentType).Slice()
 		if err != nil {
 			return false, err
 		}
@@ -244,6 +247,7 @@ func (c *Completions) Finish(ctx context.Context, id, token string, f Final, ev 
 	switch code {
 	case "ok":
 		_ = s.active.Done(ctx, id, id) // a hint; a stale entry is dropped when visited
+		s.forget(ctx, id, rdb.Str(res[1]), rdb.I64(res[2]))
 		if handoff {
 			return nil
 		}

@@ -35,13 +35,14 @@ type Ends struct{ s *Store }
 //	ARGV[8] progress channel
 //	ARGV[9] for expiry: end only if the last activity is at or before this (unix ms);
 //	        "0" for no such condition
+//	ARGV[10] upload id (progress notices are "ID STATUS")
 //
-// Returns {"ok", s3_upload_id, bucket, key, single}, where single is 1 when the
-// object was already written by a single PutObject, {"already", status} when it had ended
+// Returns {"ok", s3_upload_id, bucket, key, single, tenant, created_ms}, where single
+// is 1 when the object was already written by a single PutObject, {"already", status} when it had ended
 // already, {"completing"} when a completer holds it, {"active", updated_ms} when it
 // was active after ARGV[9], or {"notfound"}.
 var endScript = rdb.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'status', 's3_upload_id', 'bucket', 'key', 'updated_ms')
+local st = redis.call('HMGET', KEYS[1], 'status', 's3_upload_id', 'bucket', 'key', 'updated_ms', 'tenant', 'created_ms')
 if not st[1] then return {'notfound'} end
 if st[1] == 'COMPLETING' then
   if ARGV[4] == '' then return {'completing'} end
@@ -58,10 +59,10 @@ redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[3], ARGV[5], ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
 for i = 4, 7 do redis.call('PEXPIRE', KEYS[i], ARGV[7]) end
-redis.call('PUBLISH', ARGV[8], ARGV[1])
+redis.call('PUBLISH', ARGV[8], ARGV[10] .. ' ' .. ARGV[1])
 local single = 0
 if (not st[2] or st[2] == '') and redis.call('HEXISTS', KEYS[6], '1') == 1 then single = 1 end
-return {'ok', st[2] or '', st[3], st[4], single}
+return {'ok', st[2] or '', st[3], st[4], single, st[6] or '', st[7] or '0'}
 `)
 
 // EndRequest asks to end an upload other than by completing it.
@@ -112,7 +113,7 @@ func (e *Ends) End(ctx context.Context, r EndRequest) (EndResult, error) {
 		var err error
 		res, err = endScript.Run(ctx, s.c, terminalKeys(r.ID),
 			string(r.Status), r.Reason, s.c.NowMs(), r.Completer, r.Event.ID, outbox.Record(r.Event),
-			s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel(r.ID), idle).Slice()
+			s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel, idle, r.ID).Slice()
 		return err == nil && res[0].(string) == "ok", err
 	})
 	if err != nil {
@@ -122,6 +123,7 @@ func (e *Ends) End(ctx context.Context, r EndRequest) (EndResult, error) {
 	switch res[0].(string) {
 	case "ok":
 		_ = s.active.Done(ctx, r.ID, r.ID) // a hint; a stale entry is dropped when visited
+		s.forget(ctx, r.ID, rdb.Str(res[5]), rdb.I64(res[6]))
 		return EndResult{MultipartID: rdb.Str(res[1]), Bucket: rdb.Str(res[2]), Key: rdb.Str(res[3]),
 			ObjectWritten: rdb.I64(res[4]) == 1}, nil
 	case "already":

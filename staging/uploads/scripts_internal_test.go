@@ -44,7 +44,7 @@ func TestStageScriptWritesNothingWithoutBytes(t *testing.T) {
 	}{{"new chunk", 2, 7}, {"replacement", 1, 9}} {
 		t.Run(tc.name, func(t *testing.T) {
 			keys := []string{rdb.StateKey(id), rdb.ReceivedKey(id), rdb.PartsKey(id), rdb.ChunkKey(id, tc.n), rdb.IncomingKey(id, tc.n, "gone"), rdb.LeasesKey(id), rdb.MetaKey(id)}
-			res, err := stageScript.Run(ctx, s.c, keys, tc.n, tc.crc, 4, "0", s.c.NowMs(), s.c.KeysTTL(), "", "x", rdb.ProgressChannel(id)).Slice()
+			res, err := stageScript.Run(ctx, s.c, keys, tc.n, tc.crc, 4, "0", s.c.NowMs(), s.c.KeysTTL(), "", "x", rdb.ProgressChannel, id).Slice()
 			if err != nil || res[0] != "nobytes" {
 				t.Fatalf("stage script without bytes: %v %v, want nobytes", res, err)
 			}

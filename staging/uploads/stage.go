@@ -30,7 +30,8 @@ import (
 //	ARGV[7] wake-up channel; "" on a cluster, where the caller publishes the wake-up on
 //	        a sharded channel of another slot itself
 //	ARGV[8] wake-up message ("ID/N")
-//	ARGV[9] progress channel (in this upload's slot: SPUBLISH on a cluster)
+//	ARGV[9] progress channel
+//	ARGV[10] upload id (progress notices are "ID STATUS")
 //
 // Returns {"ok", ready} for a newly staged or replaced chunk, {"dup", ready} for a
 // repeat, or an error code: {"notfound"}, {"state", status}, {"beyond", total},
@@ -97,7 +98,7 @@ redis.call('PEXPIRE', KEYS[6], ARGV[6])
 redis.call('PEXPIRE', KEYS[7], ARGV[6])
 if code == 'ok' then
   if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
-  redis.call('PUBLISH', ARGV[9], 'received')
+  redis.call('PUBLISH', ARGV[9], ARGV[10] .. ' received')
 end
 local ready = 0
 if total > 0 and tonumber(st[4]) == total then ready = 1 end
@@ -135,7 +136,7 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 	if s.c.Cluster {
 		wake = "" // published below, on the sharded channel
 	}
-	args := []any{n, crc, len(data), lastArg, now.UnixMilli(), s.c.KeysTTL(), wake, ref.String(), rdb.ProgressChannel(id)}
+	args := []any{n, crc, len(data), lastArg, now.UnixMilli(), s.c.KeysTTL(), wake, ref.String(), rdb.ProgressChannel, id}
 	var set *redis.StatusCmd
 	var index *redis.IntCmd
 	var eval *redis.Cmd

@@ -137,7 +137,8 @@ return {'ok'}
 
 // Create stores a new upload. It reports false if the id exists already.
 func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
-	now := strconv.FormatInt(s.c.NowMs(), 10)
+	nowMs := s.c.NowMs()
+	now := strconv.FormatInt(nowMs, 10)
 	state := []any{
 		"status", string(staging.StatusActive), "bucket", u.Bucket, "key", u.Key,
 		"chunk_size", u.ChunkSize, "expected_size", u.ExpectedSize, "total", u.Total,
@@ -163,9 +164,12 @@ func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
 		meta = append(meta, "metadata", string(b))
 	}
 	args = append(args, meta...)
-	// The active index is a hint added first: a crash before the script leaves an entry
-	// that cleanup drops when it finds no upload behind it.
+	// The active index and the tenant's list are hints added first: a crash before the
+	// script leaves entries that lead to no upload, dropped when they are visited.
 	if err := s.active.Add(ctx, u.ID, u.ID, s.c.Now().Add(s.c.Cfg.StateTTL)); err != nil {
+		return false, err
+	}
+	if err := s.c.Client.ZAddNX(ctx, rdb.TenantUploadsKey(u.Tenant), redis.Z{Member: rdb.TenantUploadsMember(nowMs, u.ID)}).Err(); err != nil {
 		return false, err
 	}
 	res, err := createScript.Run(ctx, s.c, []string{rdb.StateKey(u.ID), rdb.MetaKey(u.ID)}, args...).StringSlice()
@@ -431,4 +435,48 @@ func (s *Store) readyToComplete(ctx context.Context, id string) error {
 	}
 	s.hub.UploadReady(id)
 	return nil
+}
+
+// InProgress lists up to limit of tenant's uploads in progress (ACTIVE or COMPLETING),
+// oldest first, after cursor (a next cursor of a previous call; "" for the first
+// page). It returns the next cursor, "" after the last page. Entries whose upload has
+// ended or is gone are dropped on the way.
+func (s *Store) InProgress(ctx context.Context, tenant, cursor string, limit int) ([]*Upload, string, error) {
+	key := rdb.TenantUploadsKey(tenant)
+	after := "-"
+	if cursor != "" {
+		after = "(" + cursor
+	}
+	var out []*Upload
+	for len(out) < limit {
+		want := limit - len(out)
+		members, err := s.c.Client.ZRangeByLex(ctx, key, &redis.ZRangeBy{Min: after, Max: "+", Count: int64(want)}).Result()
+		if err != nil {
+			return nil, "", err
+		}
+		for _, m := range members {
+			after = "(" + m
+			_, id, _ := strings.Cut(m, "|")
+			u, err := s.Get(ctx, id)
+			if errors.Is(err, staging.ErrNotFound) || err == nil && u.Status.Terminal() {
+				_ = s.c.Client.ZRem(ctx, key, m).Err() // ended: a hint left behind
+				continue
+			}
+			if err != nil {
+				return nil, "", err
+			}
+			if u.Tenant == tenant {
+				out = append(out, u)
+			}
+		}
+		if len(members) < want {
+			return out, "", nil // the end of the list
+		}
+	}
+	return out, after[1:], nil
+}
+
+// forget drops an ended upload from its tenant's list (a hint: listing drops it too).
+func (s *Store) forget(ctx context.Context, id, tenant string, createdMs int64) {
+	_ = s.c.Client.ZRem(ctx, rdb.TenantUploadsKey(tenant), rdb.TenantUploadsMember(createdMs, id)).Err()
 }

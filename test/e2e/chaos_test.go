@@ -197,3 +197,58 @@ func TestCompleterDiesMidway(t *testing.T) {
 	}
 	e.requireExact(t, &chunkupv1.Upload{UploadId: id, State: chunkupv1.UploadState_UPLOAD_STATE_COMPLETED, Key: up.Key, Size: up.Size}, data)
 }
+
+// TestLostIndexEntriesReconciled puts Redis in the states a master's failover can leave
+// behind, after every process has started: a staged chunk whose pending entry is gone,
+// and a chunk whose part record is gone while its removal from the pending index
+// survived (the state of the upload that, in the field, stayed ACTIVE with every chunk
+// received and one never uploaded). Only the cleanup role's periodic reconciliation can
+// find them; it does, and both uploads complete exact.
+func TestLostIndexEntriesReconciled(t *testing.T) {
+	e := newEnv(t)
+	cleanupCfg := e.config("completer", "cleanup")
+	cleanupCfg.Expirer.ReconcileInterval = 300 * time.Millisecond
+	cleaner := e.start(t, cleanupCfg) // running before the losses: start-up recovery is behind it
+	api := e.start(t, e.config("api"))
+	c := e.client(t, api)
+	pending := func() int64 {
+		n, err := cleaner.Uploads().Chunks().Pending(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	lostEntry := randomBytes(2*chunk+1, 901)
+	u1 := createAndSend(t, c, lostEntry, 1, 2, 3)
+	stagingtest.LosePending(t, e.rdb(t), staging.ChunkRef{UploadID: u1.UploadId, N: 2})
+
+	lostRecord := randomBytes(chunk+2, 902)
+	u2 := createAndSend(t, c, lostRecord, 1, 2)
+	ref := staging.ChunkRef{UploadID: u2.UploadId, N: 1}
+	chunks := api.Uploads().Chunks()
+	cl, err := chunks.Claim(ctx(t), ref, "doomed", time.Minute)
+	if err != nil || cl.Outcome != uploads.Claimed {
+		t.Fatalf("claim: %+v %v", cl, err)
+	}
+	if out, _, err := chunks.Record(ctx(t), ref, "doomed", `"etag-the-failover-took"`, cl.CRC32C, cl.Size); err != nil || out != uploads.Recorded {
+		t.Fatalf("record: %v %v", out, err)
+	}
+	stagingtest.LoseRecord(t, e.rdb(t), ref, lostRecord[:chunk], "doomed")
+
+	// Five chunks are staged and unrecorded; two of them have lost their entry.
+	waitFor(t, "the reconciliation to index the lost chunks again", func() bool { return pending() == 5 })
+	worker := e.config("worker")
+	worker.Worker.SweepInterval = 100 * time.Millisecond
+	e.start(t, worker)
+	for _, u := range []struct {
+		up   *chunkupv1.Upload
+		data []byte
+	}{{u1, lostEntry}, {u2, lostRecord}} {
+		done, err := c.Wait(ctx(t), u.up.UploadId)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.requireExact(t, done, u.data)
+	}
+}

@@ -50,6 +50,7 @@ func TestOnCluster(t *testing.T) {
 		{"LostWakeUp", TestLostWakeUp},
 		{"BadInput", TestBadInput},
 		{"CreateOnStreamThenChunks", TestCreateOnStreamThenChunks},
+		{"Conformance", TestConformance},
 		{"ResumeCannotMixInputs", TestResumeCannotMixInputs},
 		// Crashes and races of workers and completers.
 		{"WorkerKilledHoldingClaim", TestWorkerKilledHoldingClaim},
@@ -59,6 +60,8 @@ func TestOnCluster(t *testing.T) {
 		{"CompletedEventOnce", TestCompletedEventOnce},
 		{"AbandonedUploadExpires", TestAbandonedUploadExpires},
 		{"OCRDocumentsReachDecision", TestOCRDocumentsReachDecision},
+		{"DocumentIdentityEndToEnd", TestDocumentIdentityEndToEnd},
+		{"DocumentsThroughTheAPI", TestDocumentsThroughTheAPI},
 		{"WokenByShardedPubSub", testWokenByShardedPubSub},
 		// Several API and worker processes, no affinity, one worker killed.
 		{"ManyReplicas", testManyReplicas},

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/server"
 )
 
 // TestCreateOnStreamThenChunks drives the generated stubs as a client written from the
@@ -268,4 +271,74 @@ func createAndSend(t *testing.T, c *client.Client, data []byte, ns ...uint32) *c
 		t.Fatalf("stream end: %v", err)
 	}
 	return up
+}
+
+// TestListUploads lists a tenant's uploads in progress through the raw stub: page by
+// page, oldest first, without another tenant's, without those that ended, and with
+// precise errors for a bad page size or token.
+func TestListUploads(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config("api")
+	cfg.Auth = server.AuthConfig{JWTSecret: jwtSecret}
+	a := e.start(t, cfg)
+	acme := e.client(t, a, client.WithBearerToken(token(t, "acme"))).API()
+	globex := e.client(t, a, client.WithBearerToken(token(t, "globex"))).API()
+	var want []string
+	for i := range 5 {
+		r, err := acme.CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Name: fmt.Sprintf("f%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, r.Upload.UploadId)
+	}
+	if _, err := globex.CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Name: "theirs"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acme.AbortUpload(ctx(t), &chunkupv1.AbortUploadRequest{UploadId: want[1]}); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want[:1], want[2:]...) // the aborted one is not in progress
+
+	var got []string
+	token := ""
+	for pages := 0; ; pages++ {
+		r, err := acme.ListUploads(ctx(t), &chunkupv1.ListUploadsRequest{PageSize: 2, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Uploads) > 2 {
+			t.Fatalf("page of %d uploads, asked for 2", len(r.Uploads))
+		}
+		for _, u := range r.Uploads {
+			if u.Tenant != "acme" || u.State != chunkupv1.UploadState_UPLOAD_STATE_ACTIVE || len(u.Chunks) != 0 {
+				t.Fatalf("listed %v", u)
+			}
+			got = append(got, u.UploadId)
+		}
+		if token = r.NextPageToken; token == "" {
+			break
+		}
+		if pages > 5 {
+			t.Fatal("the listing does not end")
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("listed %v, want %v (oldest first)", got, want)
+	}
+	for _, tc := range []struct {
+		name string
+		req  *chunkupv1.ListUploadsRequest
+		says string
+	}{
+		{"page too large", &chunkupv1.ListUploadsRequest{PageSize: 501}, "between 1 and 500"},
+		{"negative page", &chunkupv1.ListUploadsRequest{PageSize: -1}, "between 1 and 500"},
+		{"forged token", &chunkupv1.ListUploadsRequest{PageToken: "not-a-token"}, "not one this server gave"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := acme.ListUploads(ctx(t), tc.req)
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.says) {
+				t.Fatalf("%v, want INVALID_ARGUMENT saying %q", err, tc.says)
+			}
+		})
+	}
 }

@@ -250,3 +250,55 @@ func (g *gatedReader) Read(p []byte) (int, error) {
 	g.free -= n
 	return n, err
 }
+
+// TestFailoverConverges runs two `chunkup serve --redis-min-replicas 1` processes on a
+// Redis Cluster and, ten times in a row, kills (-9) the master that holds one upload's
+// keys while six uploads spread over both processes are mid-way, then brings the killed
+// node back (as a replica). Every upload must finish exact: none may wait for ever on a
+// chunk whose part record, pending entry or completion entry the failover took away.
+func TestFailoverConverges(t *testing.T) {
+	cluster := testenv.StartRedisCluster(t)
+	e := &env{cluster: cluster, minio: testenv.StartMinIO(t)}
+	e.s3 = e.minio.Client(t)
+	e.minio.CreateBucket(t, bucket)
+	flags := []string{"--redis-min-replicas", "1", "--redis-replica-timeout", "2s", "--reconcile-interval", "2s"}
+	nodes := []*harness.Node{e.serveProcess(t, nil, "a", "api,worker,completer,cleanup", flags...),
+		e.serveProcess(t, nil, "b", "api,worker,completer,cleanup", flags...)}
+	clients := []*client.Client{
+		harness.Dial(t, nodes[0].GRPCAddr, client.WithWindow(2), client.WithRetry(60, 50*time.Millisecond, time.Second)),
+		harness.Dial(t, nodes[1].GRPCAddr, client.WithWindow(2), client.WithRetry(60, 50*time.Millisecond, time.Second)),
+	}
+	const rounds, uploads = 10, 6
+	for round := range rounds {
+		inputs := make([][]byte, uploads)
+		results := make([]*chunkupv1.Upload, uploads)
+		errs := make([]error, uploads)
+		ids := make(chan string, uploads)
+		var wg sync.WaitGroup
+		for i := range uploads {
+			inputs[i] = randomBytes(3*5*MiB+i*1000, uint64(1000*round+i))
+			wg.Go(func() {
+				var once sync.Once
+				results[i], errs[i] = clients[i%2].Upload(ctx(t), reader(inputs[i]), client.WithSize(int64(len(inputs[i]))),
+					client.WithProgress(func(p client.Progress) {
+						if p.BytesAcked >= 5*MiB {
+							once.Do(func() { ids <- p.UploadID })
+						}
+					}))
+			})
+		}
+		victim := <-ids
+		master := cluster.MasterFor(t, "{"+victim+"}")
+		cluster.Kill(t, master)
+		t.Logf("round %d: killed master %s of upload %s", round+1, master, victim)
+		cluster.WaitFailover(t, master)
+		wg.Wait()
+		for i := range uploads {
+			if errs[i] != nil {
+				t.Fatalf("round %d, upload %d: %v", round+1, i, errs[i])
+			}
+			e.requireExact(t, results[i], inputs[i])
+		}
+		cluster.Start(t, master) // back as a replica, so that every master has one again
+	}
+}

@@ -485,8 +485,11 @@ type CreateUploadRequest struct {
 	ClientNodeId string `protobuf:"bytes,1,opt,name=client_node_id,json=clientNodeId,proto3" json:"client_node_id,omitempty"`
 	// The file's name, used in the default object key. Optional.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	// The object key. Optional: defaults to uploads/{upload_id}/{name}, or to the server's
-	// key template (--key-template).
+	// The object key: relative, "/"-separated, without empty, "." or ".." segments, nor
+	// control or Unicode format characters, at most 1024 bytes. Optional: defaults to
+	// uploads/{upload_id}/{name} (name reduced to its last path element), or to what the
+	// server's key template makes (--key-template). With authentication, keys are put
+	// under the tenant's prefix: {tenant}/{key}.
 	Key         string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
 	ContentType string `protobuf:"bytes,4,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// The total size in bytes when known; the server picks a chunk size large enough to
@@ -707,7 +710,9 @@ type UploadChunkRequest struct {
 	// CRC32C (Castagnoli) of data. When set, the server rejects a chunk that does not
 	// match with DATA_LOSS.
 	Crc32C *uint32 `protobuf:"varint,4,opt,name=crc32c,proto3,oneof" json:"crc32c,omitempty"`
-	// Marks the last chunk of an upload whose size was not declared.
+	// Marks the last chunk. Required for an upload whose size was not declared (it then
+	// fixes total_chunks); for one that was, the last chunk is known already and the flag
+	// may be set on it (on any other chunk it is INVALID_ARGUMENT).
 	IsLast bool `protobuf:"varint,5,opt,name=is_last,json=isLast,proto3" json:"is_last,omitempty"`
 	// Creates the upload instead of naming one. Allowed only in the first message of a
 	// stream; the response carries the new upload. The same message may carry chunk 1.
@@ -1053,6 +1058,286 @@ func (x *AbortUploadResponse) GetUpload() *Upload {
 	return nil
 }
 
+type ListUploadsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many uploads (1 to 500); 0 means 50.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUploadsRequest) Reset() {
+	*x = ListUploadsRequest{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUploadsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUploadsRequest) ProtoMessage() {}
+
+func (x *ListUploadsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUploadsRequest.ProtoReflect.Descriptor instead.
+func (*ListUploadsRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListUploadsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListUploadsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListUploadsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Uploads []*Upload              `protobuf:"bytes,1,rep,name=uploads,proto3" json:"uploads,omitempty"`
+	// Pass it as page_token to get the next page; empty when this was the last. An upload
+	// created after the listing began appears on a later page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUploadsResponse) Reset() {
+	*x = ListUploadsResponse{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUploadsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUploadsResponse) ProtoMessage() {}
+
+func (x *ListUploadsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUploadsResponse.ProtoReflect.Descriptor instead.
+func (*ListUploadsResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListUploadsResponse) GetUploads() []*Upload {
+	if x != nil {
+		return x.Uploads
+	}
+	return nil
+}
+
+func (x *ListUploadsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type ReadObjectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The upload whose object to read. Either upload_id or key.
+	UploadId string `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	// The object's key, as Upload.key gives it (under the tenant's prefix, when there is
+	// one). Either upload_id or key.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The first byte to read; 0 for the start.
+	Offset int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// How many bytes to read from offset; 0 for all to the end.
+	Limit         int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadObjectRequest) Reset() {
+	*x = ReadObjectRequest{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadObjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadObjectRequest) ProtoMessage() {}
+
+func (x *ReadObjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadObjectRequest.ProtoReflect.Descriptor instead.
+func (*ReadObjectRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReadObjectRequest) GetUploadId() string {
+	if x != nil {
+		return x.UploadId
+	}
+	return ""
+}
+
+func (x *ReadObjectRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ReadObjectRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadObjectRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ReadObjectResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object's bytes from offset.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// Where data starts in the object.
+	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// CRC32C (Castagnoli) of data.
+	Crc32C uint32 `protobuf:"varint,3,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	// In the first message only: the object's size, and its CRC32C when chunkup (or the
+	// store) recorded one (has_object_crc32c). A reader of the whole object compares it
+	// with the CRC32C of what it read.
+	ObjectSize      int64  `protobuf:"varint,4,opt,name=object_size,json=objectSize,proto3" json:"object_size,omitempty"`
+	ObjectCrc32C    uint32 `protobuf:"varint,5,opt,name=object_crc32c,json=objectCrc32c,proto3" json:"object_crc32c,omitempty"`
+	HasObjectCrc32C bool   `protobuf:"varint,6,opt,name=has_object_crc32c,json=hasObjectCrc32c,proto3" json:"has_object_crc32c,omitempty"`
+	// In the first message, when the object is read by upload_id: the upload.
+	Upload        *Upload `protobuf:"bytes,7,opt,name=upload,proto3" json:"upload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadObjectResponse) Reset() {
+	*x = ReadObjectResponse{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadObjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadObjectResponse) ProtoMessage() {}
+
+func (x *ReadObjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadObjectResponse.ProtoReflect.Descriptor instead.
+func (*ReadObjectResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ReadObjectResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ReadObjectResponse) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadObjectResponse) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *ReadObjectResponse) GetObjectSize() int64 {
+	if x != nil {
+		return x.ObjectSize
+	}
+	return 0
+}
+
+func (x *ReadObjectResponse) GetObjectCrc32C() uint32 {
+	if x != nil {
+		return x.ObjectCrc32C
+	}
+	return 0
+}
+
+func (x *ReadObjectResponse) GetHasObjectCrc32C() bool {
+	if x != nil {
+		return x.HasObjectCrc32C
+	}
+	return false
+}
+
+func (x *ReadObjectResponse) GetUpload() *Upload {
+	if x != nil {
+		return x.Upload
+	}
+	return nil
+}
+
 type WatchUploadRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	UploadId      string                 `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
@@ -1062,7 +1347,7 @@ type WatchUploadRequest struct {
 
 func (x *WatchUploadRequest) Reset() {
 	*x = WatchUploadRequest{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[10]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1359,7 @@ func (x *WatchUploadRequest) String() string {
 func (*WatchUploadRequest) ProtoMessage() {}
 
 func (x *WatchUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[10]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1372,7 @@ func (x *WatchUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchUploadRequest.ProtoReflect.Descriptor instead.
 func (*WatchUploadRequest) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{10}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchUploadRequest) GetUploadId() string {
@@ -1107,7 +1392,7 @@ type WatchUploadResponse struct {
 
 func (x *WatchUploadResponse) Reset() {
 	*x = WatchUploadResponse{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[11]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1404,7 @@ func (x *WatchUploadResponse) String() string {
 func (*WatchUploadResponse) ProtoMessage() {}
 
 func (x *WatchUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[11]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1417,7 @@ func (x *WatchUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchUploadResponse.ProtoReflect.Descriptor instead.
 func (*WatchUploadResponse) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{11}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchUploadResponse) GetProgress() *UploadProgress {
@@ -1171,7 +1456,7 @@ type UploadProgress struct {
 
 func (x *UploadProgress) Reset() {
 	*x = UploadProgress{}
-	mi := &file_chunkup_v1_upload_proto_msgTypes[12]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1468,7 @@ func (x *UploadProgress) String() string {
 func (*UploadProgress) ProtoMessage() {}
 
 func (x *UploadProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_upload_proto_msgTypes[12]
+	mi := &file_chunkup_v1_upload_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1481,7 @@ func (x *UploadProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadProgress.ProtoReflect.Descriptor instead.
 func (*UploadProgress) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{12}
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UploadProgress) GetUploadId() string {
@@ -1385,7 +1670,28 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"A\n" +
 	"\x13AbortUploadResponse\x12*\n" +
-	"\x06upload\x18\x01 \x01(\v2\x12.chunkup.v1.UploadR\x06upload\"1\n" +
+	"\x06upload\x18\x01 \x01(\v2\x12.chunkup.v1.UploadR\x06upload\"P\n" +
+	"\x12ListUploadsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"k\n" +
+	"\x13ListUploadsResponse\x12,\n" +
+	"\auploads\x18\x01 \x03(\v2\x12.chunkup.v1.UploadR\auploads\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"p\n" +
+	"\x11ReadObjectRequest\x12\x1b\n" +
+	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\"\xf6\x01\n" +
+	"\x12ReadObjectResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\x12\x1f\n" +
+	"\vobject_size\x18\x04 \x01(\x03R\n" +
+	"objectSize\x12#\n" +
+	"\robject_crc32c\x18\x05 \x01(\rR\fobjectCrc32c\x12*\n" +
+	"\x11has_object_crc32c\x18\x06 \x01(\bR\x0fhasObjectCrc32c\x12*\n" +
+	"\x06upload\x18\a \x01(\v2\x12.chunkup.v1.UploadR\x06upload\"1\n" +
 	"\x12WatchUploadRequest\x12\x1b\n" +
 	"\tupload_id\x18\x01 \x01(\tR\buploadId\"M\n" +
 	"\x13WatchUploadResponse\x126\n" +
@@ -1413,13 +1719,16 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\x16UPLOAD_STATE_COMPLETED\x10\x03\x12\x17\n" +
 	"\x13UPLOAD_STATE_FAILED\x10\x04\x12\x18\n" +
 	"\x14UPLOAD_STATE_ABORTED\x10\x05\x12\x18\n" +
-	"\x14UPLOAD_STATE_EXPIRED\x10\x062\xa2\x03\n" +
+	"\x14UPLOAD_STATE_EXPIRED\x10\x062\xc1\x04\n" +
 	"\rUploadService\x12Q\n" +
 	"\fCreateUpload\x12\x1f.chunkup.v1.CreateUploadRequest\x1a .chunkup.v1.CreateUploadResponse\x12R\n" +
 	"\vUploadChunk\x12\x1e.chunkup.v1.UploadChunkRequest\x1a\x1f.chunkup.v1.UploadChunkResponse(\x010\x01\x12H\n" +
 	"\tGetUpload\x12\x1c.chunkup.v1.GetUploadRequest\x1a\x1d.chunkup.v1.GetUploadResponse\x12N\n" +
 	"\vAbortUpload\x12\x1e.chunkup.v1.AbortUploadRequest\x1a\x1f.chunkup.v1.AbortUploadResponse\x12P\n" +
-	"\vWatchUpload\x12\x1e.chunkup.v1.WatchUploadRequest\x1a\x1f.chunkup.v1.WatchUploadResponse0\x01B5Z3github.com/chunkup/chunkup/gen/chunkup/v1;chunkupv1b\x06proto3"
+	"\vWatchUpload\x12\x1e.chunkup.v1.WatchUploadRequest\x1a\x1f.chunkup.v1.WatchUploadResponse0\x01\x12N\n" +
+	"\vListUploads\x12\x1e.chunkup.v1.ListUploadsRequest\x1a\x1f.chunkup.v1.ListUploadsResponse\x12M\n" +
+	"\n" +
+	"ReadObject\x12\x1d.chunkup.v1.ReadObjectRequest\x1a\x1e.chunkup.v1.ReadObjectResponse0\x01B5Z3github.com/chunkup/chunkup/gen/chunkup/v1;chunkupv1b\x06proto3"
 
 var (
 	file_chunkup_v1_upload_proto_rawDescOnce sync.Once
@@ -1434,7 +1743,7 @@ func file_chunkup_v1_upload_proto_rawDescGZIP() []byte {
 }
 
 var file_chunkup_v1_upload_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_chunkup_v1_upload_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_chunkup_v1_upload_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_chunkup_v1_upload_proto_goTypes = []any{
 	(UploadState)(0),              // 0: chunkup.v1.UploadState
 	(*Upload)(nil),                // 1: chunkup.v1.Upload
@@ -1447,47 +1756,57 @@ var file_chunkup_v1_upload_proto_goTypes = []any{
 	(*GetUploadResponse)(nil),     // 8: chunkup.v1.GetUploadResponse
 	(*AbortUploadRequest)(nil),    // 9: chunkup.v1.AbortUploadRequest
 	(*AbortUploadResponse)(nil),   // 10: chunkup.v1.AbortUploadResponse
-	(*WatchUploadRequest)(nil),    // 11: chunkup.v1.WatchUploadRequest
-	(*WatchUploadResponse)(nil),   // 12: chunkup.v1.WatchUploadResponse
-	(*UploadProgress)(nil),        // 13: chunkup.v1.UploadProgress
-	nil,                           // 14: chunkup.v1.Upload.MetadataEntry
-	nil,                           // 15: chunkup.v1.CreateUploadRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 17: google.protobuf.Struct
+	(*ListUploadsRequest)(nil),    // 11: chunkup.v1.ListUploadsRequest
+	(*ListUploadsResponse)(nil),   // 12: chunkup.v1.ListUploadsResponse
+	(*ReadObjectRequest)(nil),     // 13: chunkup.v1.ReadObjectRequest
+	(*ReadObjectResponse)(nil),    // 14: chunkup.v1.ReadObjectResponse
+	(*WatchUploadRequest)(nil),    // 15: chunkup.v1.WatchUploadRequest
+	(*WatchUploadResponse)(nil),   // 16: chunkup.v1.WatchUploadResponse
+	(*UploadProgress)(nil),        // 17: chunkup.v1.UploadProgress
+	nil,                           // 18: chunkup.v1.Upload.MetadataEntry
+	nil,                           // 19: chunkup.v1.CreateUploadRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 21: google.protobuf.Struct
 }
 var file_chunkup_v1_upload_proto_depIdxs = []int32{
 	0,  // 0: chunkup.v1.Upload.state:type_name -> chunkup.v1.UploadState
-	14, // 1: chunkup.v1.Upload.metadata:type_name -> chunkup.v1.Upload.MetadataEntry
-	16, // 2: chunkup.v1.Upload.create_time:type_name -> google.protobuf.Timestamp
-	16, // 3: chunkup.v1.Upload.update_time:type_name -> google.protobuf.Timestamp
-	16, // 4: chunkup.v1.Upload.complete_time:type_name -> google.protobuf.Timestamp
+	18, // 1: chunkup.v1.Upload.metadata:type_name -> chunkup.v1.Upload.MetadataEntry
+	20, // 2: chunkup.v1.Upload.create_time:type_name -> google.protobuf.Timestamp
+	20, // 3: chunkup.v1.Upload.update_time:type_name -> google.protobuf.Timestamp
+	20, // 4: chunkup.v1.Upload.complete_time:type_name -> google.protobuf.Timestamp
 	2,  // 5: chunkup.v1.Upload.chunks:type_name -> chunkup.v1.ReceivedChunk
-	17, // 6: chunkup.v1.Upload.custom_metadata:type_name -> google.protobuf.Struct
-	15, // 7: chunkup.v1.CreateUploadRequest.metadata:type_name -> chunkup.v1.CreateUploadRequest.MetadataEntry
-	17, // 8: chunkup.v1.CreateUploadRequest.custom_metadata:type_name -> google.protobuf.Struct
+	21, // 6: chunkup.v1.Upload.custom_metadata:type_name -> google.protobuf.Struct
+	19, // 7: chunkup.v1.CreateUploadRequest.metadata:type_name -> chunkup.v1.CreateUploadRequest.MetadataEntry
+	21, // 8: chunkup.v1.CreateUploadRequest.custom_metadata:type_name -> google.protobuf.Struct
 	1,  // 9: chunkup.v1.CreateUploadResponse.upload:type_name -> chunkup.v1.Upload
 	3,  // 10: chunkup.v1.UploadChunkRequest.create:type_name -> chunkup.v1.CreateUploadRequest
 	1,  // 11: chunkup.v1.UploadChunkResponse.upload:type_name -> chunkup.v1.Upload
 	1,  // 12: chunkup.v1.GetUploadResponse.upload:type_name -> chunkup.v1.Upload
 	1,  // 13: chunkup.v1.AbortUploadResponse.upload:type_name -> chunkup.v1.Upload
-	13, // 14: chunkup.v1.WatchUploadResponse.progress:type_name -> chunkup.v1.UploadProgress
-	0,  // 15: chunkup.v1.UploadProgress.state:type_name -> chunkup.v1.UploadState
-	16, // 16: chunkup.v1.UploadProgress.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 17: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
-	5,  // 18: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
-	7,  // 19: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
-	9,  // 20: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
-	11, // 21: chunkup.v1.UploadService.WatchUpload:input_type -> chunkup.v1.WatchUploadRequest
-	4,  // 22: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
-	6,  // 23: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
-	8,  // 24: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
-	10, // 25: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
-	12, // 26: chunkup.v1.UploadService.WatchUpload:output_type -> chunkup.v1.WatchUploadResponse
-	22, // [22:27] is the sub-list for method output_type
-	17, // [17:22] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	1,  // 14: chunkup.v1.ListUploadsResponse.uploads:type_name -> chunkup.v1.Upload
+	1,  // 15: chunkup.v1.ReadObjectResponse.upload:type_name -> chunkup.v1.Upload
+	17, // 16: chunkup.v1.WatchUploadResponse.progress:type_name -> chunkup.v1.UploadProgress
+	0,  // 17: chunkup.v1.UploadProgress.state:type_name -> chunkup.v1.UploadState
+	20, // 18: chunkup.v1.UploadProgress.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 19: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
+	5,  // 20: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
+	7,  // 21: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
+	9,  // 22: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
+	15, // 23: chunkup.v1.UploadService.WatchUpload:input_type -> chunkup.v1.WatchUploadRequest
+	11, // 24: chunkup.v1.UploadService.ListUploads:input_type -> chunkup.v1.ListUploadsRequest
+	13, // 25: chunkup.v1.UploadService.ReadObject:input_type -> chunkup.v1.ReadObjectRequest
+	4,  // 26: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
+	6,  // 27: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
+	8,  // 28: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
+	10, // 29: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
+	16, // 30: chunkup.v1.UploadService.WatchUpload:output_type -> chunkup.v1.WatchUploadResponse
+	12, // 31: chunkup.v1.UploadService.ListUploads:output_type -> chunkup.v1.ListUploadsResponse
+	14, // 32: chunkup.v1.UploadService.ReadObject:output_type -> chunkup.v1.ReadObjectResponse
+	26, // [26:33] is the sub-list for method output_type
+	19, // [19:26] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_chunkup_v1_upload_proto_init() }
@@ -1503,7 +1822,7 @@ func file_chunkup_v1_upload_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkup_v1_upload_proto_rawDesc), len(file_chunkup_v1_upload_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,8 @@ const (
 	UploadService_GetUpload_FullMethodName    = "/chunkup.v1.UploadService/GetUpload"
 	UploadService_AbortUpload_FullMethodName  = "/chunkup.v1.UploadService/AbortUpload"
 	UploadService_WatchUpload_FullMethodName  = "/chunkup.v1.UploadService/WatchUpload"
+	UploadService_ListUploads_FullMethodName  = "/chunkup.v1.UploadService/ListUploads"
+	UploadService_ReadObject_FullMethodName   = "/chunkup.v1.UploadService/ReadObject"
 )
 
 // UploadServiceClient is the client API for UploadService service.
@@ -42,8 +44,9 @@ const (
 // the size and CRC32C of each chunk the server holds, so a client can check that its
 // input is the one it is resuming before it skips them.
 type UploadServiceClient interface {
-	// CreateUpload starts an upload. It is idempotent on `client_node_id`: the same id
-	// returns the same upload.
+	// CreateUpload starts an upload. It is idempotent on `client_node_id`: the same
+	// request under the same id returns the same upload; another request under it is
+	// ALREADY_EXISTS, naming the first field that differs.
 	CreateUpload(ctx context.Context, in *CreateUploadRequest, opts ...grpc.CallOption) (*CreateUploadResponse, error)
 	// UploadChunk streams chunks and returns one acknowledgement per chunk. Chunks may
 	// arrive out of order and on several streams at once; a repeated chunk with the same
@@ -51,11 +54,22 @@ type UploadServiceClient interface {
 	UploadChunk(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UploadChunkRequest, UploadChunkResponse], error)
 	// GetUpload returns the upload's state, with enough detail to resume it.
 	GetUpload(ctx context.Context, in *GetUploadRequest, opts ...grpc.CallOption) (*GetUploadResponse, error)
-	// AbortUpload stops an upload, discards its staged chunks and S3 parts.
+	// AbortUpload stops an upload, discards its staged chunks and S3 parts, and records
+	// `reason` as its error. Aborting an aborted upload returns it unchanged; a completed,
+	// failed or expired upload cannot be aborted (FAILED_PRECONDITION).
 	AbortUpload(ctx context.Context, in *AbortUploadRequest, opts ...grpc.CallOption) (*AbortUploadResponse, error)
 	// WatchUpload sends the upload's progress: a snapshot first, then updates (at most a
 	// few per second) until the upload reaches a terminal state, when the stream ends.
 	WatchUpload(ctx context.Context, in *WatchUploadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchUploadResponse], error)
+	// ListUploads lists the caller's uploads in progress (ACTIVE or COMPLETING), oldest
+	// first, a page at a time. Uploads without their per-chunk detail (`chunks`).
+	ListUploads(ctx context.Context, in *ListUploadsRequest, opts ...grpc.CallOption) (*ListUploadsResponse, error)
+	// ReadObject streams a completed upload's object, or a range of it, from S3 (in the
+	// spirit of google.bytestream.ByteStream.Read): messages of at most 1 MiB, in order,
+	// each with its offset and CRC32C, the first also with what is known of the whole
+	// object (its size and, when recorded, its CRC32C). An upload not COMPLETED is
+	// FAILED_PRECONDITION; another tenant's object is NOT_FOUND.
+	ReadObject(ctx context.Context, in *ReadObjectRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadObjectResponse], error)
 }
 
 type uploadServiceClient struct {
@@ -128,6 +142,35 @@ func (c *uploadServiceClient) WatchUpload(ctx context.Context, in *WatchUploadRe
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type UploadService_WatchUploadClient = grpc.ServerStreamingClient[WatchUploadResponse]
 
+func (c *uploadServiceClient) ListUploads(ctx context.Context, in *ListUploadsRequest, opts ...grpc.CallOption) (*ListUploadsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListUploadsResponse)
+	err := c.cc.Invoke(ctx, UploadService_ListUploads_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *uploadServiceClient) ReadObject(ctx context.Context, in *ReadObjectRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadObjectResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &UploadService_ServiceDesc.Streams[2], UploadService_ReadObject_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadObjectRequest, ReadObjectResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type UploadService_ReadObjectClient = grpc.ServerStreamingClient[ReadObjectResponse]
+
 // UploadServiceServer is the server API for UploadService service.
 // All implementations must embed UnimplementedUploadServiceServer
 // for forward compatibility.
@@ -144,8 +187,9 @@ type UploadService_WatchUploadClient = grpc.ServerStreamingClient[WatchUploadRes
 // the size and CRC32C of each chunk the server holds, so a client can check that its
 // input is the one it is resuming before it skips them.
 type UploadServiceServer interface {
-	// CreateUpload starts an upload. It is idempotent on `client_node_id`: the same id
-	// returns the same upload.
+	// CreateUpload starts an upload. It is idempotent on `client_node_id`: the same
+	// request under the same id returns the same upload; another request under it is
+	// ALREADY_EXISTS, naming the first field that differs.
 	CreateUpload(context.Context, *CreateUploadRequest) (*CreateUploadResponse, error)
 	// UploadChunk streams chunks and returns one acknowledgement per chunk. Chunks may
 	// arrive out of order and on several streams at once; a repeated chunk with the same
@@ -153,11 +197,22 @@ type UploadServiceServer interface {
 	UploadChunk(grpc.BidiStreamingServer[UploadChunkRequest, UploadChunkResponse]) error
 	// GetUpload returns the upload's state, with enough detail to resume it.
 	GetUpload(context.Context, *GetUploadRequest) (*GetUploadResponse, error)
-	// AbortUpload stops an upload, discards its staged chunks and S3 parts.
+	// AbortUpload stops an upload, discards its staged chunks and S3 parts, and records
+	// `reason` as its error. Aborting an aborted upload returns it unchanged; a completed,
+	// failed or expired upload cannot be aborted (FAILED_PRECONDITION).
 	AbortUpload(context.Context, *AbortUploadRequest) (*AbortUploadResponse, error)
 	// WatchUpload sends the upload's progress: a snapshot first, then updates (at most a
 	// few per second) until the upload reaches a terminal state, when the stream ends.
 	WatchUpload(*WatchUploadRequest, grpc.ServerStreamingServer[WatchUploadResponse]) error
+	// ListUploads lists the caller's uploads in progress (ACTIVE or COMPLETING), oldest
+	// first, a page at a time. Uploads without their per-chunk detail (`chunks`).
+	ListUploads(context.Context, *ListUploadsRequest) (*ListUploadsResponse, error)
+	// ReadObject streams a completed upload's object, or a range of it, from S3 (in the
+	// spirit of google.bytestream.ByteStream.Read): messages of at most 1 MiB, in order,
+	// each with its offset and CRC32C, the first also with what is known of the whole
+	// object (its size and, when recorded, its CRC32C). An upload not COMPLETED is
+	// FAILED_PRECONDITION; another tenant's object is NOT_FOUND.
+	ReadObject(*ReadObjectRequest, grpc.ServerStreamingServer[ReadObjectResponse]) error
 	mustEmbedUnimplementedUploadServiceServer()
 }
 
@@ -182,6 +237,12 @@ func (UnimplementedUploadServiceServer) AbortUpload(context.Context, *AbortUploa
 }
 func (UnimplementedUploadServiceServer) WatchUpload(*WatchUploadRequest, grpc.ServerStreamingServer[WatchUploadResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchUpload not implemented")
+}
+func (UnimplementedUploadServiceServer) ListUploads(context.Context, *ListUploadsRequest) (*ListUploadsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListUploads not implemented")
+}
+func (UnimplementedUploadServiceServer) ReadObject(*ReadObjectRequest, grpc.ServerStreamingServer[ReadObjectResponse]) error {
+	return status.Error(codes.Unimplemented, "method ReadObject not implemented")
 }
 func (UnimplementedUploadServiceServer) mustEmbedUnimplementedUploadServiceServer() {}
 func (UnimplementedUploadServiceServer) testEmbeddedByValue()                       {}
@@ -276,6 +337,35 @@ func _UploadService_WatchUpload_Handler(srv interface{}, stream grpc.ServerStrea
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type UploadService_WatchUploadServer = grpc.ServerStreamingServer[WatchUploadResponse]
 
+func _UploadService_ListUploads_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListUploadsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UploadServiceServer).ListUploads(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UploadService_ListUploads_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UploadServiceServer).ListUploads(ctx, req.(*ListUploadsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _UploadService_ReadObject_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadObjectRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(UploadServiceServer).ReadObject(m, &grpc.GenericServerStream[ReadObjectRequest, ReadObjectResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type UploadService_ReadObjectServer = grpc.ServerStreamingServer[ReadObjectResponse]
+
 // UploadService_ServiceDesc is the grpc.ServiceDesc for UploadService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -295,6 +385,10 @@ var UploadService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "AbortUpload",
 			Handler:    _UploadService_AbortUpload_Handler,
 		},
+		{
+			MethodName: "ListUploads",
+			Handler:    _UploadService_ListUploads_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -306,6 +400,11 @@ var UploadService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchUpload",
 			Handler:       _UploadService_WatchUpload_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ReadObject",
+			Handler:       _UploadService_ReadObject_Handler,
 			ServerStreams: true,
 		},
 	},

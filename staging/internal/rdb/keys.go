@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"fmt"
 	"hash/crc32"
 	"strconv"
 )
@@ -57,17 +58,29 @@ func IncomingKey(id string, n uint32, token string) string {
 	return upKey(id, "incoming:"+strconv.FormatUint(uint64(n), 10)+":"+token)
 }
 
-// ProgressChannel is the pub/sub channel on which an upload's progress is announced
-// (in the upload's slot: sharded pub/sub on a cluster).
-func ProgressChannel(id string) string { return upKey(id, "progress") }
-
-// DocChannel is the pub/sub channel on which the status changes of an upload's document
-// are announced (in the upload's slot), for WatchDocument.
-func DocChannel(id string) string { return upKey(id, "doc:changes") }
+// ProgressChannel carries every upload's progress notices, "ID STATUS" (STATUS is
+// "received", "uploaded", or the status an upload ended in), and its document's, "ID
+// doc:STATUS" (STATUS the document's new status). One channel for all
+// uploads, so that one subscription per process serves every watcher; on a cluster it
+// is classic pub/sub (broadcast over the cluster bus), which progress's low rate
+// affords, so that scripts can publish it from any slot.
+const ProgressChannel = Prefix + "progress"
 
 // IdemKey binds a tenant's client_node_id to an upload id.
 func IdemKey(tenant, clientNodeID string) string {
 	return Prefix + "idem:" + tenant + "/" + clientNodeID
+}
+
+// TenantUploadsKey is a tenant's uploads in progress: a sorted set whose members,
+// all scored 0, are "CREATED_MS|ID" with CREATED_MS zero-padded, so that their
+// lexicographic order is their creation order and a member is a stable page cursor.
+// Added before the upload is created, removed after it ends; a member whose upload is
+// gone is dropped when listed.
+func TenantUploadsKey(tenant string) string { return Prefix + "tenant:{" + tenant + "}:uploads" }
+
+// TenantUploadsMember is upload id's member of its tenant's uploads, created at ms.
+func TenantUploadsMember(createdMs int64, id string) string {
+	return fmt.Sprintf("%015d|%s", createdMs, id)
 }
 
 // NodeKey is the node index of a tenant's document node_id: "created_ms|upload id" of

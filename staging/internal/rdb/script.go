@@ -2,7 +2,6 @@ package rdb
 
 import (
 	"context"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -13,34 +12,18 @@ import (
 // Redis refuses (out of memory refuses a script's first write) leaves everything as it
 // was. Results are tables whose first element is a short code the Go side turns into a
 // result or a typed error.
-//
-// A script that announces progress on its upload's channel has two variants: PUBLISH
-// on a single Redis, SPUBLISH (sharded pub/sub, delivered within the channel's shard)
-// on a cluster, where the channel shares the upload's slot.
-type Script struct{ plain, sharded *redis.Script }
+type Script struct{ s *redis.Script }
 
 // NewScript returns the script src.
-func NewScript(src string) *Script {
-	return &Script{
-		plain:   redis.NewScript(src),
-		sharded: redis.NewScript(strings.ReplaceAll(src, "redis.call('PUBLISH',", "redis.call('SPUBLISH',")),
-	}
-}
-
-func (s *Script) on(c *Conn) *redis.Script {
-	if c.Cluster {
-		return s.sharded
-	}
-	return s.plain
-}
+func NewScript(src string) *Script { return &Script{s: redis.NewScript(src)} }
 
 // Run runs the script (EVALSHA, falling back to EVAL).
 func (s *Script) Run(ctx context.Context, c *Conn, keys []string, args ...any) *redis.Cmd {
-	return s.on(c).Run(ctx, c.Client, keys, args...)
+	return s.s.Run(ctx, c.Client, keys, args...)
 }
 
 // Eval queues the script in a pipeline. EVAL rather than EVALSHA: a pipeline cannot
 // fall back on NOSCRIPT, and a script's text is small next to a chunk.
 func (s *Script) Eval(ctx context.Context, c *Conn, p redis.Pipeliner, keys []string, args ...any) *redis.Cmd {
-	return s.on(c).Eval(ctx, p, keys, args...)
+	return s.s.Eval(ctx, p, keys, args...)
 }

@@ -10,27 +10,11 @@ import (
 	"github.com/chunkup/chunkup/staging"
 )
 
-// Subscribe subscribes to channels (sharded ones on a cluster, each on a connection to
-// the node that serves it: go-redis follows a channel's slot when a node fails over)
-// and returns once Redis confirmed every subscription, so that a change made after it
-// returns is noticed.
-func (c *Conn) Subscribe(ctx context.Context, channels ...string) (*staging.Subscription, error) {
-	pss := c.pubsubs(ctx, channels)
-	for _, ps := range pss {
-		if _, err := ps.Receive(ctx); err != nil {
-			for _, p := range pss {
-				_ = p.Close()
-			}
-			return nil, Classify(err)
-		}
-	}
-	return merge(pss...), nil
-}
-
-// Listen subscribes to channels like Subscribe but does not wait for Redis: while Redis
-// is unreachable the subscriptions keep reconnecting, and notices flow once it is back.
-// For listeners that also sweep a durable index, so that a notice missed meanwhile
-// costs only latency.
+// Listen subscribes to channels (sharded ones on a cluster, each on a connection to the
+// node that serves it: go-redis follows a channel's slot when a node fails over). It
+// does not wait for Redis: while Redis is unreachable the subscriptions keep
+// reconnecting, and notices flow once it is back. For listeners that also sweep a
+// durable index, so that a notice missed meanwhile costs only latency.
 func (c *Conn) Listen(ctx context.Context, channels ...string) *staging.Subscription {
 	return merge(c.pubsubs(ctx, channels)...)
 }

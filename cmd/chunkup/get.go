@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+
+	"github.com/chunkup/chunkup/client"
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/ids"
+)
+
+// get downloads a completed object through the server (ReadObject) into a file, or
+// standard output, checking every message's CRC32C and the object's.
+func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("get", "get [flags] UPLOAD_ID|KEY [FILE|-] (FILE defaults to the key's last element)")
+	fs.SetOutput(stderr)
+	server, _ := clientFlags(fs)
+	asKey := fs.Bool("key", "", false, "take the argument as an object key even if it looks like an upload id")
+	offset := fs.Size("offset", "", 0, "first byte to read")
+	length := fs.Size("length", "", 0, "bytes to read (0: to the end); a range is checked message by message only")
+	if err := fs.parse(args); err != nil {
+		return usageErr(err)
+	}
+	if fs.NArg() < 1 || fs.NArg() > 2 {
+		return usageError{errors.New("get needs an UPLOAD_ID or KEY, and at most one FILE")}
+	}
+	req := &chunkupv1.ReadObjectRequest{Offset: *offset, Limit: *length}
+	if ids.Valid(fs.Arg(0)) && !*asKey {
+		req.UploadId = fs.Arg(0)
+	} else {
+		req.Key = fs.Arg(0)
+	}
+	c, err := fs.dial(ctx, *server)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	dest := fs.Arg(1)
+	if dest == "-" {
+		if _, err := c.ReadObject(ctx, req, stdout); err != nil {
+			return fmt.Errorf("get: %w (what was written before this error is not to be trusted)", err)
+		}
+		return nil
+	}
+	// The bytes go to a temporary file beside the destination, renamed into place once
+	// every check passed: a failed download leaves nothing behind.
+	dir := "."
+	if dest != "" {
+		dir = filepath.Dir(dest)
+	}
+	tmp, err := os.CreateTemp(dir, ".chunkup-get-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	first, err := c.ReadObject(ctx, req, tmp)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return describeRead(err)
+	}
+	if dest == "" {
+		key := req.Key
+		if first.Upload != nil {
+			key = first.Upload.Key
+		}
+		if dest = path.Base(key); dest == "." || dest == "/" {
+			dest = "object"
+		}
+	}
+	if err := os.Rename(tmp.Name(), dest); err != nil {
+		return err
+	}
+	n := first.ObjectSize - req.Offset
+	if req.Limit > 0 {
+		n = min(n, req.Limit)
+	}
+	fmt.Fprintf(stderr, "%s: %d bytes\n", dest, n)
+	return nil
+}
+
+func describeRead(err error) error {
+	if errors.Is(err, client.ErrCorrupt) {
+		return fmt.Errorf("get: %w (nothing was written)", err)
+	}
+	if err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	return nil
+}
