@@ -10,12 +10,14 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/chunkup ./cmd/chunkup
 
-# Run: Debian slim rather than distroless, so the OCR workers can get Tesseract here
-# (add tesseract-ocr tesseract-ocr-eng poppler-utils to EXTRA_PACKAGES).
+# Run: Debian slim with Tesseract (English) and poppler's pdftoppm, so OCR works out
+# of the box (`chunkup serve` has --ocr on). More languages: add their packages to
+# EXTRA_PACKAGES (e.g. tesseract-ocr-deu) and set CHUNKUP_TESSERACT_LANG=eng+deu.
 FROM debian:trixie-slim
 ARG EXTRA_PACKAGES=""
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates ${EXTRA_PACKAGES} \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates \
+       tesseract-ocr tesseract-ocr-eng poppler-utils ${EXTRA_PACKAGES} \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 65532 --user-group --no-create-home chunkup
 COPY --from=build /out/chunkup /usr/local/bin/chunkup

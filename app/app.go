@@ -69,8 +69,9 @@ type Config struct {
 	KafkaTopic   string
 	// Roles to run. Zero means AllRoles.
 	Roles []string
-	// NodeID names the process. Zero means hostname-pid.
-	NodeID string
+	// InstanceID names the process in state, events and logs (instance_id). Zero means
+	// hostname-pid. (Documents have node ids; processes have instance ids.)
+	InstanceID string
 	// ShutdownTimeout bounds graceful shutdown. Zero means 20 s.
 	ShutdownTimeout time.Duration
 	// Pprof serves Go's profiles under /debug/pprof/ on HTTPAddr. Off by default: the
@@ -86,6 +87,8 @@ type Config struct {
 	// of RateBurst (zero: twice the rate).
 	RatePerTenant float64
 	RateBurst     int
+	// Documents configures the document service (admin tenants).
+	Documents server.DocumentConfig
 
 	// The roles' configurations. Where a field the App knows (a bucket, a node id, a
 	// logger, metrics) is left zero, the App fills it; a field set is kept.
@@ -128,7 +131,7 @@ func (c *Config) Validate() error {
 	if c.RatePerTenant < 0 || c.RateBurst < 0 {
 		return errors.New("rate limits must not be negative")
 	}
-	return errors.Join(c.S3.Validate(), c.Auth.Validate(), c.TLS.Validate(), c.Staging.Validate(), srv.Validate(), c.Worker.Validate(),
+	return errors.Join(c.S3.Validate(), c.Auth.Validate(), c.TLS.Validate(), c.Documents.Validate(), c.Staging.Validate(), srv.Validate(), c.Worker.Validate(),
 		c.Completer.Validate(), c.Publisher.Validate(), c.Expirer.Validate(), c.OCR.validate(), c.HTTPDoor.Validate())
 }
 
@@ -163,6 +166,7 @@ type App struct {
 	httpLis net.Listener
 	grpc    *grpc.Server
 	api     *server.UploadService
+	docsAPI *server.DocumentService
 	health  interface {
 		SetServingStatus(string, healthpb.HealthCheckResponse_ServingStatus)
 	}
@@ -192,9 +196,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.HTTPAddr == "" {
 		cfg.HTTPAddr = "127.0.0.1:7071"
 	}
-	if cfg.NodeID == "" {
+	if cfg.InstanceID == "" {
 		host, _ := os.Hostname()
-		cfg.NodeID = fmt.Sprintf("%s-%d", host, os.Getpid())
+		cfg.InstanceID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 20 * time.Second
@@ -202,7 +206,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &App{cfg: cfg, log: cfg.Logger.With("node_id", cfg.NodeID)}
+	a := &App{cfg: cfg, log: cfg.Logger.With("instance_id", cfg.InstanceID)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -253,7 +257,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			}
 		}
 	}
-	ender := &cleanup.Ender{Store: a.uploads.Ends(), S3: a.s3, NodeID: cfg.NodeID, Logger: a.log, Metrics: a.metrics}
+	ender := &cleanup.Ender{Store: a.uploads.Ends(), S3: a.s3, InstanceID: cfg.InstanceID, Logger: a.log, Metrics: a.metrics}
 	if cfg.has(RoleCleanup) {
 		ec := cfg.Expirer
 		if ec.Logger == nil {
@@ -272,8 +276,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	if cfg.has(RoleCompleter) {
 		cc := cfg.Completer
-		if cc.NodeID == "" {
-			cc.NodeID = cfg.NodeID
+		if cc.InstanceID == "" {
+			cc.InstanceID = cfg.InstanceID
 		}
 		if cc.Handoff == nil {
 			cc.Handoff = cfg.Handoff
@@ -306,8 +310,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if sc.Bucket == "" {
 			sc.Bucket = cfg.bucket()
 		}
-		if sc.NodeID == "" {
-			sc.NodeID = cfg.NodeID
+		if sc.InstanceID == "" {
+			sc.InstanceID = cfg.InstanceID
 		}
 		if sc.Logger == nil {
 			sc.Logger = a.log.With("role", RoleAPI)
@@ -343,7 +347,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 		gs, hs := server.NewGRPCServer(svc, sc.Logger, opts...)
 		a.grpc, a.health, a.api = gs, hs, svc
-		a.registerDocuments()
+		if err := a.registerDocuments(); err != nil {
+			return nil, err
+		}
 		if a.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 			return nil, fmt.Errorf("grpc listen: %w", err)
 		}
@@ -476,6 +482,7 @@ func (a *App) Run(ctx context.Context) error {
 		if a.door != nil {
 			a.door.Drain() // so do HTTP appends
 		}
+		a.docsAPI.Drain()
 		done := make(chan struct{})
 		go func() { a.grpc.GracefulStop(); close(done) }()
 		select {

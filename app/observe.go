@@ -33,7 +33,7 @@ func (a *App) setupObservability(ctx context.Context, cfg *Config) error {
 	tp := cfg.Observe.Tracing
 	if tp == nil {
 		var err error
-		if tp, err = tracing.FromEnv(ctx, cfg.NodeID); err != nil {
+		if tp, err = tracing.FromEnv(ctx, cfg.InstanceID); err != nil {
 			return err
 		}
 		a.ownTracing = tp // shut down (flushed) with the App
@@ -48,6 +48,7 @@ func (a *App) setupObservability(ctx context.Context, cfg *Config) error {
 	errs := []error{
 		m.StagedBytes(a.uploads.StagedBytes),
 		m.PendingChunks(a.uploads.Chunks().Pending),
+		m.ActiveUploads(a.uploads.Active),
 		m.OutboxDepth(ob.Len),
 		m.OutboxOldestAge(func(ctx context.Context) (time.Duration, error) {
 			t, ok, err := ob.Oldest(ctx)

@@ -3,20 +3,13 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"net/http"
-	"os/exec"
 	"sync"
+	"time"
 
 	"github.com/chunkup/chunkup/completion"
 	"github.com/chunkup/chunkup/ocr"
 	"github.com/chunkup/chunkup/server"
-	"github.com/chunkup/chunkup/staging"
-	"github.com/chunkup/chunkup/staging/documents"
-	"github.com/chunkup/chunkup/staging/ocrqueue"
-	"github.com/chunkup/chunkup/staging/outbox"
-	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 // RoleOCR runs OCR workers and the OCR reaper (when OCR is enabled).
@@ -28,14 +21,24 @@ type OCRConfig struct {
 	// Enabled hands completed image and PDF uploads to the OCR queue (in the completer
 	// role) and runs OCR workers and the reaper (in the ocr role). Zero means off, so a
 	// process assembled in code does no OCR unless asked; `chunkup serve` turns it on
-	// by default (--ocr).
+	// by default (--ocr), and `chunkup dev` when tesseract is installed.
 	Enabled bool
-	// Config tunes the queue, workers, reaper and evaluation rules; the App fills NodeID,
-	// Logger and Metrics when they are zero.
+	// Config tunes the queue, workers, reaper and evaluation rules; the App fills
+	// InstanceID, Logger and Metrics when they are zero.
 	ocr.Config
-	// Tesseract configures the default engine.
+	// Tesseract configures the Tesseract engine: the default engine, and the fallback of
+	// a remote one.
 	Tesseract ocr.TesseractConfig
-	// Engine, when set, replaces Tesseract (tests, benchmarks).
+	// Remote, when its URL is set, makes a remote OCR engine over HTTP the engine (see
+	// ocr.Remote). Zero means Tesseract.
+	Remote ocr.RemoteConfig
+	// NoFallback keeps jobs waiting while the remote engine is unavailable instead of
+	// running them on Tesseract. Zero means they fall back to Tesseract.
+	NoFallback bool
+	// ProbeInterval is how often an unavailable remote engine is checked again. Zero
+	// means 10 s.
+	ProbeInterval time.Duration
+	// Engine, when set, replaces the engines above (tests, benchmarks).
 	Engine ocr.Engine
 	// ServiceKey authenticates the verification webhook (x-service-key). Zero leaves the
 	// webhook answering 503.
@@ -43,7 +46,14 @@ type OCRConfig struct {
 }
 
 func (c *OCRConfig) validate() error {
-	return errors.Join(c.Config.Validate(), c.Tesseract.Validate())
+	errs := []error{c.Config.Validate(), c.Tesseract.Validate()}
+	if c.Remote.URL != "" {
+		errs = append(errs, c.Remote.Validate())
+	}
+	if c.ProbeInterval < 0 {
+		errs = append(errs, errors.New("ocr: probe interval must not be negative"))
+	}
+	return errors.Join(errs...)
 }
 
 // The OCR queue is the completer's hand-off.
@@ -67,8 +77,8 @@ func (a *App) setupOCR() error {
 		return nil
 	}
 	oc := c.Config
-	if oc.NodeID == "" {
-		oc.NodeID = a.cfg.NodeID
+	if oc.InstanceID == "" {
+		oc.InstanceID = a.cfg.InstanceID
 	}
 	if oc.Logger == nil {
 		oc.Logger = a.log.With("role", RoleOCR)
@@ -84,14 +94,9 @@ func (a *App) setupOCR() error {
 	if !a.cfg.has(RoleOCR) {
 		return nil
 	}
-	engine := c.Engine
-	if engine == nil {
-		if _, lerr := exec.LookPath(orDefault(c.Tesseract.Path, "tesseract")); lerr != nil {
-			a.log.Warn("tesseract not found: OCR jobs will be released and retried until it is installed (apt-get install tesseract-ocr tesseract-ocr-eng poppler-utils)", "err", lerr)
-		}
-		if engine, err = ocr.NewTesseract(c.Tesseract); err != nil {
-			return err
-		}
+	engine, err := a.ocrEngine(oc)
+	if err != nil {
+		return err
 	}
 	if a.ocr.worker, err = ocr.NewWorker(a.jobs, a.docs, a.s3, engine, oc); err != nil {
 		return err
@@ -100,18 +105,47 @@ func (a *App) setupOCR() error {
 	return err
 }
 
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
+// ocrEngine builds the engine the workers run: the one given, or a remote engine with
+// Tesseract as its fallback, or Tesseract. It says at start what is missing.
+func (a *App) ocrEngine(oc ocr.Config) (ocr.Engine, error) {
+	c := a.cfg.OCR
+	if c.Engine != nil {
+		return c.Engine, nil
 	}
-	return s
+	tess, err := ocr.NewTesseract(c.Tesseract)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if c.Remote.URL == "" {
+		if err := tess.Health(ctx); err != nil {
+			a.log.Warn("OCR jobs will be released and retried until tesseract is installed (apt-get install tesseract-ocr tesseract-ocr-eng poppler-utils)", "err", err)
+		}
+		return tess, nil
+	}
+	remote, err := ocr.NewRemote(c.Remote)
+	if err != nil {
+		return nil, err
+	}
+	var fallback ocr.Engine = tess
+	if c.NoFallback {
+		fallback = nil
+	} else if err := tess.Health(ctx); err != nil {
+		a.log.Warn("the remote OCR engine's fallback, tesseract, is not installed: while the remote engine is unavailable jobs will wait", "err", err)
+	}
+	f := ocr.NewFallback(remote, fallback, ocr.FallbackConfig{ProbeInterval: c.ProbeInterval, Logger: oc.Logger, Metrics: a.metrics})
+	if err := f.Health(ctx); err != nil {
+		a.log.Warn("the remote OCR engine does not answer its health check yet", "url", c.Remote.URL, "err", err)
+	}
+	return f, nil
 }
 
 // withWebhook mounts the verification webhook on mux.
 func (a *App) withWebhook(mux *http.ServeMux) *http.ServeMux {
 	mux.Handle("POST "+ocr.WebhookPath, ocr.NewWebhookHandler(a.docs, ocr.WebhookConfig{
-		ServiceKey: a.cfg.OCR.ServiceKey, DocumentTTL: a.cfg.OCR.DocumentTTL, NodeID: a.cfg.NodeID,
-		Logger: a.log.With("role", "webhook"),
+		ServiceKey: a.cfg.OCR.ServiceKey, DocumentTTL: a.cfg.OCR.DocumentTTL, Nodes: a.uploads,
+		InstanceID: a.cfg.InstanceID, Logger: a.log.With("role", "webhook"),
 	}))
 	return mux
 }
@@ -126,8 +160,18 @@ func (a *App) runOCR(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // registerDocuments adds the document service to the API's gRPC server.
-func (a *App) registerDocuments() {
-	server.RegisterDocumentService(a.grpc, server.NewDocumentService(a.docs))
+func (a *App) registerDocuments() error {
+	deps := server.DocumentDeps{Docs: a.docs, Changes: a.outbox, Uploads: a.uploads, Jobs: a.jobs, Results: ocr.NewResults(a.s3)}
+	if q := a.OCRQueue(); q != nil {
+		deps.Queue = q
+	}
+	svc, err := server.NewDocumentService(deps, a.cfg.Documents)
+	if err != nil {
+		return err
+	}
+	a.docsAPI = svc
+	server.RegisterDocumentService(a.grpc, svc)
+	return nil
 }
 
 // OCRQueue is the process's OCR queue, or nil when OCR is disabled.
@@ -144,41 +188,4 @@ func (a *App) OCRWorker() *ocr.Worker {
 		return nil
 	}
 	return a.ocr.worker
-}
-
-// OCRAdmin opens the OCR queue on the Redis at redisURL for the admin commands (stats,
-// dead-letter listing and requeue, reprocessing), without running any role. close
-// releases the connection.
-func OCRAdmin(redisURL string) (q *ocr.Queue, close func(), err error) {
-	rdb, _, err := NewRedisClient(redisURL)
-	if err != nil {
-		return nil, nil, fmt.Errorf("redis url: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			rdb.Close()
-		}
-	}()
-	cfg := staging.Config{}
-	ob, err := outbox.New(rdb, cfg, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	ups, err := uploads.New(rdb, cfg, ob, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	docs, err := documents.New(rdb, cfg, ob)
-	if err != nil {
-		return nil, nil, err
-	}
-	jobs, err := ocrqueue.New(rdb, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	q, err = ocr.NewQueue(jobs, docs, ups, ocr.Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return nil, nil, err
-	}
-	return q, func() { rdb.Close() }, nil
 }

@@ -65,7 +65,7 @@ func setUp(tb testenv.TB, cfg config) *bench {
 	bin := testenv.BuildBinary(tb, "github.com/chunkup/chunkup/cmd/chunkup")
 	grpcAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(tb))
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(tb))
-	args := []string{"serve", "--node-id", "bench",
+	args := []string{"serve", "--instance-id", "bench",
 		"--roles", "api,worker,completer,publisher,cleanup",
 		"--grpc-addr", grpcAddr, "--http-addr", httpAddr,
 		"--redis-url", rs.URL(),

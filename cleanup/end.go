@@ -50,9 +50,9 @@ var _ Store = (*uploads.Ends)(nil)
 type Ender struct {
 	Store Store
 	S3    Objects
-	// NodeID names this process in events.
-	NodeID string
-	Logger *slog.Logger
+	// InstanceID names this process in events.
+	InstanceID string
+	Logger     *slog.Logger
 	// Metrics, when set, counts ended uploads by the status they ended in (see
 	// internal/metrics).
 	Metrics interface{ UploadEnded(status string) }
@@ -80,7 +80,7 @@ func (e *Ender) end(ctx context.Context, r uploads.EndRequest) error {
 	if u.Status.Terminal() {
 		return &staging.StateError{Status: u.Status}
 	}
-	if r.Event, err = events.Ended(u, r.Status, r.Reason, e.NodeID, e.Store.Now()); err != nil {
+	if r.Event, err = events.Ended(u, r.Status, r.Reason, e.InstanceID, e.Store.Now()); err != nil {
 		return err
 	}
 	// The store marks the upload for release first, so a crash or an S3 outage before

@@ -19,6 +19,7 @@ import (
 	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/internal/retry"
+	"github.com/chunkup/chunkup/internal/sniff"
 	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/uploads"
@@ -26,10 +27,11 @@ import (
 
 // Objects is the part of the S3 store a completer uses: completing the multipart
 // upload, and, once the object is there, aborting any other multipart upload left for
-// its key.
+// its key and reading its first bytes to recognize its type.
 type Objects interface {
 	Complete(ctx context.Context, bucket, key, uploadID string, parts []s3store.Part, size int64) (string, error)
 	AbortStrays(ctx context.Context, bucket, key, keep string) ([]string, error)
+	FirstBytes(ctx context.Context, bucket, key string, n int64) ([]byte, error)
 }
 
 var _ Objects = (*s3store.Store)(nil)
@@ -39,7 +41,7 @@ type Store interface {
 	Now() time.Time
 	Begin(ctx context.Context, id, token string, lease time.Duration) (uploads.Begin, error)
 	Parts(ctx context.Context, id string, total uint32) ([]uploads.Part, error)
-	Finish(ctx context.Context, id, token, etag string, size int64, crc uint32, ev staging.OutboxEvent, handoff bool) error
+	Finish(ctx context.Context, id, token string, f uploads.Final, ev staging.OutboxEvent, handoff bool) error
 	HandedOff(ctx context.Context, id string) (bool, error)
 	Retry(ctx context.Context, id string, at time.Time) error
 	Drop(ctx context.Context, id string) error
@@ -80,14 +82,21 @@ type Config struct {
 	// S3Timeout bounds one CompleteMultipartUpload (and the HeadObject after it); a
 	// call that hangs longer is abandoned and retried. Zero means 5 min.
 	S3Timeout time.Duration
-	// NodeID names this process in events.
-	NodeID string
+	// InstanceID names this process in events and logs.
+	InstanceID string
 	// Handoff, when set, receives completed uploads it wants.
 	Handoff Handoff
 	Logger  *slog.Logger
 	// Metrics, when set, counts completed uploads (see internal/metrics; failed ones
 	// are counted where they end, in cleanup.Ender).
-	Metrics interface{ UploadCompleted() }
+	Metrics Metrics
+}
+
+// Metrics is what a completer records (implemented by *metrics.Set).
+type Metrics interface {
+	// UploadCompleted records an upload completed: its size (the bytes stored in S3 for
+	// it) and the time from its first chunk to its completion (zero when unknown).
+	UploadCompleted(size int64, sinceFirstChunk time.Duration)
 }
 
 // Validate checks the configuration.
@@ -259,22 +268,35 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	ev, err := events.Completed(u, c.cfg.NodeID, etag, size, sum, c.store.Now())
+	final := uploads.Final{ETag: etag, Size: size, CRC32C: sum}
+	if sniff.Generic(u.ContentType) {
+		if final.DetectedContentType, err = c.detect(ctx, b); err != nil {
+			return c.retryLater(ctx, id, err)
+		}
+		u.DetectedContentType = final.DetectedContentType
+	}
+	now := c.store.Now()
+	ev, err := events.Completed(u, c.cfg.InstanceID, final, now)
 	if err != nil {
 		return err
 	}
-	wants := c.cfg.Handoff != nil && c.cfg.Handoff.Wants(u.ContentType)
-	if err := c.store.Finish(ctx, id, c.token, etag, size, sum, ev, wants); errors.Is(err, staging.ErrAlreadyCompleted) {
+	wants := c.cfg.Handoff != nil && c.cfg.Handoff.Wants(u.EffectiveContentType())
+	if err := c.store.Finish(ctx, id, c.token, final, ev, wants); errors.Is(err, staging.ErrAlreadyCompleted) {
 		c.cfg.Logger.Info("upload completed by another completer first; nothing more to record", "upload_id", id)
 		return nil
 	} else if err != nil {
 		return err
 	}
 	if c.cfg.Metrics != nil {
-		c.cfg.Metrics.UploadCompleted()
+		var since time.Duration
+		if !u.FirstChunk.IsZero() {
+			since = max(0, now.Sub(u.FirstChunk))
+		}
+		c.cfg.Metrics.UploadCompleted(size, since)
 	}
-	c.cfg.Logger.Info("upload completed", "upload_id", id, "bucket", b.Bucket, "key", b.Key, "size", size,
-		"etag", etag, "correlation_id", u.CorrelationID)
+	c.cfg.Logger.Info("upload completed", "upload_id", id, "node_id", u.NodeID, "bucket", b.Bucket, "key", b.Key, "size", size,
+		"etag", etag, "content_type", u.ContentType, "detected_content_type", final.DetectedContentType,
+		"correlation_id", u.CorrelationID)
 	if wants {
 		// The completion index entry stays until the hand-off is recorded, so a crash
 		// here is recovered by the next sweep (Begin reports it pending).
@@ -283,6 +305,27 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 		}
 	}
 	return nil
+}
+
+// detect reads the completed object's first bytes and returns the content type they
+// show ("" when none is recognized). An object S3 will not give back (a permanent
+// error) is left undetected, with a warning; a transient error is returned, so the
+// completion is retried.
+func (c *Completer) detect(ctx context.Context, b uploads.Begin) (string, error) {
+	if c.s3 == nil {
+		return "", nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(c.cfg.S3Timeout, strayTimeout))
+	defer cancel()
+	head, err := c.s3.FirstBytes(ctx, b.Bucket, b.Key, sniff.HeadSize)
+	if err != nil {
+		if retry.Permanent(err) {
+			c.cfg.Logger.Warn("cannot read the object's first bytes; its type stays undetected", "bucket", b.Bucket, "key", b.Key, "err", err)
+			return "", nil
+		}
+		return "", err
+	}
+	return sniff.Detect(head), nil
 }
 
 // HandOff passes completed upload id to the Handoff again; with force even if it was

@@ -46,8 +46,14 @@ func (h *recordingHandoff) Handoff(_ context.Context, u *uploads.Upload, force b
 // is ready to complete (a one-chunk upload needs no S3 call to complete).
 func readyUpload(t *testing.T, ctx context.Context, s *uploads.Store, ct string) string {
 	t.Helper()
+	return readyUploadAt(t, ctx, s, "b", "k", ct)
+}
+
+// readyUploadAt is readyUpload for object bucket/key.
+func readyUploadAt(t *testing.T, ctx context.Context, s *uploads.Store, bucket, key, ct string) string {
+	t.Helper()
 	id := ids.New()
-	if _, err := s.Create(ctx, uploads.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 8, ExpectedSize: 3, Total: 1, ContentType: ct}); err != nil {
+	if _, err := s.Create(ctx, uploads.NewUpload{ID: id, Bucket: bucket, Key: key, ChunkSize: 8, ExpectedSize: 3, Total: 1, ContentType: ct}); err != nil {
 		t.Fatal(err)
 	}
 	data := []byte("abc")

@@ -64,29 +64,33 @@ func DocumentProto(d *documents.Document) *chunkupv1.Document {
 	return &chunkupv1.Document{
 		DocumentId: d.ID, UploadId: d.ID, Status: StatusProto(d.Status), Bucket: d.Bucket, Key: d.Key,
 		ContentType: d.ContentType, Tenant: d.Tenant, CorrelationId: d.CorrelationID, JobId: d.JobID,
-		Attempts: int32(d.Attempts), Error: d.Error, ErrorTime: tsOrNil(d.ErrorTime),
+		Attempts: int32(d.Attempts), Reclaims: int32(d.Reclaims), Error: d.Error, ErrorTime: tsOrNil(d.ErrorTime),
 		MaxRetriesExceeded: d.MaxRetriesExceeded, Ocr: ocrProto(d.OCR), Evaluation: evalProto(d.Eval),
 		Verification: verificationProto(d.Verification), CreateTime: tsOrNil(d.Created), UpdateTime: tsOrNil(d.Updated),
+		NodeId: d.NodeID, ClientNodeId: d.ClientNodeID, ConnectorId: d.ConnectorID, ParentId: d.ParentID,
+		Path: d.Path, Drive: d.Drive, CustomMetadata: StructOf(d.CustomMetadata), Name: d.Name,
 	}
 }
 
 // DocumentCreated returns the builder of the event for a document's creation (its first
-// status, uploaded), made by node at now.
-func DocumentCreated(node string, now time.Time) func(prev *documents.Document) (staging.OutboxEvent, error) {
-	return statusEvent(node, now, documents.Uploaded, nil)
+// status, uploaded), made by the process instance at now.
+func DocumentCreated(instance string, now time.Time) func(prev *documents.Document) (staging.OutboxEvent, error) {
+	return statusEvent(instance, now, documents.Uploaded, nil)
 }
 
 // statusEvent returns the builder of the event for a transition of a document to `to`,
-// made by node at now with the parts of change that it sets.
-func statusEvent(node string, now time.Time, to documents.Status, c *documents.Change) func(prev *documents.Document) (staging.OutboxEvent, error) {
+// made by the process instance at now with the parts of change that it sets.
+func statusEvent(instance string, now time.Time, to documents.Status, c *documents.Change) func(prev *documents.Document) (staging.OutboxEvent, error) {
 	return func(prev *documents.Document) (staging.OutboxEvent, error) {
 		id := ids.New()
 		msg := &chunkupv1.DocumentStatusChanged{
 			EventId: id, DocumentId: prev.ID, UploadId: prev.ID, PreviousStatus: StatusProto(prev.Status),
 			Status: StatusProto(to), CorrelationId: prev.CorrelationID, Tenant: prev.Tenant, Bucket: prev.Bucket,
-			Key: prev.Key, ContentType: prev.ContentType, JobId: prev.JobID, NodeId: node,
-			Attempts: int32(prev.Attempts), Ocr: ocrProto(prev.OCR), Evaluation: evalProto(prev.Eval),
+			Key: prev.Key, ContentType: prev.ContentType, JobId: prev.JobID, NodeId: prev.NodeID,
+			Attempts: int32(prev.Attempts), Reclaims: int32(prev.Reclaims), Ocr: ocrProto(prev.OCR), Evaluation: evalProto(prev.Eval),
 			Verification: verificationProto(prev.Verification), EventTime: timestamppb.New(now),
+			InstanceId: instance, ClientNodeId: prev.ClientNodeID, ConnectorId: prev.ConnectorID, ParentId: prev.ParentID,
+			Path: prev.Path, Drive: prev.Drive, CustomMetadata: StructOf(prev.CustomMetadata), Name: prev.Name,
 		}
 		if c != nil {
 			if c.JobID != nil {
@@ -94,6 +98,9 @@ func statusEvent(node string, now time.Time, to documents.Status, c *documents.C
 			}
 			if c.Attempts != nil {
 				msg.Attempts = int32(*c.Attempts)
+			}
+			if c.Reclaims != nil {
+				msg.Reclaims = int32(*c.Reclaims)
 			}
 			if c.Failure != nil {
 				msg.Error, msg.MaxRetriesExceeded = *c.Failure, c.MaxRetriesExceeded
@@ -118,8 +125,8 @@ func statusEvent(node string, now time.Time, to documents.Status, c *documents.C
 }
 
 // WithDocumentEvent sets c's event to the DocumentStatusChanged of its transition, made
-// by node at now, and returns c.
-func WithDocumentEvent(node string, now time.Time, c documents.Change) documents.Change {
-	c.Event = statusEvent(node, now, c.To, &c)
+// by the process instance at now, and returns c.
+func WithDocumentEvent(instance string, now time.Time, c documents.Change) documents.Change {
+	c.Event = statusEvent(instance, now, c.To, &c)
 	return c
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
@@ -78,6 +79,19 @@ func outboxEvent(u *uploads.Upload, id string, msg proto.Message, now time.Time)
 	}, nil
 }
 
+// StructOf is the Struct of a stored JSON object ("" or an unreadable one: nil; it was
+// validated when stored).
+func StructOf(js string) *structpb.Struct {
+	if js == "" {
+		return nil
+	}
+	st := &structpb.Struct{}
+	if protojson.Unmarshal([]byte(js), st) != nil {
+		return nil
+	}
+	return st
+}
+
 func tsOrNil(t time.Time) *timestamppb.Timestamp {
 	if t.IsZero() {
 		return nil
@@ -85,37 +99,46 @@ func tsOrNil(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
-// Completed builds the UploadCompleted event for u, finished with etag, size and
-// crc at now by node.
-func Completed(u *uploads.Upload, node, etag string, size int64, crc uint32, now time.Time) (staging.OutboxEvent, error) {
+// Completed builds the UploadCompleted event for u, finished as f at now by the process
+// instance.
+func Completed(u *uploads.Upload, instance string, f uploads.Final, now time.Time) (staging.OutboxEvent, error) {
 	id := ids.New()
 	return outboxEvent(u, id, &chunkupv1.UploadCompleted{
-		EventId: id, UploadId: u.ID, NodeId: node, Tenant: u.Tenant, Bucket: u.Bucket, Key: u.Key,
-		Size: size, Etag: etag, ChecksumCrc32C: fmt.Sprintf("%08x", crc), ContentType: u.ContentType,
+		EventId: id, UploadId: u.ID, NodeId: u.NodeID, Tenant: u.Tenant, Bucket: u.Bucket, Key: u.Key,
+		Size: f.Size, Etag: f.ETag, ChecksumCrc32C: fmt.Sprintf("%08x", f.CRC32C), ContentType: u.ContentType,
 		Name: u.Name, Metadata: u.Metadata, CorrelationId: u.CorrelationID,
 		CreateTime: tsOrNil(u.Created), CompleteTime: timestamppb.New(now), EventTime: timestamppb.New(now),
+		InstanceId: instance, ClientNodeId: u.ClientNodeID, ConnectorId: u.ConnectorID, ParentId: u.ParentID,
+		Path: u.Path, Drive: u.Drive, CustomMetadata: StructOf(u.CustomMetadata), DetectedContentType: f.DetectedContentType,
 	}, now)
 }
 
 // Ended builds the event that says u ended with status (FAILED, ABORTED or EXPIRED)
-// for reason at now, as seen by node.
-func Ended(u *uploads.Upload, status staging.Status, reason, node string, now time.Time) (staging.OutboxEvent, error) {
+// for reason at now, as seen by the process instance.
+func Ended(u *uploads.Upload, status staging.Status, reason, instance string, now time.Time) (staging.OutboxEvent, error) {
 	id := ids.New()
 	var msg proto.Message
+	cm := StructOf(u.CustomMetadata)
 	switch status {
 	case staging.StatusFailed:
-		msg = &chunkupv1.UploadFailed{EventId: id, UploadId: u.ID, NodeId: node, Tenant: u.Tenant,
+		msg = &chunkupv1.UploadFailed{EventId: id, UploadId: u.ID, NodeId: u.NodeID, Tenant: u.Tenant,
 			Bucket: u.Bucket, Key: u.Key, Error: reason, Name: u.Name, Metadata: u.Metadata,
-			CorrelationId: u.CorrelationID, CreateTime: tsOrNil(u.Created), EventTime: timestamppb.New(now)}
+			CorrelationId: u.CorrelationID, CreateTime: tsOrNil(u.Created), EventTime: timestamppb.New(now),
+			InstanceId: instance, ClientNodeId: u.ClientNodeID, ConnectorId: u.ConnectorID, ParentId: u.ParentID,
+			Path: u.Path, Drive: u.Drive, CustomMetadata: cm}
 	case staging.StatusAborted:
-		msg = &chunkupv1.UploadAborted{EventId: id, UploadId: u.ID, NodeId: node, Tenant: u.Tenant,
+		msg = &chunkupv1.UploadAborted{EventId: id, UploadId: u.ID, NodeId: u.NodeID, Tenant: u.Tenant,
 			Bucket: u.Bucket, Key: u.Key, Reason: reason, Name: u.Name, Metadata: u.Metadata,
-			CorrelationId: u.CorrelationID, CreateTime: tsOrNil(u.Created), EventTime: timestamppb.New(now)}
+			CorrelationId: u.CorrelationID, CreateTime: tsOrNil(u.Created), EventTime: timestamppb.New(now),
+			InstanceId: instance, ClientNodeId: u.ClientNodeID, ConnectorId: u.ConnectorID, ParentId: u.ParentID,
+			Path: u.Path, Drive: u.Drive, CustomMetadata: cm}
 	case staging.StatusExpired:
-		msg = &chunkupv1.UploadExpired{EventId: id, UploadId: u.ID, NodeId: node, Tenant: u.Tenant,
+		msg = &chunkupv1.UploadExpired{EventId: id, UploadId: u.ID, NodeId: u.NodeID, Tenant: u.Tenant,
 			Bucket: u.Bucket, Key: u.Key, ReceivedBytes: u.ReceivedBytes, Name: u.Name, Metadata: u.Metadata,
 			CorrelationId: u.CorrelationID, CreateTime: tsOrNil(u.Created), UpdateTime: tsOrNil(u.Updated),
-			EventTime: timestamppb.New(now)}
+			EventTime:  timestamppb.New(now),
+			InstanceId: instance, ClientNodeId: u.ClientNodeID, ConnectorId: u.ConnectorID, ParentId: u.ParentID,
+			Path: u.Path, Drive: u.Drive, CustomMetadata: cm}
 	default:
 		return staging.OutboxEvent{}, fmt.Errorf("events: no event for status %s", status)
 	}

@@ -18,9 +18,16 @@ type Config struct {
 	// Lease/3. Zero means 5 min.
 	Lease time.Duration
 	// MaxAttempts is how many failed attempts a job gets before it is dead-lettered.
-	// Only failures of the job count (an engine error, a worker that died holding it),
-	// not outages of Redis or S3. Zero means 3.
+	// Only failures of the job count (an engine error), not outages of Redis, S3 or the
+	// engine, nor a worker that died holding it (see MaxReclaims). Zero means 3.
 	MaxAttempts int
+	// MaxReclaims is how many times a job may be taken back from a worker that died or
+	// stalled holding it (its lease ran out) before it is dead-lettered: a crash is not
+	// the document's fault, but a job that kills every worker must end. Zero means 3.
+	MaxReclaims int
+	// ReportInterval is how often a worker process reports its status (engine, jobs
+	// running) in Redis for `chunkup ocr stats`. Zero means 5 s.
+	ReportInterval time.Duration
 	// BackoffBase is the wait before the first retry; the n-th waits BackoffBase·3^(n-1)
 	// (3 s, 9 s, 27 s by default), capped at BackoffMax, with jitter. Zero means 3 s.
 	BackoffBase time.Duration
@@ -43,10 +50,10 @@ type Config struct {
 	MaxFileSize int64
 	// Rules evaluate OCR results.
 	Rules Rules
-	// NodeID names this process in events.
-	NodeID string
+	// InstanceID names this process in events, logs and status reports.
+	InstanceID string
 	// Metrics, when set, counts finished jobs by outcome (succeeded, retried, dead,
-	// released).
+	// released) and times them by engine.
 	Metrics JobMetrics
 	// Now is the clock for backoff due times. Nil means time.Now. (Lease and due times
 	// in Redis use the staging store's clock; tests give both the same clock.)
@@ -56,8 +63,9 @@ type Config struct {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	if c.Concurrency < 0 || c.Lease < 0 || c.MaxAttempts < 0 || c.BackoffBase < 0 || c.BackoffMax < 0 ||
-		c.Jitter < 0 || c.FetchBlock < 0 || c.ReapInterval < 0 || c.DocumentTTL < 0 || c.MaxFileSize < 0 {
+	if c.Concurrency < 0 || c.Lease < 0 || c.MaxAttempts < 0 || c.MaxReclaims < 0 || c.ReportInterval < 0 ||
+		c.BackoffBase < 0 || c.BackoffMax < 0 || c.Jitter < 0 || c.FetchBlock < 0 || c.ReapInterval < 0 ||
+		c.DocumentTTL < 0 || c.MaxFileSize < 0 {
 		return errors.New("ocr: settings must not be negative")
 	}
 	if c.Jitter > 1 {
@@ -84,6 +92,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 3
+	}
+	if c.MaxReclaims == 0 {
+		c.MaxReclaims = 3
+	}
+	if c.ReportInterval == 0 {
+		c.ReportInterval = 5 * time.Second
 	}
 	if c.BackoffBase == 0 {
 		c.BackoffBase = 3 * time.Second
@@ -118,12 +132,19 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// JobMetrics counts OCR jobs (see internal/metrics).
-type JobMetrics interface{ OCRJob(outcome string) }
+// JobMetrics counts and times OCR jobs (see internal/metrics).
+type JobMetrics interface {
+	// OCRJob records a job finished by a worker with its outcome.
+	OCRJob(outcome string)
+	// OCRJobDuration records how long a job that reached a decision took, from taking
+	// the document to its decision, by the engine that recognized it.
+	OCRJobDuration(engine string, d time.Duration)
+}
 
 type noMetrics struct{}
 
-func (noMetrics) OCRJob(string) {}
+func (noMetrics) OCRJob(string)                        {}
+func (noMetrics) OCRJobDuration(string, time.Duration) {}
 
 // Backoff is the wait before retry n (from 1): BackoffBase·3^(n-1), capped at
 // BackoffMax, times a random factor in [1-Jitter, 1+Jitter].

@@ -7,17 +7,26 @@ import (
 
 // Engine recognizes the text of a file whose type has been validated.
 type Engine interface {
-	// Name names the engine in results.
+	// Name names the engine in results, metrics and status: a short fixed word
+	// (tesseract, remote).
 	Name() string
 	// Recognize returns the file's text per page. It must stop, and return, when ctx
 	// ends: the job's lease may have been lost. An error marked Permanent fails the job
-	// at once; any other counts as a failed attempt.
+	// at once; an *UnavailableError says the engine cannot take work now (the job is
+	// released, or runs on the fallback engine), not counted; any other error counts as
+	// a failed attempt.
 	Recognize(ctx context.Context, file []byte, typ FileType) (*Result, error)
+	// Health reports whether the engine can take work now: nil, or why not. It is
+	// cheap enough to call every few seconds.
+	Health(ctx context.Context) error
 }
 
 // Result is what an engine recognized.
 type Result struct {
 	Pages []Page `json:"pages"`
+	// Engine names the engine that recognized it (set by the engine; with a fallback,
+	// the one that ran).
+	Engine string `json:"-"`
 }
 
 // Page is one page's text and confidence.
@@ -73,5 +82,8 @@ func (Noop) Recognize(ctx context.Context, _ []byte, _ FileType) (*Result, error
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return &Result{Pages: []Page{{Number: 1, Text: "noop", Words: 1, Confidence: 100}}}, nil
+	return &Result{Engine: "noop", Pages: []Page{{Number: 1, Text: "noop", Words: 1, Confidence: 100}}}, nil
 }
+
+// Health implements Engine: Noop is always ready.
+func (Noop) Health(context.Context) error { return nil }

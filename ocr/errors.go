@@ -37,6 +37,17 @@ func (e *OutageError) Unwrap() error { return e.Err }
 
 func outage(err error) error { return &OutageError{Err: err} }
 
+// UnavailableError says an engine cannot take work now (not installed, unreachable,
+// overloaded): the job is not at fault. It runs on the fallback engine when there is
+// one, and is otherwise released without counting an attempt.
+type UnavailableError struct {
+	Engine string
+	Err    error
+}
+
+func (e *UnavailableError) Error() string { return e.Engine + " unavailable: " + e.Err.Error() }
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
 // Permanent marks an error as one that retrying cannot fix: the job is dead-lettered at
 // once.
 func Permanent(err error) error { return &retry.PermanentError{Err: err} }
@@ -57,10 +68,11 @@ func classify(err error) failKind {
 	var inv *InvalidFileError
 	var pe *retry.PermanentError
 	var oe *OutageError
+	var ue *UnavailableError
 	switch {
 	case errors.As(err, &inv), errors.As(err, &pe):
 		return failPermanent
-	case errors.As(err, &oe), errors.Is(err, context.Canceled):
+	case errors.As(err, &oe), errors.As(err, &ue), errors.Is(err, context.Canceled):
 		return failOutage
 	}
 	return failRetry

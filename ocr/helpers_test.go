@@ -168,6 +168,8 @@ type countingEngine struct {
 
 func (c *countingEngine) Name() string { return "counting" }
 
+func (c *countingEngine) Health(context.Context) error { return nil }
+
 func (c *countingEngine) Recognize(ctx context.Context, b []byte, typ ocr.FileType) (*ocr.Result, error) {
 	c.mu.Lock()
 	c.calls++

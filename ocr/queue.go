@@ -20,6 +20,7 @@ type QueueJobs interface {
 	Stats(ctx context.Context) (ocrqueue.Stats, error)
 	Dead(ctx context.Context, start, count int64) ([]*ocrqueue.Job, int64, error)
 	Requeue(ctx context.Context, id string) (string, error)
+	Purge(ctx context.Context, set ocrqueue.PurgeSet, limit int64) ([]string, error)
 }
 
 var _ QueueJobs = (*ocrqueue.Queue)(nil)
@@ -28,13 +29,16 @@ var _ QueueJobs = (*ocrqueue.Queue)(nil)
 type QueueDocs interface {
 	Create(ctx context.Context, d documents.NewDocument, ttl time.Duration, ev staging.OutboxEvent) (bool, error)
 	Get(ctx context.Context, id string) (*documents.Document, error)
+	Transition(ctx context.Context, id string, ttl time.Duration, c documents.Change) (*documents.Document, error)
 }
 
 var _ QueueDocs = (*documents.Store)(nil)
 
-// Uploads reads uploads (to recreate the document of one that expired).
+// Uploads reads uploads (to recreate the document of one that expired) and keeps the
+// node index, so a document is found by its node id as long as it lives.
 type Uploads interface {
 	Get(ctx context.Context, id string) (*uploads.Upload, error)
+	IndexNode(ctx context.Context, tenant, nodeID, id string, created time.Time, ttl time.Duration) error
 }
 
 var _ Uploads = (*uploads.Store)(nil)
@@ -56,7 +60,8 @@ func NewQueue(jobs QueueJobs, docs QueueDocs, ups Uploads, cfg Config) (*Queue, 
 	return &Queue{cfg: cfg.withDefaults(), jobs: jobs, docs: docs, uploads: ups}, nil
 }
 
-// Wants implements completion.Handoff: images (JPEG, PNG, TIFF) and PDFs.
+// Wants implements completion.Handoff: images (JPEG, PNG, TIFF) and PDFs, by the
+// upload's content type, or the one detected in its first bytes when that was generic.
 func (q *Queue) Wants(contentType string) bool { return Supported(contentType) }
 
 // Handoff implements completion.Handoff: it creates the document (uploaded) and enqueues
@@ -70,13 +75,20 @@ func (q *Queue) Handoff(ctx context.Context, u *uploads.Upload, force bool) erro
 // Enqueue creates u's document unless it exists and enqueues a job for it, unless it has
 // one and force is false. It returns the document's job id and whether it is new.
 func (q *Queue) Enqueue(ctx context.Context, u *uploads.Upload, force bool) (string, bool, error) {
-	d := documents.NewDocument{ID: u.ID, Bucket: u.Bucket, Key: u.Key, ContentType: u.ContentType,
-		Tenant: u.Tenant, CorrelationID: u.CorrelationID}
+	d := documents.NewDocument{ID: u.ID, Bucket: u.Bucket, Key: u.Key, ContentType: u.EffectiveContentType(),
+		Tenant: u.Tenant, CorrelationID: u.CorrelationID,
+		Identity: documents.Identity{NodeID: u.NodeID, ClientNodeID: u.ClientNodeID, ConnectorID: u.ConnectorID,
+			ParentID: u.ParentID, Path: u.Path, Drive: u.Drive, Name: u.Name, CustomMetadata: u.CustomMetadata}}
 	now := q.jobs.Now()
-	ev, err := events.DocumentCreated(q.cfg.NodeID, now)(&documents.Document{
-		ID: d.ID, Bucket: d.Bucket, Key: d.Key, ContentType: d.ContentType, Tenant: d.Tenant, CorrelationID: d.CorrelationID})
+	ev, err := events.DocumentCreated(q.cfg.InstanceID, now)(&documents.Document{
+		ID: d.ID, Bucket: d.Bucket, Key: d.Key, ContentType: d.ContentType, Tenant: d.Tenant, CorrelationID: d.CorrelationID,
+		Identity: d.Identity})
 	if err != nil {
 		return "", false, err
+	}
+	// The node index lives as long as the document (the upload's keys expire sooner).
+	if err := q.uploads.IndexNode(ctx, u.Tenant, u.NodeID, u.ID, u.Created, q.cfg.DocumentTTL); err != nil {
+		return "", false, fmt.Errorf("index node id of %s: %w", u.ID, err)
 	}
 	if _, err := q.docs.Create(ctx, d, q.cfg.DocumentTTL, ev); err != nil {
 		return "", false, fmt.Errorf("create document %s: %w", u.ID, err)
@@ -115,6 +127,45 @@ func (q *Queue) Reprocess(ctx context.Context, id string, force bool) (string, b
 	}
 	return q.enqueue(ctx, documents.NewDocument{ID: d.ID, Bucket: d.Bucket, Key: d.Key, ContentType: d.ContentType,
 		Tenant: d.Tenant, CorrelationID: d.CorrelationID}, force)
+}
+
+// Purge removes every job of set (pending, delayed or dead; jobs in flight are never
+// purged) and returns how many it removed. The documents of purged pending and delayed
+// jobs are marked failed, so that nothing waits for them; a purged document can be
+// processed again with Reprocess.
+func (q *Queue) Purge(ctx context.Context, set ocrqueue.PurgeSet) (int64, error) {
+	var n int64
+	for {
+		docs, err := q.jobs.Purge(ctx, set, 100)
+		n += int64(len(docs))
+		if set != ocrqueue.PurgeDead {
+			for _, id := range docs {
+				q.failPurged(ctx, id, set)
+			}
+		}
+		if err != nil {
+			return n, err
+		}
+		if len(docs) == 0 {
+			q.cfg.Logger.Warn("OCR queue purged", "set", set, "jobs", n)
+			return n, nil
+		}
+	}
+}
+
+func (q *Queue) failPurged(ctx context.Context, docID string, set ocrqueue.PurgeSet) {
+	if docID == "" {
+		return
+	}
+	msg := fmt.Sprintf("its OCR job was purged from the %s queue by an operator; reprocess it to run OCR", set)
+	c := documents.Change{From: []documents.Status{documents.Uploaded, documents.Processing, documents.OCRCompleted, documents.AIEvaluated},
+		To: documents.Failed, Failure: &msg}
+	if _, err := q.docs.Transition(ctx, docID, q.cfg.DocumentTTL, events.WithDocumentEvent(q.cfg.InstanceID, q.jobs.Now(), c)); err != nil {
+		var se *documents.StateError
+		if !errors.As(err, &se) && !errors.Is(err, documents.ErrNotFound) {
+			q.cfg.Logger.Warn("mark purged document failed", "document_id", docID, "err", err)
+		}
+	}
 }
 
 // Stats are the queue's counters.

@@ -2,6 +2,7 @@ package ocr_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/chunkup/chunkup/ocr"
 	"github.com/chunkup/chunkup/staging/documents"
 	"github.com/chunkup/chunkup/staging/ocrqueue"
+	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 // TestFailingEngineBacksOffThenDeadLetters: a job whose engine fails is retried after
@@ -196,8 +198,9 @@ func TestMismatchedFileFailsAtOnce(t *testing.T) {
 }
 
 // TestReaperReclaimsExpiredLease: a job whose worker stops renewing is reclaimed once
-// its lease expires, gets a larger fencing token, and the stale holder can no longer
-// settle it or change its document.
+// its lease expires, without counting a failed attempt (a reclaim instead), gets a
+// larger fencing token, and the stale holder can no longer settle it or change its
+// document.
 func TestReaperReclaimsExpiredLease(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config()
@@ -230,8 +233,9 @@ func TestReaperReclaimsExpiredLease(t *testing.T) {
 	}
 	eng := &countingEngine{}
 	j := e.runOne(t, e.worker(t, eng, cfg))
-	if j.Token <= stale.Token || j.Attempts != 1 {
-		t.Fatalf("reclaimed job token %d attempts %d, want token > %d and 1 attempt counted", j.Token, j.Attempts, stale.Token)
+	if j.Token <= stale.Token || j.Attempts != 0 || j.Reclaims != 1 {
+		t.Fatalf("reclaimed job token %d attempts %d reclaims %d, want token > %d, no attempt and 1 reclaim counted",
+			j.Token, j.Attempts, j.Reclaims, stale.Token)
 	}
 	if ok, err := e.stores.Jobs.Ack(ctxT(t), stale.ID, stale.Token); err != nil || ok {
 		t.Fatalf("stale ack: %v %v, want refused", ok, err)
@@ -256,23 +260,9 @@ func TestRecoverDocumentsLeftProcessing(t *testing.T) {
 	cfg.MaxAttempts = 1
 	q := e.queue(t, cfg)
 	r := e.reaper(t, cfg)
-	u := e.upload(t, "image/png", testdocs.PNG("HELLO"))
-	if err := q.Handoff(ctxT(t), u, false); err != nil {
-		t.Fatal(err)
-	}
 	// A worker takes the document and dies; its job is dead-lettered by a reclaim whose
 	// process died before failing the document (simulated by the raw store call).
-	j, err := e.stores.Jobs.Fetch(ctxT(t), time.Second, cfg.Lease)
-	if err != nil || j == nil {
-		t.Fatal(j, err)
-	}
-	if err := e.stores.Jobs.MarkProcessing(ctxT(t), u.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.stores.Docs.Transition(ctxT(t), u.ID, time.Hour, documents.Change{
-		From: []documents.Status{documents.Uploaded}, To: documents.Processing, Fence: documents.Fence{Start: true, Token: j.Token}}); err != nil {
-		t.Fatal(err)
-	}
+	u, _ := e.takeDocument(t, q, cfg, "HELLO")
 	e.clk.Add(cfg.Lease + time.Second)
 	if got, err := e.stores.Jobs.Reclaim(ctxT(t), cfg.Lease, 1, 10); err != nil || len(got) != 1 || !got[0].Dead {
 		t.Fatalf("reclaim: %+v %v", got, err)
@@ -308,3 +298,183 @@ func TestStatsOldestAge(t *testing.T) {
 }
 
 var _ ocr.Engine = (*countingEngine)(nil)
+
+// TestJobThatKillsEveryWorkerEnds: a job whose workers keep dying holding it is taken
+// back without any failed attempt counted, until MaxReclaims, when it is dead-lettered
+// and its document fails saying why.
+func TestJobThatKillsEveryWorkerEnds(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.MaxReclaims = 2
+	q, r := e.queue(t, cfg), e.reaper(t, cfg)
+	u := e.upload(t, "image/png", testdocs.PNG("POISON"))
+	if err := q.Handoff(ctxT(t), u, false); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		j, err := e.stores.Jobs.Fetch(ctxT(t), time.Second, cfg.Lease)
+		if err != nil || j == nil {
+			t.Fatalf("fetch %d: %v %v", i, j, err)
+		}
+		if j.Attempts != 0 || j.Reclaims != i-1 {
+			t.Fatalf("fetch %d: attempts %d reclaims %d, want 0 and %d", i, j.Attempts, j.Reclaims, i-1)
+		}
+		e.clk.Add(cfg.Lease + time.Second) // the worker died: its lease runs out
+		if err := r.Tick(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := e.stats(t); st.Dead != 1 || st.Pending != 0 || st.InFlight != 0 {
+		t.Fatalf("queue %+v, want the job dead-lettered", st)
+	}
+	dead, _, err := e.stores.Jobs.Dead(ctxT(t), 0, 10)
+	if err != nil || len(dead) != 1 || dead[0].Attempts != 0 || dead[0].Reclaims != 2 || !strings.Contains(dead[0].DeadReason, "kills or stalls every worker") {
+		t.Fatalf("dead job %+v %v", dead, err)
+	}
+	if d := e.doc(t, u.ID); d.Status != documents.Failed || !d.MaxRetriesExceeded || d.Reclaims != 2 || d.Attempts != 0 ||
+		!strings.Contains(d.Error, "taken back 2 times") {
+		t.Fatalf("document %+v, want failed after 2 reclaims with no attempt", d)
+	}
+}
+
+// takeDocument hands a PNG of words to q and does what a worker does first: fetches
+// its job, indexes the document as processing and takes it (one attempt recorded).
+func (e *env) takeDocument(t *testing.T, q *ocr.Queue, cfg ocr.Config, words string) (*uploads.Upload, *ocrqueue.Job) {
+	t.Helper()
+	u := e.upload(t, "image/png", testdocs.PNG(words))
+	if err := q.Handoff(ctxT(t), u, false); err != nil {
+		t.Fatal(err)
+	}
+	j, err := e.stores.Jobs.Fetch(ctxT(t), time.Second, cfg.Lease)
+	if err != nil || j == nil {
+		t.Fatal(j, err)
+	}
+	if err := e.stores.Jobs.MarkProcessing(ctxT(t), u.ID); err != nil {
+		t.Fatal(err)
+	}
+	one := 1
+	if _, err := e.stores.Docs.Transition(ctxT(t), u.ID, time.Hour, documents.Change{From: []documents.Status{documents.Uploaded},
+		To: documents.Processing, Fence: documents.Fence{Start: true, Token: j.Token}, Attempts: &one}); err != nil {
+		t.Fatal(err)
+	}
+	return u, j
+}
+
+// TestStartupRecovery follows the design's start-up steps: with Redis up, stale
+// processing entries are cleared; a document stuck in processing (its worker died) is
+// taken out of every queue, reset (attempts 0, status uploaded, with its event) and
+// requeued fresh, its job not counted as failed; a document whose job another process
+// holds (lease running) or that waits for a retry is left alone.
+func TestStartupRecovery(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	q, r := e.queue(t, cfg), e.reaper(t, cfg)
+	handoff := func(words string) (*uploads.Upload, *ocrqueue.Job) { return e.takeDocument(t, q, cfg, words) }
+	stuck, stuckJob := handoff("STUCK")
+	if _, err := e.stores.Jobs.Fail(ctxT(t), stuckJob.ID, stuckJob.Token, "engine exploded", ocrqueue.FailRetry, e.clk.Now(), 5); err != nil {
+		t.Fatal(err) // one failed attempt before the crash, which recovery resets
+	}
+	if _, err := e.stores.Jobs.Promote(ctxT(t), 10); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := e.stores.Jobs.Fetch(ctxT(t), time.Second, cfg.Lease); err != nil || j == nil || j.ID != stuckJob.ID || j.Attempts != 1 {
+		t.Fatalf("refetch: %+v %v", j, err)
+	}
+	e.clk.Add(cfg.Lease + time.Second) // its worker died: the lease ran out
+	live, _ := handoff("LIVE")         // another process holds this one, lease running
+	gone := e.upload(t, "image/png", testdocs.PNG("GONE"))
+	if err := e.stores.Jobs.MarkProcessing(ctxT(t), gone.ID); err != nil { // a stale entry: no document
+		t.Fatal(err)
+	}
+	before := len(e.docEvents(t, stuck.ID))
+
+	if err := r.Recover(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	d := e.doc(t, stuck.ID)
+	if d.Status != documents.Uploaded || d.Attempts != 0 || d.Reclaims != 1 || d.Error != "" {
+		t.Fatalf("stuck document after recovery: %+v, want uploaded, attempts 0, 1 reclaim, no error", d)
+	}
+	evs := e.docEvents(t, stuck.ID)
+	if len(evs) != before+1 || !strings.Contains(string(evs[len(evs)-1].Payload), `"status":"DOCUMENT_STATUS_UPLOADED"`) {
+		t.Fatalf("recovery emitted %d events, the last %s; want one back to uploaded", len(evs)-before, evs[len(evs)-1].Payload)
+	}
+	if d := e.doc(t, live.ID); d.Status != documents.Processing {
+		t.Fatalf("document another process holds: %s, want left processing", d.Status)
+	}
+	if st := e.stats(t); st.Pending != 1 || st.InFlight != 1 || st.Delayed != 0 {
+		t.Fatalf("queue after recovery %+v, want the stuck job pending and the live one in flight", st)
+	}
+	ids, err := e.stores.Jobs.ProcessingDocuments(ctxT(t), 0, 10)
+	if err != nil || slices.Contains(ids, gone.ID) {
+		t.Fatalf("processing index %v %v: the stale entry is still there", ids, err)
+	}
+	// The requeued job runs fresh: no failed attempt, and the document gets decided.
+	eng := &countingEngine{}
+	j := e.runOne(t, e.worker(t, eng, cfg))
+	if j.ID != stuckJob.ID || j.Attempts != 0 || j.Reclaims != 1 {
+		t.Fatalf("requeued job %+v, want %s with attempts 0 and 1 reclaim", j, stuckJob.ID)
+	}
+	if d := e.doc(t, stuck.ID); d.Status != documents.AutoApproved {
+		t.Fatalf("document after the fresh run: %s", d.Status)
+	}
+	// A second recovery (another process starting) changes nothing.
+	if err := r.Recover(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if d := e.doc(t, live.ID); d.Status != documents.Processing {
+		t.Fatalf("document another process holds: %s after a second recovery", d.Status)
+	}
+}
+
+// TestPurge: purging the pending set removes its jobs and fails their documents (so
+// nothing waits for them), leaves jobs in flight alone, and a purged document can be
+// reprocessed; purging the dead set forgets its jobs.
+func TestPurge(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	q := e.queue(t, cfg)
+	var ups []*uploads.Upload
+	for i := range 3 {
+		u := e.upload(t, "image/png", testdocs.PNG("PURGE", strings.Repeat("I", i+1)))
+		if err := q.Handoff(ctxT(t), u, false); err != nil {
+			t.Fatal(err)
+		}
+		ups = append(ups, u)
+	}
+	inFlight, err := e.stores.Jobs.Fetch(ctxT(t), time.Second, cfg.Lease) // the oldest: ups[0]
+	if err != nil || inFlight == nil {
+		t.Fatal(inFlight, err)
+	}
+	n, err := q.Purge(ctxT(t), ocrqueue.PurgePending)
+	if err != nil || n != 2 {
+		t.Fatalf("purge pending: %d %v, want 2", n, err)
+	}
+	if st := e.stats(t); st.Pending != 0 || st.InFlight != 1 {
+		t.Fatalf("queue after the purge %+v, want nothing pending and the job in flight kept", st)
+	}
+	for _, u := range ups[1:] {
+		if d := e.doc(t, u.ID); d.Status != documents.Failed || !strings.Contains(d.Error, "purged") {
+			t.Fatalf("purged document %s: %s %q, want failed saying it was purged", u.ID, d.Status, d.Error)
+		}
+	}
+	if d := e.doc(t, ups[0].ID); d.Status != documents.Uploaded {
+		t.Fatalf("document in flight: %s, want untouched", d.Status)
+	}
+	// Its dedupe key is gone: reprocessing without force enqueues it again.
+	if _, isNew, err := q.Reprocess(ctxT(t), ups[1].ID, false); err != nil || !isNew {
+		t.Fatalf("reprocess a purged document: new=%v %v", isNew, err)
+	}
+	if _, err := e.stores.Jobs.Fail(ctxT(t), inFlight.ID, inFlight.Token, "bad", ocrqueue.FailDead, e.clk.Now(), 3); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.Purge(ctxT(t), ocrqueue.PurgeDead); err != nil || n != 1 {
+		t.Fatalf("purge dead: %d %v", n, err)
+	}
+	if st := e.stats(t); st.Dead != 0 || st.Pending != 1 {
+		t.Fatalf("queue after purging the dead %+v", st)
+	}
+	if _, err := q.Purge(ctxT(t), ocrqueue.PurgeSet("active")); err == nil {
+		t.Fatal("purging jobs in flight was accepted")
+	}
+}

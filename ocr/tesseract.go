@@ -77,6 +77,15 @@ func NewTesseract(cfg TesseractConfig) (*Tesseract, error) {
 // Name implements Engine.
 func (t *Tesseract) Name() string { return "tesseract" }
 
+// Health implements Engine: tesseract must be installed. (pdftoppm is needed for PDFs
+// only: its absence fails PDF jobs, not the engine.)
+func (t *Tesseract) Health(context.Context) error {
+	if _, err := exec.LookPath(t.cfg.Path); err != nil {
+		return fmt.Errorf("tesseract not found (install tesseract-ocr and tesseract-ocr-%s): %w", strings.SplitN(t.cfg.Lang, "+", 2)[0], err)
+	}
+	return nil
+}
+
 // Recognize implements Engine.
 func (t *Tesseract) Recognize(ctx context.Context, file []byte, typ FileType) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.Timeout)
@@ -97,7 +106,7 @@ func (t *Tesseract) Recognize(ctx context.Context, file []byte, typ FileType) (*
 			return nil, err
 		}
 	}
-	res := &Result{}
+	res := &Result{Engine: t.Name()}
 	for i, img := range images {
 		out, err := t.run(ctx, t.cfg.Path, img, "stdout", "-l", t.cfg.Lang, "tsv")
 		if err != nil {
@@ -156,8 +165,9 @@ func (t *Tesseract) run(ctx context.Context, name string, args ...string) ([]byt
 		}
 		var ee *exec.Error
 		if errors.As(err, &ee) {
-			// Not installed: an outage of this worker, not a failure of the document.
-			return nil, outage(fmt.Errorf("%s: %w", name, err))
+			// Not installed: this worker cannot take the job, which is no failure of
+			// the document.
+			return nil, &UnavailableError{Engine: "tesseract", Err: fmt.Errorf("%s: %w", name, err)}
 		}
 		return nil, fmt.Errorf("%s: %w: %s", filepath.Base(name), err, msg)
 	}

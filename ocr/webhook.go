@@ -15,7 +15,9 @@ import (
 
 	"github.com/chunkup/chunkup/events"
 	"github.com/chunkup/chunkup/internal/ids"
+	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/documents"
+	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 // WebhookPath is where the verification webhook is mounted.
@@ -24,13 +26,21 @@ const WebhookPath = "/internal/verification/result"
 // ServiceKeyHeader carries the shared secret that authenticates webhook callers.
 const ServiceKeyHeader = "x-service-key"
 
-// WebhookStore is the part of the staging store the webhook uses.
+// WebhookStore is the part of the document store the webhook uses.
 type WebhookStore interface {
 	Now() time.Time
+	Get(ctx context.Context, id string) (*documents.Document, error)
 	Transition(ctx context.Context, id string, ttl time.Duration, c documents.Change) (*documents.Document, error)
 }
 
 var _ WebhookStore = (*documents.Store)(nil)
+
+// NodeIndex finds the upload (so the document) a tenant's node id names.
+type NodeIndex interface {
+	UploadForNode(ctx context.Context, tenant, nodeID string) (string, error)
+}
+
+var _ NodeIndex = (*uploads.Store)(nil)
 
 // WebhookConfig configures the verification webhook.
 type WebhookConfig struct {
@@ -39,17 +49,27 @@ type WebhookConfig struct {
 	ServiceKey string
 	// DocumentTTL is the documents' TTL, refreshed on every change. Zero means 30 days.
 	DocumentTTL time.Duration
-	NodeID      string
-	Logger      *slog.Logger
+	// Nodes resolves a documentId that is a node id. Nil: only upload ids are accepted.
+	Nodes NodeIndex
+	// InstanceID names this process in events.
+	InstanceID string
+	Logger     *slog.Logger
 }
 
 // maxWebhookBody bounds a webhook request's body.
 const maxWebhookBody = 1 << 20
 
-// VerificationRequest is the webhook's body.
+// VerificationRequest is the webhook's body: the design's shape, in which only
+// documentId and verificationResult are required, with an optional tenant.
 type VerificationRequest struct {
+	// DocumentID is the document's node id (a UUID) or its upload id.
 	DocumentID string `json:"documentId"`
-	UserID     string `json:"userId"`
+	// Tenant owns the document, for a node id (node ids are per tenant). Empty: the
+	// empty tenant, as without authentication. An upload id needs none; given, it must
+	// match.
+	Tenant string `json:"tenant"`
+	// UserID is the reviewer, when given.
+	UserID string `json:"userId"`
 	// VerificationResult is approved or rejected.
 	VerificationResult string `json:"verificationResult"`
 	// Score is the reviewer's score, 0–100, when given.
@@ -120,11 +140,14 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if req.Score != nil {
 		v.Score = *req.Score
 	}
-	c := events.WithDocumentEvent(h.cfg.NodeID, h.store.Now(), documents.Change{From: decidable, To: to, Verification: v})
-	_, err = h.store.Transition(r.Context(), req.DocumentID, h.cfg.DocumentTTL, c)
+	id, err := h.resolve(r.Context(), req)
+	if err == nil {
+		c := events.WithDocumentEvent(h.cfg.InstanceID, h.store.Now(), documents.Change{From: decidable, To: to, Verification: v})
+		_, err = h.store.Transition(r.Context(), id, h.cfg.DocumentTTL, c)
+	}
 	var se *documents.StateError
 	switch {
-	case errors.Is(err, documents.ErrNotFound):
+	case errors.Is(err, documents.ErrNotFound), errors.Is(err, staging.ErrNotFound):
 		h.answer(w, http.StatusNotFound, fmt.Sprintf("document %s not found", req.DocumentID))
 		return
 	case errors.As(err, &se):
@@ -135,8 +158,34 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.answer(w, http.StatusServiceUnavailable, "could not record the decision; retry later")
 		return
 	}
-	h.cfg.Logger.Info("verification recorded", "document_id", req.DocumentID, "result", req.VerificationResult, "user_id", req.UserID)
-	h.answer(w, http.StatusOK, fmt.Sprintf("document %s %s", req.DocumentID, to))
+	h.cfg.Logger.Info("verification recorded", "document_id", id, "named_as", req.DocumentID, "result", req.VerificationResult,
+		"status", to, "user_id", req.UserID)
+	h.answer(w, http.StatusOK, "Verification result received")
+}
+
+// resolve returns the upload id of the document req names: its upload id, or the
+// upload its tenant's node id names. A tenant given with an upload id must own it.
+func (h *webhook) resolve(ctx context.Context, req *VerificationRequest) (string, error) {
+	id := req.DocumentID
+	if node, ok := ids.UUID(id); ok {
+		if h.cfg.Nodes == nil {
+			return "", documents.ErrNotFound
+		}
+		var err error
+		if id, err = h.cfg.Nodes.UploadForNode(ctx, req.Tenant, node); err != nil {
+			return "", err
+		}
+	} else if req.Tenant == "" {
+		return id, nil
+	}
+	d, err := h.store.Get(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if d.Tenant != req.Tenant {
+		return "", documents.ErrNotFound // another tenant's document does not exist for this request
+	}
+	return id, nil
 }
 
 func parseVerification(body io.Reader) (*VerificationRequest, error) {
@@ -152,13 +201,14 @@ func parseVerification(body io.Reader) (*VerificationRequest, error) {
 	if dec.More() {
 		return nil, errors.New("body has data after the JSON object")
 	}
+	_, isNode := ids.UUID(req.DocumentID)
 	switch {
 	case req.DocumentID == "":
 		return nil, errors.New("documentId is required")
-	case !ids.Valid(req.DocumentID):
-		return nil, fmt.Errorf("documentId %q is not a document id (26 lowercase base32 characters)", req.DocumentID)
-	case req.UserID == "":
-		return nil, errors.New("userId is required")
+	case !isNode && !ids.Valid(req.DocumentID):
+		return nil, fmt.Errorf("documentId %q is neither a node id (a UUID) nor an upload id (26 lowercase base32 characters)", clip(req.DocumentID))
+	case len(req.Tenant) > 63:
+		return nil, errors.New("tenant must be at most 63 bytes")
 	case len(req.UserID) > 256 || len(req.Decision) > 256:
 		return nil, errors.New("userId and decision must be at most 256 bytes")
 	case req.VerificationResult != "approved" && req.VerificationResult != "rejected":
@@ -175,6 +225,14 @@ func parseVerification(body io.Reader) (*VerificationRequest, error) {
 		req.Metadata = nil
 	}
 	return &req, nil
+}
+
+// clip cuts caller input quoted in an answer to 100 bytes.
+func clip(s string) string {
+	if len(s) > 100 {
+		return cut(s, 100) + "…"
+	}
+	return s
 }
 
 func (h *webhook) answer(w http.ResponseWriter, code int, msg string) {

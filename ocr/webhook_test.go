@@ -16,13 +16,15 @@ import (
 
 const serviceKey = "s3cret-key"
 
-// reviewable makes a document that reached needs_review.
-func (e *env) reviewable(t *testing.T) string {
+// reviewable makes a document of tenant, with node id nodeID, that reached
+// needs_review.
+func (e *env) reviewable(t *testing.T, nodeID, tenant string) string {
 	t.Helper()
 	cfg := e.config()
 	cfg.Rules.ApproveScore = 100 // the counting engine's 95 then needs review
 	q := e.queue(t, cfg)
 	u := e.upload(t, "image/png", testdocs.PNG("HELLO"))
+	u.NodeID, u.Tenant = nodeID, tenant
 	if err := q.Handoff(ctxT(t), u, false); err != nil {
 		t.Fatal(err)
 	}
@@ -51,27 +53,37 @@ func post(t *testing.T, h http.Handler, key, body string) (int, ocr.Verification
 	return rec.Code, resp
 }
 
+// TestWebhook: the design's request (documentId, the node id, and verificationResult
+// only) and today's richer one (an upload id, userId, score, decision, metadata) are
+// both accepted and answered as the design says; every refusal has its status and
+// changes nothing; node ids are per tenant.
 func TestWebhook(t *testing.T) {
 	e := newEnv(t)
-	id := e.reviewable(t)
-	other := e.reviewable(t)
-	h := ocr.NewWebhookHandler(e.stores.Docs, ocr.WebhookConfig{ServiceKey: serviceKey, Logger: testLogger()})
-	good := `{"documentId":"` + id + `","userId":"u-7","verificationResult":"approved","score":91.5,"decision":"looks right","metadata":{"reviewer":"ann","n":2}}`
+	node, richNode, acmeNode := ids.NewUUID(), ids.NewUUID(), ids.NewUUID()
+	id := e.reviewable(t, node, "")
+	rich := e.reviewable(t, richNode, "")
+	acme := e.reviewable(t, acmeNode, "acme")
+	h := ocr.NewWebhookHandler(e.stores.Docs, ocr.WebhookConfig{ServiceKey: serviceKey, Nodes: e.stores.Uploads, Logger: testLogger()})
+	design := `{"documentId":"` + node + `","verificationResult":"approved"}`
 	tests := []struct {
 		name, key, body string
 		code            int
 		msg             string
 	}{
-		{"missing key", "", good, http.StatusUnauthorized, "missing x-service-key"},
-		{"wrong key", "s3cret-kez", good, http.StatusUnauthorized, "wrong x-service-key"},
+		{"missing key", "", design, http.StatusUnauthorized, "missing x-service-key"},
+		{"wrong key", "s3cret-kez", design, http.StatusUnauthorized, "wrong x-service-key"},
 		{"bad json", serviceKey, `{"documentId":`, http.StatusBadRequest, "not a JSON object"},
-		{"trailing data", serviceKey, good + `{}`, http.StatusBadRequest, "after the JSON object"},
-		{"no user", serviceKey, `{"documentId":"` + id + `","verificationResult":"approved"}`, http.StatusBadRequest, "userId is required"},
-		{"bad result", serviceKey, `{"documentId":"` + id + `","userId":"u","verificationResult":"maybe"}`, http.StatusBadRequest, "approved or rejected"},
-		{"bad score", serviceKey, `{"documentId":"` + id + `","userId":"u","verificationResult":"approved","score":101}`, http.StatusBadRequest, "score"},
-		{"metadata not object", serviceKey, `{"documentId":"` + id + `","userId":"u","verificationResult":"approved","metadata":[1]}`, http.StatusBadRequest, "metadata"},
-		{"bad id", serviceKey, `{"documentId":"../x","userId":"u","verificationResult":"approved"}`, http.StatusBadRequest, "not a document id"},
-		{"unknown document", serviceKey, `{"documentId":"` + ids.New() + `","userId":"u","verificationResult":"approved"}`, http.StatusNotFound, "not found"},
+		{"trailing data", serviceKey, design + `{}`, http.StatusBadRequest, "after the JSON object"},
+		{"no result", serviceKey, `{"documentId":"` + node + `"}`, http.StatusBadRequest, "approved or rejected"},
+		{"bad result", serviceKey, `{"documentId":"` + node + `","userId":"u","verificationResult":"maybe"}`, http.StatusBadRequest, "approved or rejected"},
+		{"bad score", serviceKey, `{"documentId":"` + node + `","verificationResult":"approved","score":101}`, http.StatusBadRequest, "score"},
+		{"metadata not object", serviceKey, `{"documentId":"` + node + `","verificationResult":"approved","metadata":[1]}`, http.StatusBadRequest, "metadata"},
+		{"no id", serviceKey, `{"verificationResult":"approved"}`, http.StatusBadRequest, "documentId is required"},
+		{"bad id", serviceKey, `{"documentId":"../x","verificationResult":"approved"}`, http.StatusBadRequest, "neither a node id"},
+		{"unknown node id", serviceKey, `{"documentId":"` + ids.NewUUID() + `","verificationResult":"approved"}`, http.StatusNotFound, "not found"},
+		{"unknown upload id", serviceKey, `{"documentId":"` + ids.New() + `","verificationResult":"approved"}`, http.StatusNotFound, "not found"},
+		{"another tenant's node id", serviceKey, `{"documentId":"` + node + `","tenant":"acme","verificationResult":"approved"}`, http.StatusNotFound, "not found"},
+		{"another tenant's upload id", serviceKey, `{"documentId":"` + id + `","tenant":"acme","verificationResult":"approved"}`, http.StatusNotFound, "not found"},
 	}
 	before := len(e.docEvents(t, id))
 	for _, tc := range tests {
@@ -89,14 +101,13 @@ func TestWebhook(t *testing.T) {
 		})
 	}
 
-	code, resp := post(t, h, serviceKey, good)
-	if code != http.StatusOK || !resp.Success {
-		t.Fatalf("right key: %d %+v", code, resp)
+	// The design's own test call: the node id and the result, nothing else.
+	code, resp := post(t, h, serviceKey, design)
+	if code != http.StatusOK || !resp.Success || resp.Message != "Verification result received" {
+		t.Fatalf("the design's request: %d %+v", code, resp)
 	}
-	d := e.doc(t, id)
-	if d.Status != documents.Approved || d.Verification == nil || d.Verification.UserID != "u-7" ||
-		d.Verification.Score != 91.5 || !strings.Contains(d.Verification.Metadata, `"reviewer":"ann"`) {
-		t.Fatalf("document after the decision: %+v %+v", d, d.Verification)
+	if d := e.doc(t, id); d.Status != documents.Approved || d.Verification == nil || d.Verification.Result != "approved" {
+		t.Fatalf("document after the design's request: %+v", d)
 	}
 	evs := e.docEvents(t, id)
 	if len(evs) != before+1 {
@@ -104,23 +115,38 @@ func TestWebhook(t *testing.T) {
 	}
 	found := false
 	for _, ev := range evs {
-		if strings.Contains(string(ev.Payload), `"DOCUMENT_STATUS_APPROVED"`) && strings.Contains(string(ev.Payload), `"u-7"`) {
+		if strings.Contains(string(ev.Payload), `"DOCUMENT_STATUS_APPROVED"`) && strings.Contains(string(ev.Payload), `"node_id":"`+node+`"`) {
 			found = ev.CorrelationID == "corr-"+id && ev.Type == "chunkup.v1.DocumentStatusChanged"
 		}
 	}
 	if !found {
-		t.Fatal("no DocumentStatusChanged event to approved with the correlation id")
+		t.Fatal("no DocumentStatusChanged event to approved with the node id and the correlation id")
 	}
 	// A decided document accepts no second decision.
-	if code, resp := post(t, h, serviceKey, good); code != http.StatusConflict || resp.Success {
+	if code, resp := post(t, h, serviceKey, design); code != http.StatusConflict || resp.Success {
 		t.Fatalf("second decision: %d %+v, want 409", code, resp)
 	}
-	// Rejection of the other document.
-	if code, _ := post(t, h, serviceKey, `{"documentId":"`+other+`","userId":"u","verificationResult":"rejected"}`); code != http.StatusOK {
-		t.Fatalf("reject: %d", code)
+
+	// Today's richer request, by upload id.
+	body := `{"documentId":"` + rich + `","userId":"u-7","verificationResult":"rejected","score":12.5,"decision":"blurry","metadata":{"reviewer":"ann","n":2}}`
+	if code, resp := post(t, h, serviceKey, body); code != http.StatusOK || !resp.Success || resp.Message != "Verification result received" {
+		t.Fatalf("the richer request: %d %+v", code, resp)
 	}
-	if d := e.doc(t, other); d.Status != documents.Rejected {
-		t.Fatalf("other document %s, want rejected", d.Status)
+	d := e.doc(t, rich)
+	if d.Status != documents.Rejected || d.Verification == nil || d.Verification.UserID != "u-7" || d.Verification.Score != 12.5 ||
+		d.Verification.Decision != "blurry" || !strings.Contains(d.Verification.Metadata, `"reviewer":"ann"`) {
+		t.Fatalf("document after the richer request: %+v %+v", d, d.Verification)
+	}
+
+	// A tenant's node id, with its tenant.
+	if code, resp := post(t, h, serviceKey, `{"documentId":"`+acmeNode+`","verificationResult":"approved"}`); code != http.StatusNotFound {
+		t.Fatalf("acme's node id without its tenant: %d %+v, want 404", code, resp)
+	}
+	if code, resp := post(t, h, serviceKey, `{"documentId":"`+strings.ToUpper(acmeNode)+`","tenant":"acme","verificationResult":"approved"}`); code != http.StatusOK {
+		t.Fatalf("acme's node id (upper case) with its tenant: %d %+v", code, resp)
+	}
+	if d := e.doc(t, acme); d.Status != documents.Approved {
+		t.Fatalf("acme's document %s, want approved", d.Status)
 	}
 }
 

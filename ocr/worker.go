@@ -36,6 +36,8 @@ type WorkerJobs interface {
 	Fail(ctx context.Context, id string, token int64, msg string, mode ocrqueue.FailMode, due time.Time, maxAttempts int) (ocrqueue.FailOutcome, error)
 	MarkProcessing(ctx context.Context, docID string) error
 	UnmarkProcessing(ctx context.Context, docID string) error
+	Report(ctx context.Context, r ocrqueue.WorkerReport) error
+	Unreport(ctx context.Context, instanceID string) error
 }
 
 var _ WorkerJobs = (*ocrqueue.Queue)(nil)
@@ -65,6 +67,9 @@ type Worker struct {
 	health *health
 	// Processed counts jobs that ran to a decision (for tests and metrics).
 	Processed atomic.Int64
+	// running counts the jobs running now (reported for `chunkup ocr stats`).
+	running atomic.Int64
+	started time.Time
 }
 
 // NewWorker returns a Worker running engine.
@@ -81,18 +86,63 @@ func NewWorker(jobs WorkerJobs, docs Docs, s3c Objects, engine Engine, cfg Confi
 		return nil, err
 	}
 	return &Worker{cfg: cfg, store: jobs, docs: docs, s3: s3c, engine: engine, eval: ev,
-		health: &health{log: cfg.Logger, what: "OCR worker"}}, nil
+		health: &health{log: cfg.Logger, what: "OCR worker"}, started: cfg.Now()}, nil
 }
 
 // Run runs jobs until ctx ends. A job running at shutdown is stopped and released
-// (not counted as a failure), so another worker takes it at once.
+// (not counted as a failure), so another worker takes it at once. Meanwhile it reports
+// its status every ReportInterval, and withdraws the report when it stops.
 func (w *Worker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range w.cfg.Concurrency {
 		wg.Go(func() { w.loop(ctx) })
 	}
+	wg.Go(func() { w.reportLoop(ctx) })
 	wg.Wait()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = w.store.Unreport(sctx, w.cfg.InstanceID)
 	return nil
+}
+
+// EngineStatus checks the worker's engine and reports it: the configured one, the one
+// jobs run on now, and its health. (A Fallback's check also notices the remote engine's
+// loss or return.)
+func (w *Worker) EngineStatus(ctx context.Context) EngineStatus {
+	if f, ok := w.engine.(interface{ Status() EngineStatus }); ok {
+		_ = w.engine.Health(ctx)
+		return f.Status()
+	}
+	st := EngineStatus{Engine: w.engine.Name(), Active: w.engine.Name(), Healthy: true}
+	if err := w.engine.Health(ctx); err != nil {
+		st.Healthy, st.Err = false, err.Error()
+	}
+	return st
+}
+
+// reportLoop checks the engine's health and reports the worker's status every
+// ReportInterval until ctx ends.
+func (w *Worker) reportLoop(ctx context.Context) {
+	t := time.NewTicker(w.cfg.ReportInterval)
+	defer t.Stop()
+	for {
+		hctx, cancel := context.WithTimeout(ctx, w.cfg.ReportInterval)
+		st := w.EngineStatus(hctx)
+		err := w.store.Report(hctx, ocrqueue.WorkerReport{
+			InstanceID: w.cfg.InstanceID, Engine: st.Engine, ActiveEngine: st.Active, EngineHealthy: st.Healthy,
+			EngineError: st.Err, Fallback: st.Fallback, Concurrency: w.cfg.Concurrency, Processing: int(w.running.Load()),
+			Processed: w.Processed.Load(), Started: w.started.UnixMilli(), Reported: w.cfg.Now().UnixMilli(),
+		})
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Debug("report OCR worker status", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func (w *Worker) loop(ctx context.Context) {
@@ -119,6 +169,8 @@ func (w *Worker) loop(ctx context.Context) {
 
 // Run1 runs one leased job and settles it.
 func (w *Worker) Run1(ctx context.Context, job *ocrqueue.Job) {
+	w.running.Add(1)
+	defer w.running.Add(-1)
 	log := w.cfg.Logger.With("job_id", job.ID, "document_id", job.DocumentID, "correlation_id", job.CorrelationID,
 		"attempt", job.Attempts+1)
 	jctx, cancel := context.WithCancelCause(ctx)
@@ -225,7 +277,7 @@ func (w *Worker) failDocument(ctx context.Context, job *ocrqueue.Job, msg string
 		From: []documents.Status{documents.Uploaded, documents.Processing, documents.OCRCompleted, documents.AIEvaluated},
 		To:   documents.Failed, Failure: &msg, MaxRetriesExceeded: maxRetries, Attempts: &attempts, JobID: &job.ID,
 	}
-	if _, err := w.docs.Transition(ctx, job.DocumentID, w.cfg.DocumentTTL, events.WithDocumentEvent(w.cfg.NodeID, w.cfg.Now(), c)); err != nil {
+	if _, err := w.docs.Transition(ctx, job.DocumentID, w.cfg.DocumentTTL, events.WithDocumentEvent(w.cfg.InstanceID, w.cfg.Now(), c)); err != nil {
 		log.Warn("mark document failed", "err", err)
 		return
 	}
@@ -252,10 +304,11 @@ func (w *Worker) process(ctx context.Context, job *ocrqueue.Job, log *slog.Logge
 	if job.Force {
 		from = allStatuses
 	}
-	clear, attempts := "", job.Attempts
+	began := w.cfg.Now()
+	clear, attempts, reclaims := "", job.Attempts, job.Reclaims
 	start := documents.Change{From: from, To: documents.Processing, Fence: documents.Fence{Start: true, Token: job.Token},
-		JobID: &job.ID, Attempts: &attempts, Failure: &clear}
-	if _, err := w.docs.Transition(ctx, job.DocumentID, ttl, events.WithDocumentEvent(w.cfg.NodeID, w.cfg.Now(), start)); err != nil {
+		JobID: &job.ID, Attempts: &attempts, Reclaims: &reclaims, Failure: &clear}
+	if _, err := w.docs.Transition(ctx, job.DocumentID, ttl, events.WithDocumentEvent(w.cfg.InstanceID, w.cfg.Now(), start)); err != nil {
 		var se *documents.StateError
 		var fe *documents.FencedError
 		switch {
@@ -281,12 +334,15 @@ func (w *Worker) process(ctx context.Context, job *ocrqueue.Job, log *slog.Logge
 	if err != nil {
 		return err
 	}
-	res, err := w.engine.Recognize(ctx, data, typ)
+	res, err := w.engine.Recognize(withDocumentID(ctx, job.DocumentID), data, typ)
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			return cause
 		}
 		return fmt.Errorf("%s: %w", w.engine.Name(), err)
+	}
+	if res.Engine == "" {
+		res.Engine = w.engine.Name()
 	}
 	sum, err := w.storeResult(ctx, job, res)
 	if err != nil {
@@ -301,7 +357,7 @@ func (w *Worker) process(ctx context.Context, job *ocrqueue.Job, log *slog.Logge
 		documents.Change{From: []documents.Status{documents.OCRCompleted}, To: documents.AIEvaluated, Fence: hold, Eval: &ev},
 		documents.Change{From: []documents.Status{documents.AIEvaluated}, To: ev.Decision, Fence: hold, Eval: &ev})
 	for _, c := range steps {
-		if _, err := w.docs.Transition(ctx, job.DocumentID, ttl, events.WithDocumentEvent(w.cfg.NodeID, w.cfg.Now(), c)); err != nil {
+		if _, err := w.docs.Transition(ctx, job.DocumentID, ttl, events.WithDocumentEvent(w.cfg.InstanceID, w.cfg.Now(), c)); err != nil {
 			var fe *documents.FencedError
 			if errors.As(err, &fe) {
 				log.Info("document taken over by a newer job; stopping", "err", err)
@@ -316,8 +372,10 @@ func (w *Worker) process(ctx context.Context, job *ocrqueue.Job, log *slog.Logge
 	}
 	_ = w.store.UnmarkProcessing(ctx, job.DocumentID)
 	w.Processed.Add(1)
+	took := w.cfg.Now().Sub(began)
+	w.cfg.Metrics.OCRJobDuration(res.Engine, took)
 	log.Info("document processed", "decision", ev.Decision, "score", ev.Score, "words", sum.Words,
-		"mean_confidence", sum.MeanConfidence)
+		"mean_confidence", sum.MeanConfidence, "engine", res.Engine, "took", took)
 	return nil
 }
 
@@ -363,7 +421,7 @@ type resultDoc struct {
 }
 
 func (w *Worker) storeResult(ctx context.Context, job *ocrqueue.Job, res *Result) (*documents.OCRSummary, error) {
-	doc := resultDoc{DocumentID: job.DocumentID, JobID: job.ID, Engine: w.engine.Name(), Time: w.cfg.Now().UTC(),
+	doc := resultDoc{DocumentID: job.DocumentID, JobID: job.ID, Engine: res.Engine, Time: w.cfg.Now().UTC(),
 		Text: res.Text(), Words: res.Words(), MeanConfidence: res.MeanConfidence(), Pages: res.Pages}
 	if doc.Pages == nil {
 		doc.Pages = []Page{}

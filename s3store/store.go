@@ -162,6 +162,22 @@ func (s *Store) Open(ctx context.Context, bucket, key string) (io.ReadCloser, in
 	return out.Body, aws.ToInt64(out.ContentLength), nil
 }
 
+// FirstBytes reads at most n bytes from the start of object bucket/key (one ranged
+// GET): what the completer needs to recognize an object's type without reading all of
+// it. An empty object has none.
+func (s *Store) FirstBytes(ctx context.Context, bucket, key string, n int64) ([]byte, error) {
+	body, err := s.OpenRange(ctx, bucket, key, 0, n)
+	if err != nil {
+		var re interface{ ErrorCode() string }
+		if errors.As(err, &re) && re.ErrorCode() == "InvalidRange" {
+			return nil, nil // an empty object has no byte 0
+		}
+		return nil, err
+	}
+	defer body.Close()
+	return io.ReadAll(io.LimitReader(body, n))
+}
+
 // KeyOwnedBy reports whether object key belongs to upload id alone: one of its
 // "/"-separated segments is the id, as in every default key (prefix/ID/name, with or
 // without a tenant in front). A key a client chose may be shared by another upload at

@@ -11,10 +11,43 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/chunkup/chunkup/internal/retry"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/documents"
 	"github.com/chunkup/chunkup/staging/ocrqueue"
 )
+
+// UnsupportedError is a call this server cannot serve as configured (OCR off).
+type UnsupportedError struct{ Msg string }
+
+func (e *UnsupportedError) Error() string { return e.Msg }
+
+// PermissionError is a call the caller's tenant may not make.
+type PermissionError struct{ Msg string }
+
+func (e *PermissionError) Error() string { return e.Msg }
+
+// ResultError is a document's OCR result that could not be read from S3.
+type ResultError struct {
+	Key string
+	Err error
+}
+
+func (e *ResultError) Error() string { return fmt.Sprintf("read the OCR result %s: %v", e.Key, e.Err) }
+func (e *ResultError) Unwrap() error { return e.Err }
+
+// JobError is a dead-lettered job that could not be requeued, after Requeued others
+// were.
+type JobError struct {
+	JobID    string
+	Requeued int
+	Err      error
+}
+
+func (e *JobError) Error() string {
+	return fmt.Sprintf("requeue job %s (after %d requeued): %v", e.JobID, e.Requeued, e.Err)
+}
+func (e *JobError) Unwrap() error { return e.Err }
 
 // toStatus turns a domain error into the gRPC status a client sees. It is the only place
 // where errors become statuses; id names the upload for the message.
@@ -43,7 +76,27 @@ func toStatus(id string, err error) error {
 	if id != "" {
 		on = "upload " + id + ": "
 	}
+	var (
+		uns *UnsupportedError
+		prm *PermissionError
+		res *ResultError
+		job *JobError
+		mal *ocrqueue.MalformedJobError
+	)
 	switch {
+	case errors.As(err, &uns):
+		return status.Error(codes.FailedPrecondition, uns.Msg)
+	case errors.As(err, &prm):
+		return status.Error(codes.PermissionDenied, prm.Msg)
+	case errors.As(err, &res):
+		if retry.Permanent(res.Err) {
+			return status.Errorf(codes.FailedPrecondition, "document %s: %v; reprocess the document to make it again", id, res)
+		}
+		return status.Errorf(codes.Unavailable, "document %s: %v; retry later", id, res)
+	case errors.As(err, &job) && errors.Is(err, ocrqueue.ErrJobNotFound):
+		return status.Errorf(codes.NotFound, "OCR job %s is not dead-lettered (or does not exist); %d requeued before it", quote(job.JobID), job.Requeued)
+	case errors.As(err, &job) && errors.As(err, &mal):
+		return status.Errorf(codes.FailedPrecondition, "%v; %d requeued before it", mal, job.Requeued)
 	case errors.As(err, &inv):
 		return status.Error(codes.InvalidArgument, on+inv.Msg)
 	case errors.As(err, &rng):

@@ -11,7 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/chunkup/chunkup/internal/retry"
 	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/ocrqueue"
 )
 
 func TestToStatus(t *testing.T) {
@@ -42,6 +44,11 @@ func TestToStatus(t *testing.T) {
 		{"redis full", fmt.Errorf("%w: OOM command not allowed", staging.ErrFull), codes.ResourceExhausted, []string{"maxmemory", "nothing was changed", "retry"}, true},
 		{"long id", staging.ErrNotFound, codes.NotFound, []string{"bytes)"}, false},
 		{"anything else", errors.New("boom"), codes.Internal, []string{"boom"}, true},
+		{"not an admin", &PermissionError{Msg: "tenant \"acme\" is not an admin tenant"}, codes.PermissionDenied, []string{"not an admin tenant"}, false},
+		{"ocr off", errNoOCR, codes.FailedPrecondition, []string{"OCR is not enabled", "--ocr"}, false},
+		{"result unreachable", &ResultError{Key: "k.ocr.json", Err: io.ErrUnexpectedEOF}, codes.Unavailable, []string{"k.ocr.json", "retry later"}, true},
+		{"result missing", &ResultError{Key: "k.ocr.json", Err: &retry.PermanentError{Err: errors.New("NoSuchKey")}}, codes.FailedPrecondition, []string{"k.ocr.json", "reprocess"}, true},
+		{"job not dead", &JobError{JobID: "j1", Requeued: 2, Err: ocrqueue.ErrJobNotFound}, codes.NotFound, []string{"j1", "not dead-lettered", "2 requeued"}, false},
 	} {
 		for _, wrapped := range []bool{false, true} {
 			err := tc.err

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	middleware "github.com/grpc-ecosystem/go-grpc-middleware/v2"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -13,12 +15,18 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 )
 
 // Metrics is what the API records (implemented by *metrics.Set, see internal/metrics).
 type Metrics interface {
 	// ChunkStaged records a chunk acknowledged to a client.
 	ChunkStaged(duplicate bool)
+	// ChunkAcked records a chunk of size bytes acknowledged d after it was received.
+	ChunkAcked(d time.Duration, size int64, duplicate bool)
+	// UploadCreated records an upload created.
+	UploadCreated()
 	// GRPCServerInterceptors record the grpc_server_* series.
 	GRPCServerInterceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor)
 }
@@ -59,7 +67,7 @@ func (o Observability) serverOptions() []grpc.ServerOption {
 	var stream []grpc.StreamServerInterceptor
 	if o.Metrics != nil {
 		u, s := o.Metrics.GRPCServerInterceptors()
-		unary, stream = append(unary, u), append(stream, s)
+		unary, stream = append(unary, u), append(stream, s, ackTimer(o.Metrics))
 	}
 	unary = append(unary, correlationUnary)
 	stream = append(stream, correlationStream)
@@ -70,6 +78,78 @@ func (o Observability) chunkStaged(duplicate bool) {
 	if o.Metrics != nil {
 		o.Metrics.ChunkStaged(duplicate)
 	}
+}
+
+func (o Observability) uploadCreated() {
+	if o.Metrics != nil {
+		o.Metrics.UploadCreated()
+	}
+}
+
+// uploadChunkMethod is the full name of the chunk stream.
+var uploadChunkMethod = "/" + chunkupv1.UploadService_ServiceDesc.ServiceName + "/UploadChunk"
+
+// ackTimer times each chunk of an UploadChunk stream from the moment its message is
+// received to the moment its acknowledgement is sent, outside the service's own code:
+// the stream's messages are matched by (upload id, chunk number). A message that
+// created the upload carries no upload id, nor do the chunks after it; their
+// acknowledgements do, so those fall back to the chunk number alone.
+func ackTimer(m Metrics) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if info.FullMethod != uploadChunkMethod {
+			return handler(srv, ss)
+		}
+		return handler(srv, &timedStream{ServerStream: ss, m: m, received: map[chunkKey]receipt{}})
+	}
+}
+
+type chunkKey struct {
+	upload string
+	n      uint32
+}
+
+type receipt struct {
+	at   time.Time
+	size int64
+}
+
+// timedStream remembers when each chunk arrived. The service reads a message while it
+// stages the one before, so receive and send run on two goroutines.
+type timedStream struct {
+	grpc.ServerStream
+	m        Metrics
+	mu       sync.Mutex
+	received map[chunkKey]receipt
+}
+
+func (t *timedStream) RecvMsg(msg any) error {
+	err := t.ServerStream.RecvMsg(msg)
+	if req, ok := msg.(*chunkupv1.UploadChunkRequest); err == nil && ok && req.ChunkNumber > 0 {
+		t.mu.Lock()
+		if len(t.received) < 1024 { // bounded whatever the client does
+			t.received[chunkKey{req.UploadId, req.ChunkNumber}] = receipt{at: time.Now(), size: int64(len(req.Data))}
+		}
+		t.mu.Unlock()
+	}
+	return err
+}
+
+func (t *timedStream) SendMsg(msg any) error {
+	if resp, ok := msg.(*chunkupv1.UploadChunkResponse); ok && resp.ChunkNumber > 0 {
+		t.mu.Lock()
+		k := chunkKey{resp.UploadId, resp.ChunkNumber}
+		r, found := t.received[k]
+		if !found {
+			k.upload = ""
+			r, found = t.received[k]
+		}
+		delete(t.received, k)
+		t.mu.Unlock()
+		if found {
+			t.m.ChunkAcked(time.Since(r.at), r.size, resp.Duplicate)
+		}
+	}
+	return t.ServerStream.SendMsg(msg)
 }
 
 type correlationKey struct{}

@@ -16,8 +16,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/chunkup/chunkup/events"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/ids"
@@ -30,6 +34,8 @@ import (
 type Store interface {
 	ClaimClientNodeID(ctx context.Context, tenant, clientNodeID, id string) (string, error)
 	Create(ctx context.Context, u uploads.NewUpload) (bool, error)
+	IndexNode(ctx context.Context, tenant, nodeID, id string, created time.Time, ttl time.Duration) error
+	NodeTTL() time.Duration
 	Params(ctx context.Context, id string) (uploads.Params, error)
 	Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (uploads.StageResult, error)
 	Get(ctx context.Context, id string) (*uploads.Upload, error)
@@ -58,14 +64,20 @@ type Config struct {
 	// KeyPrefix starts default object keys: {KeyPrefix}/{upload id}/{name}. Zero means
 	// "uploads".
 	KeyPrefix string
+	// KeyTemplate, when set, makes the keys of uploads that bring none instead of
+	// KeyPrefix: literal text and the variables {upload_id}, {node_id},
+	// {connector_id}, {name}, {ext} (the name's extension with its dot) and {tenant}
+	// (see ParseKeyTemplate). The key it makes is checked like a client's key, and with
+	// authentication it goes under TENANT/ like every key. Zero means the default keys.
+	KeyTemplate string
 	// ChunkSize is the default chunk size. Zero means 8 MiB; at least 5 MiB (S3's
 	// minimum part size).
 	ChunkSize int64
 	// MaxChunkSize caps the chunk size chosen for large uploads, and so the largest
 	// upload (10,000 chunks). Zero means 64 MiB (about 625 GiB uploads); at most 5 GiB.
 	MaxChunkSize int64
-	// NodeID names this process in upload state. Zero means unnamed.
-	NodeID string
+	// InstanceID names this process in upload state. Zero means unnamed.
+	InstanceID string
 	// MaxUploadSize caps an upload's size. Zero means only S3's cap (10,000 chunks of at
 	// most MaxChunkSize).
 	MaxUploadSize int64
@@ -134,6 +146,11 @@ func (c Config) Validate() error {
 	if c.StagedBytesBudget > 0 && c.StagedBytesBudget < 2*MinPartSize {
 		return errors.New("server: the staged-bytes budget must be at least 10 MiB (two minimal chunks)")
 	}
+	if c.KeyTemplate != "" {
+		if _, err := ParseKeyTemplate(c.KeyTemplate); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -174,6 +191,7 @@ type UploadService struct {
 	ender    Ender
 	local    LocalWorker
 	objects  Objects
+	keys     *KeyTemplate // nil: default keys
 	streams  *streamCounter
 	watches  *streamCounter
 	budget   *budgetGate
@@ -196,6 +214,9 @@ func NewUploadService(d Deps, cfg Config) (*UploadService, error) {
 	s := &UploadService{cfg: cfg, store: store, progress: d.Progress, ender: d.Ender, local: d.Local, objects: d.Objects, draining: make(chan struct{}),
 		streams: &streamCounter{what: "upload streams", flag: "--max-streams-per-tenant", limit: cfg.MaxStreamsPerTenant, open: map[string]int{}},
 		watches: &streamCounter{what: "watches", flag: "--max-watches-per-tenant", limit: cfg.MaxWatchesPerTenant, open: map[string]int{}}}
+	if cfg.KeyTemplate != "" {
+		s.keys, _ = ParseKeyTemplate(cfg.KeyTemplate) // checked by Validate
+	}
 	if cfg.StagedBytesBudget > 0 {
 		s.budget = &budgetGate{budget: cfg.StagedBytesBudget, maxWait: cfg.BudgetWait,
 			every: 50 * time.Millisecond, measure: store.StagedBytes}
@@ -241,20 +262,50 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 	}
 	tenant := TenantFrom(ctx)
 	id := ids.New()
+	nodeID, given := ids.UUID(req.NodeId) // checked by ValidateCreate
+	if !given {
+		nodeID = ids.NewUUID()
+	}
+	// The key is made before anything is written, so that a key template this request
+	// cannot fill refuses it with nothing changed. Only the upload id and a generated
+	// node id can change below, and neither can make a key invalid.
+	key, err := s.keyFor(tenant, id, nodeID, req)
+	if err != nil {
+		return nil, err
+	}
 	if req.ClientNodeId != "" {
-		if id, err = s.store.ClaimClientNodeID(ctx, tenant, req.ClientNodeId, id); err != nil {
+		bound, err := s.store.ClaimClientNodeID(ctx, tenant, req.ClientNodeId, id)
+		if err != nil {
 			return nil, err
 		}
+		if bound != id {
+			// A repeated create: the upload it names keeps the node id it was given
+			// (and the key made from it).
+			id = bound
+			switch prev, err := s.get(ctx, id); {
+			case err == nil && !given:
+				nodeID = prev.NodeID
+			case err != nil && !errors.Is(err, staging.ErrNotFound):
+				return nil, err
+			}
+			if key, err = s.keyFor(tenant, id, nodeID, req); err != nil {
+				return nil, err
+			}
+		}
 	}
-	key := KeyFor(tenant, s.cfg.KeyPrefix, id, req.Key, req.Name)
-	if len(key) > maxKeyLen {
-		return nil, invalidf("key has %d bytes with the tenant's prefix; at most %d are allowed", len(key), maxKeyLen)
+	doc := uploads.Document{NodeID: nodeID, ConnectorID: req.ConnectorId, ParentID: req.ParentId, Path: req.Path, Drive: req.Drive}
+	if req.CustomMetadata != nil {
+		b, err := protojson.Marshal(req.CustomMetadata) // checked by ValidateCreate
+		if err != nil {
+			return nil, err
+		}
+		doc.CustomMetadata = string(b)
 	}
 	nu := uploads.NewUpload{
 		ID: id, Bucket: s.cfg.Bucket, Key: key,
-		ChunkSize: chunkSize, ExpectedSize: expected, NodeID: s.cfg.NodeID, Name: req.Name,
+		ChunkSize: chunkSize, ExpectedSize: expected, InstanceID: s.cfg.InstanceID, Name: req.Name,
 		ContentType: req.ContentType, ClientNodeID: req.ClientNodeId, Metadata: req.Metadata,
-		CorrelationID: CorrelationID(ctx), Tenant: tenant,
+		CorrelationID: CorrelationID(ctx), Tenant: tenant, Document: doc,
 	}
 	if expected >= 0 {
 		nu.Total = staging.TotalChunks(expected, chunkSize)
@@ -270,17 +321,45 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 	if !created {
 		// The client_node_id names an upload already: the same request again gets it
 		// back; another request under the same id is refused, not silently merged.
-		if field := differingField(up, nu, req.ChunkSize); field != "" {
+		if field := differingField(up, nu, req.ChunkSize, given); field != "" {
 			return nil, &ConflictError{ClientNodeID: req.ClientNodeId, UploadID: id, Field: field}
 		}
+	} else {
+		s.cfg.Observe.uploadCreated()
+	}
+	// The node index is written once the upload exists (a reader that finds it finds
+	// the upload); a create repeated after a crash right here writes it then, and the
+	// document's creation writes it again.
+	if err := s.store.IndexNode(ctx, tenant, up.NodeID, id, up.Created, s.store.NodeTTL()); err != nil {
+		return nil, err
 	}
 	return toProto(up), nil
 }
 
+// keyFor is the object key of a new upload: the client's, else the key template's, else
+// the default; under the tenant's prefix.
+func (s *UploadService) keyFor(tenant, id, nodeID string, req *chunkupv1.CreateUploadRequest) (string, error) {
+	clientKey := req.Key
+	if clientKey == "" && s.keys != nil {
+		var err error
+		clientKey, err = s.keys.Expand(KeyFields{UploadID: id, NodeID: nodeID, ConnectorID: req.ConnectorId, Name: req.Name, Tenant: tenant})
+		if err != nil {
+			return "", err
+		}
+	}
+	key := KeyFor(tenant, s.cfg.KeyPrefix, id, clientKey, req.Name)
+	if len(key) > maxKeyLen {
+		return "", invalidf("key has %d bytes with the tenant's prefix; at most %d are allowed", len(key), maxKeyLen)
+	}
+	return key, nil
+}
+
 // differingField names the first parameter in which a repeated create differs from the
 // upload its client_node_id names, or returns "".
-func differingField(up *uploads.Upload, nu uploads.NewUpload, proposedChunkSize int64) string {
+func differingField(up *uploads.Upload, nu uploads.NewUpload, proposedChunkSize int64, nodeGiven bool) string {
 	switch {
+	case nodeGiven && up.NodeID != nu.NodeID:
+		return "node_id"
 	case up.Key != nu.Key:
 		return "key"
 	case up.ExpectedSize != nu.ExpectedSize:
@@ -293,8 +372,31 @@ func differingField(up *uploads.Upload, nu uploads.NewUpload, proposedChunkSize 
 		return "metadata"
 	case proposedChunkSize != 0 && up.ChunkSize != proposedChunkSize:
 		return "chunk_size"
+	case up.ConnectorID != nu.ConnectorID:
+		return "connector_id"
+	case up.ParentID != nu.ParentID:
+		return "parent_id"
+	case up.Path != nu.Path:
+		return "path"
+	case up.Drive != nu.Drive:
+		return "drive"
+	case !sameJSON(up.CustomMetadata, nu.CustomMetadata):
+		return "custom_metadata"
 	}
 	return ""
+}
+
+// sameJSON reports whether two stored custom_metadata objects are equal as values
+// (protojson's key order is not stable).
+func sameJSON(a, b string) bool {
+	if a == "" || b == "" {
+		return a == b
+	}
+	var x, y structpb.Struct
+	if protojson.Unmarshal([]byte(a), &x) != nil || protojson.Unmarshal([]byte(b), &y) != nil {
+		return a == b
+	}
+	return proto.Equal(&x, &y)
 }
 
 // get reads an upload the caller's tenant owns: another tenant's upload does not exist
@@ -555,7 +657,9 @@ func toProto(u *uploads.Upload) *chunkupv1.Upload {
 		ContentType: u.ContentType, Metadata: u.Metadata, ClientNodeId: u.ClientNodeID,
 		CorrelationId: u.CorrelationID, Tenant: u.Tenant,
 		CreateTime: ts(u.Created), UpdateTime: ts(u.Updated), CompleteTime: ts(u.Completed),
-		Chunks: receivedChunks(u.Chunks),
+		Chunks: receivedChunks(u.Chunks), NodeId: u.NodeID, ConnectorId: u.ConnectorID, ParentId: u.ParentID,
+		Path: u.Path, Drive: u.Drive, CustomMetadata: events.StructOf(u.CustomMetadata),
+		DetectedContentType: u.DetectedContentType,
 	}
 }
 

@@ -2,13 +2,17 @@ package server
 
 import (
 	"fmt"
-	"path"
+	"math"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/staging/uploads"
 )
 
@@ -23,6 +27,13 @@ const (
 	maxContentType   = 255
 	maxMetadataPairs = 64
 	maxMetadataBytes = 8 << 10
+	// The document's identity and place.
+	maxPlaceField = 256
+	maxPath       = 1024
+	// MaxCustomMetadata bounds custom_metadata in its JSON form, and maxMetadataDepth
+	// its nesting: enough for a connector's properties, not a store for documents.
+	MaxCustomMetadata = 16 << 10
+	maxMetadataDepth  = 8
 )
 
 // InvalidError is a request that is wrong in itself; the message says how to fix it.
@@ -141,6 +152,76 @@ func ValidateCreate(r *chunkupv1.CreateUploadRequest) error {
 	if total > maxMetadataBytes {
 		return invalidf("metadata has %d bytes; at most %d are allowed", total, maxMetadataBytes)
 	}
+	return validateDocumentFields(r)
+}
+
+// validateDocumentFields checks the document's identity and place.
+func validateDocumentFields(r *chunkupv1.CreateUploadRequest) error {
+	if r.NodeId != "" {
+		if _, ok := ids.UUID(r.NodeId); !ok {
+			return invalidf("node_id %s is not a UUID (8-4-4-4-12 hexadecimal digits, e.g. 0f8e3c1a-5b7d-4e2f-9a6c-1d2e3f4a5b6c); leave it empty to have the server make one", quote(r.NodeId))
+		}
+	}
+	for _, f := range []struct{ name, v string }{{"connector_id", r.ConnectorId}, {"parent_id", r.ParentId}, {"drive", r.Drive}} {
+		if len(f.v) > maxPlaceField || !plain(f.v) {
+			return invalidf("%s must be at most %d printable characters, without Unicode format characters", f.name, maxPlaceField)
+		}
+	}
+	if len(r.Path) > maxPath || !plain(r.Path) {
+		return invalidf("path must be at most %d printable characters, without Unicode format characters", maxPath)
+	}
+	if r.CustomMetadata == nil {
+		return nil
+	}
+	if err := validateStruct(r.CustomMetadata, "custom_metadata", 1); err != nil {
+		return err
+	}
+	b, err := protojson.Marshal(r.CustomMetadata)
+	if err != nil {
+		return invalidf("custom_metadata cannot be stored as JSON: %v", err)
+	}
+	if len(b) > MaxCustomMetadata {
+		return invalidf("custom_metadata has %d bytes as JSON; at most %d are allowed", len(b), MaxCustomMetadata)
+	}
+	return nil
+}
+
+// validateStruct checks a Struct's keys and nesting (at depth, from 1).
+func validateStruct(st *structpb.Struct, where string, depth int) error {
+	if depth > maxMetadataDepth {
+		return invalidf("%s is nested more than %d levels deep", where, maxMetadataDepth)
+	}
+	for k, v := range st.GetFields() {
+		if k == "" || len(k) > maxPlaceField || !printable(k) {
+			return invalidf("%s has a key %s: keys must be 1 to %d printable characters", where, quote(k), maxPlaceField)
+		}
+		if err := validateValue(v, where+"."+k, depth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateValue(v *structpb.Value, where string, depth int) error {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NumberValue:
+		if math.IsNaN(k.NumberValue) || math.IsInf(k.NumberValue, 0) {
+			return invalidf("%s is not a finite number (JSON has no NaN or infinity)", clip(where))
+		}
+	case *structpb.Value_StructValue:
+		return validateStruct(k.StructValue, where, depth+1)
+	case *structpb.Value_ListValue:
+		if depth+1 > maxMetadataDepth {
+			return invalidf("%s is nested more than %d levels deep", clip(where), maxMetadataDepth)
+		}
+		for _, e := range k.ListValue.GetValues() {
+			if err := validateValue(e, where+"[]", depth+1); err != nil {
+				return err
+			}
+		}
+	case nil:
+		return invalidf("%s has no value (use null_value for null)", clip(where))
+	}
 	return nil
 }
 
@@ -171,11 +252,10 @@ func DefaultKey(prefix, id, name string) string {
 	if prefix == "" {
 		k = id
 	}
-	base := path.Base(strings.ReplaceAll(name, "\\", "/"))
-	if base == "." || base == ".." || base == "/" || base == "" {
-		return k
+	if base := baseName(name); base != "" {
+		return k + "/" + base
 	}
-	return k + "/" + base
+	return k
 }
 
 // maxQuoted is how many bytes of a caller's input an error message (or a log line)

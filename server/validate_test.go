@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/staging"
@@ -346,6 +347,25 @@ func TestValidateCreate(t *testing.T) {
 		{"metadata value with a newline", &chunkupv1.CreateUploadRequest{Metadata: map[string]string{"k": "a\r\nb"}}, "printable"},
 		{"metadata bytes at the limit", &chunkupv1.CreateUploadRequest{Metadata: map[string]string{"k": long(maxMetadataBytes - 1)}}, ""},
 		{"metadata bytes over the limit", &chunkupv1.CreateUploadRequest{Metadata: map[string]string{"k": long(maxMetadataBytes)}}, "8192 are allowed"},
+		{"every document field", &chunkupv1.CreateUploadRequest{NodeId: "0F8E3C1A-5B7D-4E2F-9A6C-1D2E3F4A5B6C",
+			ConnectorId: "gdrive-7", ParentId: "folder 12", Path: "/Finance/2026/invoice.pdf", Drive: "shared",
+			CustomMetadata: mustStruct(t, map[string]any{"case": map[string]any{"id": 7.0, "tags": []any{"a", "b"}}, "ok": true, "none": nil})}, ""},
+		{"node id not a UUID", &chunkupv1.CreateUploadRequest{NodeId: "node-1"}, "node_id \"node-1\" is not a UUID"},
+		{"node id with braces", &chunkupv1.CreateUploadRequest{NodeId: "{0f8e3c1a-5b7d-4e2f-9a6c-1d2e3f4a5b6c}"}, "not a UUID"},
+		{"nil node id", &chunkupv1.CreateUploadRequest{NodeId: "00000000-0000-0000-0000-000000000000"}, "not a UUID"},
+		{"connector id too long", &chunkupv1.CreateUploadRequest{ConnectorId: long(maxPlaceField + 1)}, "connector_id must be"},
+		{"parent id with a newline", &chunkupv1.CreateUploadRequest{ParentId: "a\nb"}, "parent_id must be"},
+		{"drive with a bidi override", &chunkupv1.CreateUploadRequest{Drive: "d\u202Ee"}, "drive must be"},
+		{"path at the limit", &chunkupv1.CreateUploadRequest{Path: long(maxPath)}, ""},
+		{"path too long", &chunkupv1.CreateUploadRequest{Path: long(maxPath + 1)}, "path must be"},
+		{"custom metadata too big", &chunkupv1.CreateUploadRequest{CustomMetadata: mustStruct(t, map[string]any{"k": long(MaxCustomMetadata)})}, "16384 are allowed"},
+		{"custom metadata too deep", &chunkupv1.CreateUploadRequest{CustomMetadata: nested(t, maxMetadataDepth+1)}, "nested more than 8 levels"},
+		{"custom metadata at the depth limit", &chunkupv1.CreateUploadRequest{CustomMetadata: nested(t, maxMetadataDepth)}, ""},
+		{"custom metadata with an empty key", &chunkupv1.CreateUploadRequest{CustomMetadata: mustStruct(t, map[string]any{"": 1.0})}, "keys must be"},
+		{"custom metadata with NaN", &chunkupv1.CreateUploadRequest{CustomMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+			"n": structpb.NewNumberValue(math.NaN())}}}, "not a finite number"},
+		{"custom metadata with no value", &chunkupv1.CreateUploadRequest{CustomMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+			"v": {}}}}, "has no value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := ValidateCreate(tc.req)
@@ -362,6 +382,70 @@ func TestValidateCreate(t *testing.T) {
 				t.Errorf("message %q does not contain %q", err, tc.msg)
 			}
 		})
+	}
+}
+
+func mustStruct(t *testing.T, m map[string]any) *structpb.Struct {
+	t.Helper()
+	st, err := structpb.NewStruct(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// nested is a Struct depth levels deep ({"a":{"a":...{"a":1}}}).
+func nested(t *testing.T, depth int) *structpb.Struct {
+	var v any = 1.0
+	for range depth - 1 {
+		v = map[string]any{"a": v}
+	}
+	return mustStruct(t, map[string]any{"a": v})
+}
+
+// TestKeyTemplate: templates parse once (unknown variables and unbalanced braces stop
+// the server at start), expand an upload's fields, and the keys they make pass the same
+// checks as a client's key, naming the empty variable that broke one.
+func TestKeyTemplate(t *testing.T) {
+	for _, tc := range []struct{ src, msg string }{
+		{"", "empty"}, {"a/{nope}", "unknown variable {nope}"}, {"a/{node_id", "'{' without '}'"},
+		{"a/node_id}", "'}' without '{'"}, {"a/{{node_id}}", "'{' without '}'"},
+	} {
+		if _, err := ParseKeyTemplate(tc.src); err == nil || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("ParseKeyTemplate(%q) = %v, want an error with %q", tc.src, err, tc.msg)
+		}
+	}
+	if err := (Config{Bucket: "b", KeyTemplate: "x/{bogus}"}).Validate(); err == nil {
+		t.Error("Config.Validate accepted a template with an unknown variable")
+	}
+	f := KeyFields{UploadID: "abcdefghijklmnopqrstuvwxyz", NodeID: "0f8e3c1a-5b7d-4e2f-9a6c-1d2e3f4a5b6c", ConnectorID: "gdrive",
+		Name: "../Scans/Invoice.March.PDF", Tenant: "acme"}
+	for _, tc := range []struct {
+		src, want, msg string
+		f              KeyFields
+	}{
+		{"connectors/{connector_id}/{node_id}.pb", "connectors/gdrive/0f8e3c1a-5b7d-4e2f-9a6c-1d2e3f4a5b6c.pb", "", f},
+		{"docs/{tenant}/{upload_id}/{name}", "docs/acme/abcdefghijklmnopqrstuvwxyz/Invoice.March.PDF", "", f},
+		{"by-node/{node_id}{ext}", "by-node/0f8e3c1a-5b7d-4e2f-9a6c-1d2e3f4a5b6c.PDF", "", f},
+		{"no-ext/{node_id}{ext}", "no-ext/0f8e3c1a-5b7d-4e2f-9a6c-1d2e3f4a5b6c", "", KeyFields{NodeID: f.NodeID, Name: "README"}},
+		{"connectors/{connector_id}/{node_id}.pb", "", "empty in this request: connector_id", KeyFields{NodeID: f.NodeID}},
+		{"{name}", "", "empty in this request: name", KeyFields{}},
+		{"c/{connector_id}/x", "", "'..' segments", KeyFields{ConnectorID: ".."}},
+	} {
+		kt, err := ParseKeyTemplate(tc.src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := kt.Expand(tc.f)
+		if tc.msg != "" {
+			if !isInvalid(err) || !strings.Contains(err.Error(), tc.msg) || !strings.Contains(err.Error(), tc.src) {
+				t.Errorf("%q.Expand(%+v) = %q, %v; want an *InvalidError naming the template and %q", tc.src, tc.f, got, err, tc.msg)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%q.Expand = %q, %v; want %q", tc.src, got, err, tc.want)
+		}
 	}
 }
 

@@ -7,11 +7,14 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/chunkup/chunkup/app"
 	"github.com/chunkup/chunkup/internal/devenv"
+	"github.com/chunkup/chunkup/ocr"
 	"github.com/chunkup/chunkup/s3store"
 )
 
@@ -31,11 +34,22 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	withParent := fs.Bool("exit-with-parent", "CHUNKUP_DEV_EXIT_WITH_PARENT", true, "stop when the process that started dev exits (such as `go run`), so nothing is left running; false to outlive it")
 	logFormat := fs.String("log-format", "CHUNKUP_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "CHUNKUP_LOG_LEVEL", "info", "log level: debug, info, warn, error")
+	ocrMode := fs.String("ocr", "CHUNKUP_OCR", "auto", "OCR of uploaded images and PDFs: auto (on when tesseract is on PATH or --ocr-engine-url is set), true or false")
+	serviceKey := fs.String("service-internal-key", "CHUNKUP_SERVICE_INTERNAL_KEY", "chunkup-dev", "x-service-key of the verification webhook")
+	applyEngine := ocrEngineFlags(fs)
 	if err := fs.parse(args); err != nil {
 		return usageErr(err)
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("dev takes no arguments, got %q", fs.Args())}
+	}
+	cfg := app.Config{GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Bucket: *bucket, KafkaTopic: *topic, InstanceID: "dev",
+		HTTPDoor: app.HTTPDoorConfig{Page: true}}
+	cfg.OCR.ServiceKey = *serviceKey
+	applyEngine(&cfg.OCR)
+	ocrLine, err := devOCR(*ocrMode, &cfg.OCR)
+	if err != nil {
+		return err
 	}
 	logger, err := newLogger(*logFormat, *logLevel, stderr)
 	if err != nil {
@@ -69,30 +83,72 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := env.Start(ctx); err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
-	a, err := app.New(ctx, app.Config{
-		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, RedisURL: env.RedisURL, Bucket: *bucket,
-		S3:           s3store.Config{Endpoint: env.S3Endpoint, AccessKey: "chunkup-dev", SecretKey: "chunkup-dev"},
-		KafkaBrokers: []string{env.KafkaAddr}, KafkaTopic: *topic, NodeID: "dev", Logger: logger,
-		HTTPDoor: app.HTTPDoorConfig{Page: true},
-	})
+	cfg.RedisURL, cfg.KafkaBrokers, cfg.Logger = env.RedisURL, []string{env.KafkaAddr}, logger
+	cfg.S3 = s3store.Config{Endpoint: env.S3Endpoint, AccessKey: "chunkup-dev", SecretKey: "chunkup-dev"}
+	a, err := app.New(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
+	tryOCR := ""
+	if cfg.OCR.Enabled {
+		tryOCR = fmt.Sprintf("\n       chunkup ocr watch --server %s ID   (then: chunkup ocr status --text ID)", a.GRPCAddr())
+	}
 	fmt.Fprintf(stdout, `chunkup dev: every role in one process, for development only (no authentication)
   gRPC   %s
-  HTTP   http://%s  (upload page; tus and IETF uploads at /files/; /healthz, /readyz, /metrics)
+  HTTP   http://%s  (upload page; tus and IETF uploads at /files/; /healthz, /readyz, /metrics, %s)
   S3     %s  (bucket %s, objects under %s)
   Kafka  %s  (topic %s)
   Redis  %s  (%s)
+  OCR    %s
   Data   %s  (locked by this process, pid %d)
 Try:   chunkup upload --server %s FILE
-       chunkup events --brokers %s
-`, a.GRPCAddr(), a.HTTPAddr(), env.S3Endpoint, *bucket, env.S3Dir, env.KafkaAddr, *topic,
-		env.RedisURL, env.RedisKind, *data, os.Getpid(), a.GRPCAddr(), env.KafkaAddr)
+       chunkup events --brokers %s%s
+`, a.GRPCAddr(), a.HTTPAddr(), ocr.WebhookPath, env.S3Endpoint, *bucket, env.S3Dir, env.KafkaAddr, *topic,
+		env.RedisURL, env.RedisKind, ocrLine, *data, os.Getpid(), a.GRPCAddr(), env.KafkaAddr, tryOCR)
 	if f, ok := stdout.(interface{ Sync() error }); ok {
 		_ = f.Sync()
 	}
 	return a.Run(ctx)
+}
+
+// devOCR turns OCR on in o as mode says (auto: when an engine is there) and returns
+// the banner's line: whether OCR is on, with what, and if not, why and how to turn it on.
+func devOCR(mode string, o *app.OCRConfig) (string, error) {
+	var on bool
+	switch mode {
+	case "auto":
+	case "true", "on", "1":
+		on = true
+	case "false", "off", "0":
+		return "off (--ocr=false): uploads are stored, not read; --ocr=auto turns it on when tesseract is installed", nil
+	default:
+		return "", usageError{fmt.Errorf("--ocr %q: use auto, true or false", mode)}
+	}
+	tess, tessErr := exec.LookPath(o.Tesseract.Path)
+	pdf := ", PDFs with pdftoppm"
+	if _, err := exec.LookPath(o.Tesseract.PdftoppmPath); err != nil {
+		pdf = ", images only: pdftoppm is not on PATH for PDFs (install poppler-utils)"
+	}
+	webhook := "; webhook key " + strconv.Quote(o.ServiceKey)
+	switch {
+	case o.Remote.URL != "":
+		o.Enabled = true
+		fb := "falls back to tesseract at " + tess
+		switch {
+		case o.NoFallback:
+			fb = "no fallback"
+		case tessErr != nil:
+			fb = "no fallback: tesseract is not on PATH"
+		}
+		return fmt.Sprintf("on: remote engine %s (%s)%s", o.Remote.URL, fb, webhook), nil
+	case tessErr == nil:
+		o.Enabled = true
+		return fmt.Sprintf("on: tesseract at %s (%s)%s%s", tess, o.Tesseract.Lang, pdf, webhook), nil
+	case on:
+		o.Enabled = true
+		return fmt.Sprintf("on, but tesseract is not on PATH (%v): jobs wait until it is installed (apt-get install tesseract-ocr tesseract-ocr-eng poppler-utils, or brew install tesseract poppler)", tessErr), nil
+	}
+	return "off: tesseract is not on PATH; install it (apt-get install tesseract-ocr tesseract-ocr-eng poppler-utils, or brew install tesseract poppler) and restart dev, or give --ocr-engine-url", nil
 }
 
 // checkFree fails when one of the listen addresses (flag name, address) is taken, naming

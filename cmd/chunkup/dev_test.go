@@ -20,9 +20,11 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkup/chunkup/app"
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/testdocs"
 	"github.com/chunkup/chunkup/internal/testenv"
 )
 
@@ -96,6 +98,68 @@ func TestDevMode(t *testing.T) {
 	stored, err = os.ReadFile(filepath.Join(data, "s3", "buckets", resumed.Bucket, resumed.Key))
 	if err != nil || !bytes.Equal(stored, content) {
 		t.Fatalf("resumed object differs from the file (%v)", err)
+	}
+}
+
+// TestDevOCR: `chunkup dev` with Tesseract installed says in its banner that OCR is on,
+// and OCRs a PNG uploaded with no extra flags: `chunkup ocr watch` follows it to a
+// decision and `chunkup ocr status --text` prints its words, from dev's address.
+func TestDevOCR(t *testing.T) {
+	ctx, bin, _, d := devTest(t)
+	if !strings.Contains(d.Stdout(), "  OCR    on: tesseract at ") {
+		t.Fatalf("dev's banner does not say OCR is on:\n%s", d.Stdout())
+	}
+	file := filepath.Join(t.TempDir(), "receipt.png")
+	if err := os.WriteFile(file, testdocs.PNG("RECEIPT 8642", "THANK YOU"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	up := cliUpload(t, ctx, bin, "upload", "--server", d.grpc, "--json", file)
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("chunkup %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	watched := run("ocr", "watch", "--server", d.grpc, "--json", up.UploadId)
+	lines := strings.Split(strings.TrimSpace(watched), "\n")
+	var last chunkupv1.Document
+	if err := protojson.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+		t.Fatal(err)
+	}
+	switch last.Status {
+	case chunkupv1.DocumentStatus_DOCUMENT_STATUS_AUTO_APPROVED, chunkupv1.DocumentStatus_DOCUMENT_STATUS_NEEDS_REVIEW,
+		chunkupv1.DocumentStatus_DOCUMENT_STATUS_AUTO_REJECTED:
+	default:
+		t.Fatalf("ocr watch ended on %v, want a decision", &last)
+	}
+	text := run("ocr", "status", "--server", d.grpc, "--text", up.UploadId)
+	for _, w := range []string{"RECEIPT", "8642", "THANK"} {
+		if !strings.Contains(text, w) {
+			t.Fatalf("ocr status --text lacks %q:\n%s", w, text)
+		}
+	}
+}
+
+// TestDevOCRBanner: the banner says why OCR is off, and how to turn it on.
+func TestDevOCRBanner(t *testing.T) {
+	for _, tc := range []struct {
+		mode, path, want string
+	}{
+		{"auto", "no-such-tesseract", "off: tesseract is not on PATH; install it"},
+		{"false", "tesseract", "off (--ocr=false)"},
+		{"true", "no-such-tesseract", "on, but tesseract is not on PATH"},
+	} {
+		o := app.OCRConfig{}
+		o.Tesseract.Path, o.Tesseract.PdftoppmPath = tc.path, "pdftoppm"
+		line, err := devOCR(tc.mode, &o)
+		if err != nil || !strings.HasPrefix(line, tc.want) || o.Enabled != strings.HasPrefix(tc.want, "on") {
+			t.Errorf("devOCR(%s, %s) = %q, %v, enabled %v; want %q", tc.mode, tc.path, line, err, o.Enabled, tc.want)
+		}
+	}
+	if _, err := devOCR("maybe", &app.OCRConfig{}); err == nil {
+		t.Error("devOCR accepted --ocr maybe")
 	}
 }
 

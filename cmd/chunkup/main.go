@@ -19,6 +19,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -177,7 +178,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	kafkaBrokers := fs.String("kafka-brokers", "CHUNKUP_KAFKA_BROKERS", "", "Kafka bootstrap brokers, comma-separated (empty: events wait in Redis)")
 	kafkaTopic := fs.String("kafka-topic", "CHUNKUP_KAFKA_TOPIC", "chunkup.uploads", "topic for upload events")
 	roles := fs.String("roles", "CHUNKUP_ROLES", strings.Join(app.AllRoles, ","), "roles to run, comma-separated")
-	nodeID := fs.String("node-id", "CHUNKUP_NODE_ID", "", "name of this process (default hostname-pid)")
+	instanceID := fs.String("instance-id", "CHUNKUP_INSTANCE_ID", "", "name of this process in state, events and logs (default hostname-pid)")
+	legacyNodeID := fs.String("node-id", "CHUNKUP_NODE_ID", "", "deprecated name of --instance-id (node ids name documents now)")
+	keyTemplate := fs.String("key-template", "CHUNKUP_KEY_TEMPLATE", "", "object keys of uploads that bring none, e.g. connectors/{connector_id}/{node_id}.pb; variables {upload_id} {node_id} {connector_id} {name} {ext} {tenant} (empty: uploads/{upload_id}/{name})")
+	adminTenants := fs.String("admin-tenants", "CHUNKUP_ADMIN_TENANTS", "", "tenants allowed the OCR queue's administration (stats, dead letters, purge), comma-separated; without authentication everyone is")
 	chunkSize := fs.Size("chunk-size", "CHUNKUP_CHUNK_SIZE", 8<<20, "default chunk size (at least 5MiB)")
 	maxChunk := fs.Size("max-chunk-size", "CHUNKUP_MAX_CHUNK_SIZE", 64<<20, "largest chunk size chosen for big uploads")
 	chunkTTL := fs.Duration("chunk-ttl", "CHUNKUP_CHUNK_TTL", 0, "how long staged chunk bytes live in Redis (default 1h)")
@@ -234,9 +238,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Auth: authCfg, TLS: server.TLSConfig{CertFile: *tlsCert, KeyFile: *tlsKey, ClientCAFile: *tlsClientCA},
 		RatePerTenant: rate, RateBurst: *rateBurst,
 		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, RedisURL: *redisURL, Bucket: *bucket,
-		S3:     s3store.Config{Endpoint: *s3Endpoint, Region: *s3Region, MaxAttempts: *s3Attempts},
-		NodeID: *nodeID, ShutdownTimeout: *shutdown, Logger: logger, Pprof: *pprofOn,
+		S3:         s3store.Config{Endpoint: *s3Endpoint, Region: *s3Region, MaxAttempts: *s3Attempts},
+		InstanceID: cmp.Or(*instanceID, *legacyNodeID), ShutdownTimeout: *shutdown, Logger: logger, Pprof: *pprofOn,
 	}
+	for t := range strings.SplitSeq(*adminTenants, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			cfg.Documents.AdminTenants = append(cfg.Documents.AdminTenants, t)
+		}
+	}
+	cfg.Server.KeyTemplate = *keyTemplate
 	for r := range strings.SplitSeq(*roles, ",") {
 		if r = strings.TrimSpace(r); r != "" {
 			cfg.Roles = append(cfg.Roles, r)

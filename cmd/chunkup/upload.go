@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"io/fs"
+	"mime"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +19,8 @@ import (
 	"golang.org/x/term"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
@@ -46,7 +50,13 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	server, asJSON := clientFlags(fs)
 	fs.notes = append(fs.notes, uploadKeysHelp, uploadResumeHelp, uploadRetryHelp)
 	fs.Lookup("json").Usage = "print JSON lines on stdout: each upload when it starts (ACTIVE), then each final upload"
-	contentType := fs.String("content-type", "", "", "content type of the object(s)")
+	contentType := fs.String("content-type", "", "", "content type of the object(s) (default: from each file's extension; the server also looks at the bytes of a file without one)")
+	nodeID := fs.String("node-id", "", "", "the document's UUID (one file only; default: the server makes one)")
+	connectorID := fs.String("connector-id", "", "", "the connector (source system) the document(s) come from")
+	parentID := fs.String("parent-id", "", "", "the document's parent (folder) in its source")
+	docPath := fs.String("path", "", "", "the document's path in its source (one file only)")
+	drive := fs.String("drive", "", "", "the drive the document(s) are on in their source")
+	customMD := fs.String("custom-metadata", "", "", `the document's custom metadata, a JSON object, e.g. {"case":{"id":7}}`)
 	key := fs.String("key", "", "", "object key (one file only; default uploads/ID/NAME)")
 	prefix := fs.String("prefix", "", "", "key prefix: PREFIX/NAME for each FILE, PREFIX/DIR/RELATIVE/PATH with -r (default with -r: uploads/)")
 	recursive := fs.Bool("recursive", "", false, "upload the files under each DIR, keeping their relative paths in the keys")
@@ -80,6 +90,15 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usageError{errors.New("--resume and --no-resume: give one or the other")}
 	case *parallel < 1 || *window < 1 || *jobs < 1:
 		return usageError{errors.New("--parallel, --window and --jobs must be at least 1")}
+	case (*nodeID != "" || *docPath != "") && (len(files) > 1 || *recursive):
+		return usageError{errors.New("--node-id and --path name one document: they apply to one file only")}
+	}
+	doc := client.Document{NodeID: *nodeID, ConnectorID: *connectorID, ParentID: *parentID, Path: *docPath, Drive: *drive}
+	if *customMD != "" {
+		doc.CustomMetadata = &structpb.Struct{}
+		if err := protojson.Unmarshal([]byte(*customMD), doc.CustomMetadata); err != nil {
+			return usageError{fmt.Errorf("--custom-metadata: want a JSON object: %w", err)}
+		}
 	}
 	mode := *progressMode
 	if mode == "auto" {
@@ -107,9 +126,9 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer c.Close()
 
 	r := &uploadRun{c: c, server: *server, resume: *resume, noResume: *noResume, asJSON: *asJSON,
-		stdout: stdout, stderr: stderr, display: newProgressDisplay(mode, stderr, todo, *recursive)}
-	if *contentType != "" {
-		r.opts = append(r.opts, client.WithContentType(*contentType))
+		contentType: *contentType, stdout: stdout, stderr: stderr, display: newProgressDisplay(mode, stderr, todo, *recursive)}
+	if doc != (client.Document{}) {
+		r.opts = append(r.opts, client.WithDocument(doc))
 	}
 	if len(md.m) > 0 {
 		r.opts = append(r.opts, client.WithMetadata(md.m))
@@ -221,6 +240,27 @@ func walkTree(root, prefix string, warn func(string)) ([]uploadJob, error) {
 	return jobs, err
 }
 
+// extensionTypes are the content types of extensions the mime package may not know
+// (its built-in table lacks TIFF and HEIC; the system's may be missing altogether).
+var extensionTypes = map[string]string{
+	".tif": "image/tiff", ".tiff": "image/tiff", ".heic": "image/heic", ".heif": "image/heif",
+	".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".pdf": "application/pdf",
+	".bmp": "image/bmp", ".gif": "image/gif", ".webp": "image/webp",
+}
+
+// typeByExtension is the content type of a file named path by its extension, or "".
+// (The server also recognizes a file's type from its first bytes when none is sent.)
+func typeByExtension(path string) string {
+	ext := strings.ToLower(filepath.Ext(path))
+	if ext == "" {
+		return ""
+	}
+	if t, ok := extensionTypes[ext]; ok {
+		return t
+	}
+	return mime.TypeByExtension(ext)
+}
+
 // metadataFlag collects repeated --metadata KEY=VALUE.
 type metadataFlag struct{ m map[string]string }
 
@@ -243,13 +283,15 @@ func (f *metadataFlag) Set(s string) error {
 
 // uploadRun uploads the files of one command line.
 type uploadRun struct {
-	c        serverClient
-	server   string
-	opts     []client.UploadOption // for every file
-	resume   string
-	noResume bool
-	asJSON   bool
-	display  *progressDisplay
+	c      serverClient
+	server string
+	opts   []client.UploadOption // for every file
+	// contentType is --content-type; empty: each file's is found from its extension.
+	contentType string
+	resume      string
+	noResume    bool
+	asJSON      bool
+	display     *progressDisplay
 	// state records uploads for resuming; nil when it cannot be kept.
 	state          *resumeState
 	stateWarn      sync.Once
@@ -332,6 +374,9 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 	opts := append(slices.Clone(r.opts), client.WithProgress(track.update))
 	if j.key != "" {
 		opts = append(opts, client.WithKey(j.key))
+	}
+	if ct := cmp.Or(r.contentType, typeByExtension(j.path)); ct != "" {
+		opts = append(opts, client.WithContentType(ct))
 	}
 	resumeID := r.resume
 	var entry *resumeEntry // what identifies this file's upload, for the state

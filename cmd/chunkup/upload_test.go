@@ -285,9 +285,11 @@ func TestCompletion(t *testing.T) {
 		{"chunkup upload -", []string{"-r", "--recursive", "--no-resume", "--json", "--jobs"}},
 		{"chunkup events --", []string{"--brokers", "--count", "--group", "--topic"}},
 		{"chunkup dev --e", []string{"--exit-with-parent"}},
-		{"chunkup ocr ", []string{"status", "stats", "dead", "reprocess"}},
+		{"chunkup ocr ", []string{"status", "watch", "reprocess", "stats", "dead", "purge"}},
 		{"chunkup ocr dead ", []string{"list", "requeue"}},
-		{"chunkup ocr dead requeue --", []string{"--all", "--redis-url"}},
+		{"chunkup ocr dead requeue --", []string{"--all", "--server", "--api-key"}},
+		{"chunkup ocr purge --", []string{"--yes", "--server"}},
+		{"chunkup ocr status --", []string{"--text", "--json"}},
 		{"chunkup completion ", []string{"bash", "zsh", "fish"}},
 	} {
 		t.Run(tc.line, func(t *testing.T) {

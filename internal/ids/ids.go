@@ -35,3 +35,54 @@ func Valid(id string) bool {
 	}
 	return true
 }
+
+// NewUUID returns a random (version 4) UUID in its canonical lowercase form: the
+// document node id the server gives an upload that brings none.
+func NewUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // RFC 9562 variant
+	const hex = "0123456789abcdef"
+	out := make([]byte, 0, 36)
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, hex[c>>4], hex[c&0x0f])
+	}
+	return string(out)
+}
+
+// UUID returns s in the canonical lowercase form of a UUID (8-4-4-4-12 hex digits,
+// either case), and whether s is one. The nil UUID is not: it names nothing.
+func UUID(s string) (string, bool) {
+	if len(s) != 36 {
+		return "", false
+	}
+	out := make([]byte, 36)
+	zero := true
+	for i := 0; i < 36; i++ {
+		c := s[i]
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return "", false
+			}
+		case c >= '0' && c <= '9':
+			zero = zero && c == '0'
+		case c >= 'a' && c <= 'f':
+			zero = false
+		case c >= 'A' && c <= 'F':
+			c += 'a' - 'A'
+			zero = false
+		default:
+			return "", false
+		}
+		out[i] = c
+	}
+	if zero {
+		return "", false
+	}
+	return string(out), true
+}

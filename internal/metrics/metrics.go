@@ -52,6 +52,13 @@ type Set struct {
 	grpc *grpcprom.ServerMetrics
 
 	chunksStaged   *prometheus.CounterVec
+	chunkAck       prometheus.Histogram
+	bytesReceived  prometheus.Counter
+	created        prometheus.Counter
+	bytesUploaded  prometheus.Counter
+	completeTime   prometheus.Histogram
+	ocrDuration    *prometheus.HistogramVec
+	ocrFallbacks   *prometheus.CounterVec
 	chunksClaimed  prometheus.Counter
 	leaseReclaims  prometheus.Counter
 	partsUploaded  prometheus.Counter
@@ -91,6 +98,37 @@ func New(opts Options) *Set {
 		Namespace: Namespace, Name: "chunks_staged_total",
 		Help: "Chunks acknowledged to clients, by outcome: new (staged in Redis) or duplicate (a repeat acknowledged again, not staged twice).",
 	}, []string{"outcome"})
+	s.chunkAck = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "chunk_ack_duration_seconds",
+		Help:    "Time from receiving a chunk on an UploadChunk stream to acknowledging it (checked, staged durably or stored, duplicates included).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	})
+	s.bytesReceived = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "bytes_received_total",
+		Help: "Bytes of chunks acknowledged to clients as new (repeats acknowledged again are not counted).",
+	})
+	s.created = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "uploads_created_total",
+		Help: "Uploads created (a repeated create of the same client_node_id is not counted).",
+	})
+	s.bytesUploaded = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "bytes_uploaded_total",
+		Help: "Bytes stored in S3 as completed objects, counted by the completer when it completes an upload.",
+	})
+	s.completeTime = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "upload_first_chunk_to_completed_seconds",
+		Help:    "Time from an upload's first chunk (staged or stored) to its completion, per completed upload.",
+		Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
+	})
+	s.ocrDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "ocr_job_duration_seconds",
+		Help:    "Time of an OCR job that reached a decision, from taking the document to the decision, by the engine that recognized it.",
+		Buckets: prometheus.ExponentialBuckets(0.05, 2, 14),
+	}, []string{"engine"})
+	s.ocrFallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "ocr_engine_fallbacks_total",
+		Help: "OCR jobs the configured engine could not take (unavailable) that ran on the fallback engine, by the configured engine.",
+	}, []string{"engine"})
 	s.chunksClaimed = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "chunks_claimed_total",
 		Help: "Staged chunks leased by a worker for upload to S3.",
@@ -137,7 +175,8 @@ func New(opts Options) *Set {
 	s.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		s.grpc, s.chunksStaged, s.chunksClaimed, s.leaseReclaims, s.partsUploaded, s.partLatency,
+		s.grpc, s.chunksStaged, s.chunkAck, s.bytesReceived, s.created, s.bytesUploaded, s.completeTime,
+		s.ocrDuration, s.ocrFallbacks, s.chunksClaimed, s.leaseReclaims, s.partsUploaded, s.partLatency,
 		s.completions, s.expired, s.aborted, s.ocrJobs, s.gaugeErrors, s.scrapeGauges,
 	)
 	return s
@@ -190,6 +229,27 @@ func (s *Set) ChunkStaged(duplicate bool) {
 	}
 }
 
+// ChunkAcked records a chunk acknowledged on a stream d after it was received, with
+// size bytes; duplicate when it repeated one the server had (its bytes are not
+// counted as received).
+func (s *Set) ChunkAcked(d time.Duration, size int64, duplicate bool) {
+	if s == nil {
+		return
+	}
+	s.chunkAck.Observe(d.Seconds())
+	if !duplicate {
+		s.bytesReceived.Add(float64(size))
+	}
+}
+
+// UploadCreated records an upload created.
+func (s *Set) UploadCreated() {
+	if s == nil {
+		return
+	}
+	s.created.Inc()
+}
+
 // ChunkClaimed records a won claim; reclaimed when it replaced another worker's
 // expired lease.
 func (s *Set) ChunkClaimed(reclaimed bool) {
@@ -211,12 +271,17 @@ func (s *Set) PartUploaded(d time.Duration) {
 	s.partLatency.Observe(d.Seconds())
 }
 
-// UploadCompleted records an upload finalized as COMPLETED.
-func (s *Set) UploadCompleted() {
+// UploadCompleted records an upload finalized as COMPLETED: its size, and the time from
+// its first chunk to its completion (not observed when zero: unknown).
+func (s *Set) UploadCompleted(size int64, sinceFirstChunk time.Duration) {
 	if s == nil {
 		return
 	}
 	s.completions.WithLabelValues(CompletionCompleted).Inc()
+	s.bytesUploaded.Add(float64(size))
+	if sinceFirstChunk > 0 {
+		s.completeTime.Observe(sinceFirstChunk.Seconds())
+	}
 }
 
 // UploadEnded records an upload ended otherwise: status is the staging status it
@@ -245,6 +310,24 @@ func (s *Set) OCRJob(outcome string) {
 	s.ocrJobs.WithLabelValues(outcome).Inc()
 }
 
+// OCRJobDuration records how long an OCR job that reached a decision took, by engine
+// (a short fixed name: tesseract, remote).
+func (s *Set) OCRJobDuration(engine string, d time.Duration) {
+	if s == nil {
+		return
+	}
+	s.ocrDuration.WithLabelValues(engine).Observe(d.Seconds())
+}
+
+// OCREngineFallback records a job that engine could not take and that ran on the
+// fallback engine.
+func (s *Set) OCREngineFallback(engine string) {
+	if s == nil {
+		return
+	}
+	s.ocrFallbacks.WithLabelValues(engine).Inc()
+}
+
 // ReadInt reads one number at scrape time.
 type ReadInt func(ctx context.Context) (int64, error)
 
@@ -261,6 +344,12 @@ var ErrRegistered = errors.New("metrics: gauge already registered")
 // staged-bytes budget measures them, read by fn at scrape time.
 func (s *Set) StagedBytes(fn ReadInt) error {
 	return s.addGauge("chunkup_staged_bytes", "Bytes staged in Redis as the staged-bytes budget measures them (staging.Store.StagedBytes: an upper bound of the chunks acknowledged and not yet uploaded).", nil, intReader(fn))
+}
+
+// ActiveUploads exports chunkup_uploads_active, uploads created and not yet completed
+// or ended, read by fn at scrape time.
+func (s *Set) ActiveUploads(fn ReadInt) error {
+	return s.addGauge("chunkup_uploads_active", "Uploads created and not yet completed or ended (the active index; an upper bound).", nil, intReader(fn))
 }
 
 // PendingChunks exports chunkup_chunks_pending, staged chunks whose part is not yet

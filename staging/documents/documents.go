@@ -88,16 +88,19 @@ type Document struct {
 	Status                   Status
 	Bucket, Key, ContentType string
 	Tenant, CorrelationID    string
-	JobID                    string
-	JobToken                 int64
-	Attempts                 int
-	Error                    string
-	ErrorTime                time.Time
-	MaxRetriesExceeded       bool
-	OCR                      *OCRSummary
-	Eval                     *Evaluation
-	Verification             *Verification
-	Created, Updated         time.Time
+	Identity
+	JobID    string
+	JobToken int64
+	// Attempts counts the current job's failed attempts; Reclaims the times it was
+	// taken back from a worker that died or stalled (not failures of the document).
+	Attempts, Reclaims int
+	Error              string
+	ErrorTime          time.Time
+	MaxRetriesExceeded bool
+	OCR                *OCRSummary
+	Eval               *Evaluation
+	Verification       *Verification
+	Created, Updated   time.Time
 }
 
 // OCRSummary summarizes a document's OCR result, which is stored in S3 at ResultKey.
@@ -124,9 +127,30 @@ type Verification struct {
 	Time     time.Time
 }
 
+// Identity is a document's identity and place, from its upload: the node id (a UUID),
+// the client's node id, where it comes from, its file name, and its custom metadata (a
+// JSON object, "" for none).
+type Identity struct {
+	NodeID, ClientNodeID, ConnectorID, ParentID, Path, Drive, Name string
+	CustomMetadata                                                 string
+}
+
+// identityFields are the hash fields of an Identity, in the order of fields().
+var identityFields = []string{"node", "cnode", "conn", "parent", "path", "drive", "name", "cmeta"}
+
+func (i Identity) fields() []string {
+	return []string{i.NodeID, i.ClientNodeID, i.ConnectorID, i.ParentID, i.Path, i.Drive, i.Name, i.CustomMetadata}
+}
+
+func identityOf(h map[string]string) Identity {
+	return Identity{NodeID: h["node"], ClientNodeID: h["cnode"], ConnectorID: h["conn"], ParentID: h["parent"],
+		Path: h["path"], Drive: h["drive"], Name: h["name"], CustomMetadata: h["cmeta"]}
+}
+
 // NewDocument describes a document to create.
 type NewDocument struct {
 	ID, Bucket, Key, ContentType, Tenant, CorrelationID string
+	Identity
 }
 
 // docCreateScript creates a document as uploaded unless it exists, and records its
@@ -169,7 +193,10 @@ return {'ok'}
 //	ARGV[6] document TTL (ms)
 //	ARGV[7] event id ("" records no event)
 //	ARGV[8] event record
-//	ARGV[9] number of field/value pairs to set that follow; any further ARGV are fields
+//	ARGV[9] the progress channel, told "ID doc:STATUS" when an event is recorded (for
+//	        WatchDocument)
+//	ARGV[10] the document's (upload's) id
+//	ARGV[11] number of field/value pairs to set that follow; any further ARGV are fields
 //	        to delete
 //
 // Returns {"ok"}, {"notfound"}, {"state", status} or {"fenced", job_token}.
@@ -181,14 +208,14 @@ local cur = tonumber(d[2] or '0') or 0
 local tok = tonumber(ARGV[4]) or 0
 if ARGV[3] == 'start' and tok <= cur then return {'fenced', cur} end
 if ARGV[3] == 'hold' and tok ~= cur then return {'fenced', cur} end
-local n = tonumber(ARGV[9])
+local n = tonumber(ARGV[11])
 local f = {'status', ARGV[2], 'updated_ms', ARGV[5]}
 if ARGV[3] == 'start' then f[#f+1] = 'job_token'; f[#f+1] = ARGV[4] end
-for i = 10, 9 + 2*n do f[#f+1] = ARGV[i] end
+for i = 12, 11 + 2*n do f[#f+1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(f))
-if #ARGV > 9 + 2*n then
+if #ARGV > 11 + 2*n then
   local del = {}
-  for i = 10 + 2*n, #ARGV do del[#del+1] = ARGV[i] end
+  for i = 12 + 2*n, #ARGV do del[#del+1] = ARGV[i] end
   redis.call('HDEL', KEYS[1], unpack(del))
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
@@ -196,6 +223,7 @@ if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[2], ARGV[7], ARGV[8])
   local p = redis.call('PTTL', KEYS[2])
   if p >= 0 and p < tonumber(ARGV[6]) then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
+  redis.call('PUBLISH', ARGV[9], ARGV[10] .. ' doc:' .. ARGV[2])
 end
 return {'ok'}
 `)
@@ -205,11 +233,16 @@ return {'ok'}
 func (s *Store) Create(ctx context.Context, d NewDocument, ttl time.Duration, ev staging.OutboxEvent) (bool, error) {
 	now := s.c.NowMs()
 	created := false
+	args := []any{ttl.Milliseconds(), ev.ID, outbox.Record(ev),
+		"status", string(Uploaded), "bucket", d.Bucket, "key", d.Key, "ct", d.ContentType,
+		"tenant", d.Tenant, "corr", d.CorrelationID, "created_ms", now, "updated_ms", now}
+	for i, v := range d.Identity.fields() {
+		if v != "" {
+			args = append(args, identityFields[i], v)
+		}
+	}
 	err := s.outbox.Bracket(ctx, d.ID, func() (bool, error) {
-		res, err := docCreateScript.Run(ctx, s.c, []string{rdb.DocKey(d.ID), rdb.OutboxKey(d.ID)},
-			ttl.Milliseconds(), ev.ID, outbox.Record(ev),
-			"status", string(Uploaded), "bucket", d.Bucket, "key", d.Key, "ct", d.ContentType,
-			"tenant", d.Tenant, "corr", d.CorrelationID, "created_ms", now, "updated_ms", now).StringSlice()
+		res, err := docCreateScript.Run(ctx, s.c, []string{rdb.DocKey(d.ID), rdb.OutboxKey(d.ID)}, args...).StringSlice()
 		created = err == nil && res[0] == "ok"
 		return created, err
 	})
@@ -235,6 +268,7 @@ type Change struct {
 	// Set, when not nil, updates parts of the document with the transition.
 	JobID              *string
 	Attempts           *int
+	Reclaims           *int
 	Failure            *string // the error; nil leaves it, "" clears it
 	MaxRetriesExceeded bool
 	OCR                *OCRSummary
@@ -276,7 +310,8 @@ func (s *Store) Transition(ctx context.Context, id string, ttl time.Duration, c 
 			evID, rec = ev.ID, outbox.Record(ev)
 		}
 		set, del := c.fields(s.c.NowMs())
-		args := []any{string(d.Status), string(c.To), fence, c.Fence.Token, s.c.NowMs(), ttl.Milliseconds(), evID, rec, len(set) / 2}
+		args := []any{string(d.Status), string(c.To), fence, c.Fence.Token, s.c.NowMs(), ttl.Milliseconds(), evID, rec,
+			rdb.ProgressChannel, id, len(set) / 2}
 		args = append(args, set...)
 		args = append(args, del...)
 		var res []any
@@ -312,6 +347,9 @@ func (c Change) fields(now int64) (set, del []any) {
 	}
 	if c.Attempts != nil {
 		set = append(set, "attempts", *c.Attempts)
+	}
+	if c.Reclaims != nil {
+		set = append(set, "reclaims", *c.Reclaims)
 	}
 	if c.Failure != nil {
 		if *c.Failure == "" {
@@ -351,7 +389,7 @@ func (s *Store) RecordFailure(ctx context.Context, id string, ttl time.Duration,
 		return err
 	}
 	res, err := docTransitionScript.Run(ctx, s.c, []string{rdb.DocKey(id), rdb.OutboxKey(id)},
-		string(d.Status), string(d.Status), "hold", token, s.c.NowMs(), ttl.Milliseconds(), "", "", 4,
+		string(d.Status), string(d.Status), "hold", token, s.c.NowMs(), ttl.Milliseconds(), "", "", rdb.ProgressChannel, id, 4,
 		"attempts", attempts, "error", rdb.OneLine(msg), "error_ms", s.c.NowMs(), "max_retries", "0").Slice()
 	if err != nil {
 		return err
@@ -360,6 +398,16 @@ func (s *Store) RecordFailure(ctx context.Context, id string, ttl time.Duration,
 		return &FencedError{Token: token, Current: rdb.I64(res[1])}
 	}
 	return nil
+}
+
+// Settled reports whether no more status changes happen to a document on its own: OCR
+// reached a decision (a reviewer may still change it) or failed.
+func (st Status) Settled() bool {
+	switch st {
+	case AutoApproved, AutoRejected, NeedsReview, Approved, Rejected, Failed:
+		return true
+	}
+	return false
 }
 
 // Get reads a document.
@@ -374,7 +422,8 @@ func (s *Store) Get(ctx context.Context, id string) (*Document, error) {
 	d := &Document{
 		ID: id, Status: Status(h["status"]), Bucket: h["bucket"], Key: h["key"], ContentType: h["ct"],
 		Tenant: h["tenant"], CorrelationID: h["corr"], JobID: h["job_id"], JobToken: rdb.I64(h["job_token"]),
-		Attempts: int(rdb.I64(h["attempts"])), Error: h["error"], ErrorTime: rdb.MsTime(h["error_ms"]),
+		Attempts: int(rdb.I64(h["attempts"])), Reclaims: int(rdb.I64(h["reclaims"])), Error: h["error"],
+		ErrorTime: rdb.MsTime(h["error_ms"]), Identity: identityOf(h),
 		MaxRetriesExceeded: h["max_retries"] == "1", Created: rdb.MsTime(h["created_ms"]), Updated: rdb.MsTime(h["updated_ms"]),
 	}
 	if h["ocr_key"] != "" {

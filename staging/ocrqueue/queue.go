@@ -3,15 +3,19 @@
 // with fencing tokens so that a stale worker's writes are refused. Every key carries
 // the hash tag {ocr}, so the queue lives in one Redis Cluster slot and each script
 // touches one slot. Job hash fields: doc, corr, bucket, key, ct, tenant, force
-// ("1"/"0"), attempts (failed attempts), enqueued_ms, token (fencing token of the
-// current lease, absent when not leased), started_ms, reason and dead_ms (dead-lettered
-// jobs). The errors list holds "unix_ms|attempt|message" entries.
+// ("1"/"0"), attempts (failed attempts), reclaims (times the job was taken back from a
+// worker that died or stalled: not a failure of the job, but bounded, so a job that
+// kills every worker ends), enqueued_ms, token (fencing token of the current lease,
+// absent when not leased), started_ms, reason and dead_ms (dead-lettered jobs). The
+// errors list holds "unix_ms|attempt|message" entries.
 package ocrqueue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,6 +63,9 @@ type Job struct {
 	Force                         bool
 	// Attempts is the number of failed attempts so far.
 	Attempts int
+	// Reclaims is the number of times the job was taken back from a worker that died or
+	// stalled holding it.
+	Reclaims int
 	// Token is the fencing token of the current lease (0 when not leased).
 	Token    int64
 	Enqueued time.Time
@@ -219,6 +226,7 @@ func parseJob(id string, h map[string]string) (*Job, error) {
 		ID: id, DocumentID: h["doc"], CorrelationID: h["corr"], Bucket: h["bucket"], Key: h["key"],
 		ContentType: h["ct"], Tenant: h["tenant"], Force: h["force"] == "1", Token: rdb.I64(h["token"]),
 		Enqueued: rdb.MsTime(h["enqueued_ms"]), DeadReason: h["reason"], Died: rdb.MsTime(h["dead_ms"]),
+		Reclaims: int(rdb.I64(h["reclaims"])),
 	}
 	a, err := strconv.Atoi(h["attempts"])
 	if err != nil || a < 0 {
@@ -390,8 +398,9 @@ func (s *Queue) Promote(ctx context.Context, limit int) (int, error) {
 // Reclaimed is a job the reaper took back from a worker whose lease expired.
 type Reclaimed struct {
 	JobID, DocumentID string
-	Attempts          int
-	// Dead is true when that was its last attempt and it was dead-lettered.
+	// Reclaims counts the times the job was taken back so far (this one included).
+	Reclaims int
+	// Dead is true when that reached the bound and the job was dead-lettered.
 	Dead bool
 }
 
@@ -418,8 +427,10 @@ end
 return n
 `)
 
-// jobReclaimScript takes back a job whose lease expired (its worker died or stalled):
-// it counts as a failed attempt, so a job that kills its workers ends dead-lettered.
+// jobReclaimScript takes back a job whose lease expired (its worker died or stalled).
+// That is not a failure of the job: its attempts stay as they are, and a separate
+// counter, reclaims, goes up; at its bound the job is dead-lettered, so a job that
+// kills every worker that runs it ends.
 //
 //	KEYS[1] active list
 //	KEYS[2] lease zset
@@ -429,24 +440,30 @@ return n
 //	KEYS[6] dead zset
 //	ARGV[1] job id
 //	ARGV[2] now (unix ms)
-//	ARGV[3] maximum attempts
+//	ARGV[3] maximum reclaims
 //	ARGV[4] error message to record
 //
 // Returns {"alive"} when the lease was renewed meanwhile, {"gone"} when the job has no
-// record any more, {"requeued", attempts, doc} or {"dead", attempts, doc}.
+// record any more, {"requeued", reclaims, doc} or {"dead", reclaims, doc}.
 var jobReclaimScript = rdb.NewScript(`
 local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if s and tonumber(s) > tonumber(ARGV[2]) then return {'alive'} end
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('LREM', KEYS[1], 0, ARGV[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return {'gone'}
+end
+local doc = redis.call('HGET', KEYS[3], 'doc') or ''
+local n = (tonumber(redis.call('HGET', KEYS[3], 'reclaims') or '0') or 0) + 1
+local a = redis.call('HGET', KEYS[3], 'attempts') or '0'
+local dead = n >= tonumber(ARGV[3])
 redis.call('LREM', KEYS[1], 0, ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
-if redis.call('EXISTS', KEYS[3]) == 0 then return {'gone'} end
 redis.call('HDEL', KEYS[3], 'token')
-local doc = redis.call('HGET', KEYS[3], 'doc') or ''
-if not tonumber(redis.call('HGET', KEYS[3], 'attempts') or '0') then redis.call('HSET', KEYS[3], 'attempts', 0) end
-local n = redis.call('HINCRBY', KEYS[3], 'attempts', 1)
-redis.call('RPUSH', KEYS[4], ARGV[2] .. '|' .. n .. '|' .. ARGV[4])
-if n >= tonumber(ARGV[3]) then
-  redis.call('HSET', KEYS[3], 'reason', ARGV[4], 'dead_ms', ARGV[2])
+redis.call('HSET', KEYS[3], 'reclaims', n)
+redis.call('RPUSH', KEYS[4], ARGV[2] .. '|' .. a .. '|' .. ARGV[4])
+if dead then
+  redis.call('HSET', KEYS[3], 'reason', ARGV[4] .. ' (' .. n .. ' times: it kills or stalls every worker)', 'dead_ms', ARGV[2])
   redis.call('ZADD', KEYS[6], ARGV[2], ARGV[1])
   return {'dead', n, doc}
 end
@@ -454,11 +471,11 @@ redis.call('RPUSH', KEYS[5], ARGV[1])
 return {'requeued', n, doc}
 `)
 
-// Reclaim takes back up to limit jobs whose lease expired: back to pending, or to
-// the dead-letter store after maxAttempts. Active jobs without a lease (their worker
-// died right after fetching them) first get one of lease, so they are reclaimed when it
-// expires.
-func (s *Queue) Reclaim(ctx context.Context, lease time.Duration, maxAttempts, limit int) ([]Reclaimed, error) {
+// Reclaim takes back up to limit jobs whose lease expired: back to pending (to run
+// next) without counting a failed attempt, or to the dead-letter store once a job was
+// taken back maxReclaims times. Active jobs without a lease (their worker died right
+// after fetching them) first get one of lease, so they are reclaimed when it expires.
+func (s *Queue) Reclaim(ctx context.Context, lease time.Duration, maxReclaims, limit int) ([]Reclaimed, error) {
 	now := s.c.NowMs()
 	if err := jobOrphansScript.Run(ctx, s.c, []string{rdb.OCRActive, rdb.OCRLease}, now, lease.Milliseconds(), 1000).Err(); err != nil {
 		return nil, err
@@ -471,16 +488,200 @@ func (s *Queue) Reclaim(ctx context.Context, lease time.Duration, maxAttempts, l
 	for _, id := range ids {
 		res, err := jobReclaimScript.Run(ctx, s.c,
 			[]string{rdb.OCRActive, rdb.OCRLease, rdb.OCRJobKey(id), rdb.OCRJobErrorsKey(id), rdb.OCRPending, rdb.OCRDead},
-			id, now, maxAttempts, "lease expired: the worker died or stalled").Slice()
+			id, now, maxReclaims, "lease expired: the worker died or stalled").Slice()
 		if err != nil {
 			return out, err
 		}
 		switch rdb.Str(res[0]) {
 		case "requeued", "dead":
-			out = append(out, Reclaimed{JobID: id, DocumentID: rdb.Str(res[2]), Attempts: int(rdb.I64(res[1])), Dead: rdb.Str(res[0]) == "dead"})
+			out = append(out, Reclaimed{JobID: id, DocumentID: rdb.Str(res[2]), Reclaims: int(rdb.I64(res[1])), Dead: rdb.Str(res[0]) == "dead"})
 		}
 	}
 	return out, nil
+}
+
+// RecoverOutcome says what Recover found of a job.
+type RecoverOutcome string
+
+// Recover outcomes.
+const (
+	// RecoverLive: the job is queued, waiting for a retry, or held by a worker whose
+	// lease is still running (or that just fetched it): it is left alone.
+	RecoverLive RecoverOutcome = "live"
+	// RecoverGone: the job has no record.
+	RecoverGone RecoverOutcome = "gone"
+	// RecoverDead: the job is dead-lettered (now, or it was already).
+	RecoverDead RecoverOutcome = "dead"
+	// RecoverStuck: the job was held by a worker whose lease ran out, or is in no queue
+	// at all; it has been taken out of every queue with its attempts reset, and waits
+	// for Requeue.
+	RecoverStuck RecoverOutcome = "stuck"
+)
+
+// jobRecoverScript takes a job that is stuck out of every queue, for start-up recovery:
+// one whose worker's lease ran out (that counts as a reclaim, bounded as in
+// jobReclaimScript) or that is in no queue at all. Its failed attempts are reset; it is
+// put back by jobRequeueStuckScript once its document is reset, so that no worker can
+// take it in between.
+//
+//	KEYS[1] active list
+//	KEYS[2] lease zset
+//	KEYS[3] pending list
+//	KEYS[4] delayed zset
+//	KEYS[5] dead zset
+//	KEYS[6] job hash
+//	KEYS[7] job errors list
+//	ARGV[1] job id
+//	ARGV[2] now (unix ms)
+//	ARGV[3] maximum reclaims
+//
+// Returns {"gone"}, {"live"}, {"dead", reclaims} or {"stuck", reclaims}.
+var jobRecoverScript = rdb.NewScript(`
+if redis.call('EXISTS', KEYS[6]) == 0 then return {'gone'} end
+local rc = tonumber(redis.call('HGET', KEYS[6], 'reclaims') or '0') or 0
+if redis.call('ZSCORE', KEYS[5], ARGV[1]) then return {'dead', rc} end
+local ls = redis.call('ZSCORE', KEYS[2], ARGV[1])
+local active = redis.call('LPOS', KEYS[1], ARGV[1])
+if ls and tonumber(ls) > tonumber(ARGV[2]) then return {'live'} end
+if active and not ls then return {'live'} end
+if redis.call('LPOS', KEYS[3], ARGV[1]) or redis.call('ZSCORE', KEYS[4], ARGV[1]) then return {'live'} end
+local why = 'start-up recovery: in no queue'
+if ls then
+  rc = rc + 1
+  why = 'start-up recovery: lease expired, the worker died or stalled'
+end
+local dead = rc >= tonumber(ARGV[3])
+redis.call('LREM', KEYS[1], 0, ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[6], 'token')
+redis.call('HSET', KEYS[6], 'reclaims', rc)
+redis.call('RPUSH', KEYS[7], ARGV[2] .. '|0|' .. why)
+if dead then
+  redis.call('HSET', KEYS[6], 'reason', why .. ' (' .. rc .. ' times: it kills or stalls every worker)', 'dead_ms', ARGV[2])
+  redis.call('ZADD', KEYS[5], ARGV[2], ARGV[1])
+  return {'dead', rc}
+end
+redis.call('HSET', KEYS[6], 'attempts', 0)
+return {'stuck', rc}
+`)
+
+// Recover looks at job id for start-up recovery (see RecoverOutcome) and returns what it
+// found and the job's reclaims.
+func (s *Queue) Recover(ctx context.Context, id string, maxReclaims int) (RecoverOutcome, int, error) {
+	res, err := jobRecoverScript.Run(ctx, s.c,
+		[]string{rdb.OCRActive, rdb.OCRLease, rdb.OCRPending, rdb.OCRDelayed, rdb.OCRDead, rdb.OCRJobKey(id), rdb.OCRJobErrorsKey(id)},
+		id, s.c.NowMs(), maxReclaims).Slice()
+	if err != nil {
+		return "", 0, err
+	}
+	n := 0
+	if len(res) > 1 {
+		n = int(rdb.I64(res[1]))
+	}
+	return RecoverOutcome(rdb.Str(res[0])), n, nil
+}
+
+// jobRequeueStuckScript puts a job that Recover found stuck back on the pending list,
+// unless it is in a queue already (a second recovery got there first).
+//
+//	KEYS[1] active list
+//	KEYS[2] lease zset
+//	KEYS[3] pending list
+//	KEYS[4] delayed zset
+//	KEYS[5] dead zset
+//	KEYS[6] job hash
+//	ARGV[1] job id
+//	ARGV[2] now (unix ms)
+//
+// Returns 1 when requeued, 0 otherwise.
+var jobRequeueStuckScript = rdb.NewScript(`
+if redis.call('EXISTS', KEYS[6]) == 0 then return 0 end
+if redis.call('LPOS', KEYS[1], ARGV[1]) or redis.call('ZSCORE', KEYS[2], ARGV[1]) or redis.call('LPOS', KEYS[3], ARGV[1])
+  or redis.call('ZSCORE', KEYS[4], ARGV[1]) or redis.call('ZSCORE', KEYS[5], ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[6], 'enqueued_ms', ARGV[2])
+redis.call('RPUSH', KEYS[3], ARGV[1])
+return 1
+`)
+
+// RequeueStuck puts job id, which Recover found stuck, back on the queue to run next.
+func (s *Queue) RequeueStuck(ctx context.Context, id string) (bool, error) {
+	n, err := jobRequeueStuckScript.Run(ctx, s.c,
+		[]string{rdb.OCRActive, rdb.OCRLease, rdb.OCRPending, rdb.OCRDelayed, rdb.OCRDead, rdb.OCRJobKey(id)},
+		id, s.c.NowMs()).Int()
+	return n == 1, err
+}
+
+// PurgeSet names a part of the queue Purge empties.
+type PurgeSet string
+
+// The sets Purge empties. Jobs in flight are never purged: their workers hold them.
+const (
+	PurgePending PurgeSet = "pending"
+	PurgeDelayed PurgeSet = "delayed"
+	PurgeDead    PurgeSet = "dead"
+)
+
+// jobPurgeScript removes one job from a set and forgets it: its record, its error
+// history, and its document's dedupe key when that names this job (so the document
+// can be enqueued again).
+//
+//	KEYS[1] the set (pending list, delayed or dead zset)
+//	KEYS[2] job hash
+//	KEYS[3] job errors list
+//	KEYS[4] the document's dedupe string (any key of the slot when the job has no document)
+//	ARGV[1] job id
+//	ARGV[2] "list" or "zset"
+//
+// Returns {"ok", doc} or {"gone"} when the job was no longer in the set.
+var jobPurgeScript = rdb.NewScript(`
+local there
+if ARGV[2] == 'list' then there = redis.call('LPOS', KEYS[1], ARGV[1]) else there = redis.call('ZSCORE', KEYS[1], ARGV[1]) end
+if not there then return {'gone'} end
+local doc = redis.call('HGET', KEYS[2], 'doc') or ''
+local dedupe = doc ~= '' and redis.call('GET', KEYS[4]) == ARGV[1]
+if ARGV[2] == 'list' then redis.call('LREM', KEYS[1], 0, ARGV[1]) else redis.call('ZREM', KEYS[1], ARGV[1]) end
+redis.call('DEL', KEYS[2], KEYS[3])
+if dedupe then redis.call('DEL', KEYS[4]) end
+return {'ok', doc}
+`)
+
+// Purge removes up to limit jobs from set, oldest first, and returns the documents of
+// those it removed (a job without a document is removed too, with "" for it). A job a
+// worker fetched meanwhile is skipped.
+func (s *Queue) Purge(ctx context.Context, set PurgeSet, limit int64) (removed []string, err error) {
+	var key, kind string
+	var ids []string
+	switch set {
+	case PurgePending:
+		key, kind = rdb.OCRPending, "list"
+		ids, err = s.c.Client.LRange(ctx, key, -limit, -1).Result() // fetched from the right: the oldest
+	case PurgeDelayed, PurgeDead:
+		key, kind = rdb.OCRDelayed, "zset"
+		if set == PurgeDead {
+			key = rdb.OCRDead
+		}
+		ids, err = s.c.Client.ZRange(ctx, key, 0, limit-1).Result()
+	default:
+		return nil, fmt.Errorf("ocrqueue: cannot purge %q (pending, delayed or dead)", set)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		doc, err := s.c.Client.HGet(ctx, rdb.OCRJobKey(id), "doc").Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return removed, err
+		}
+		dedupe := rdb.OCRDedupeKey(doc)
+		res, err := jobPurgeScript.Run(ctx, s.c, []string{key, rdb.OCRJobKey(id), rdb.OCRJobErrorsKey(id), dedupe}, id, kind).Slice()
+		if err != nil {
+			return removed, err
+		}
+		if rdb.Str(res[0]) == "ok" {
+			removed = append(removed, rdb.Str(res[1]))
+		}
+	}
+	return removed, nil
 }
 
 // Job reads a job with its error history; ErrJobNotFound when it has no record.
@@ -557,7 +758,7 @@ func (s *Queue) Dead(ctx context.Context, start, count int64) ([]*Job, int64, er
 }
 
 // jobRequeueScript moves a dead-lettered job back to the pending list with its attempts
-// reset; its error history stays.
+// and reclaims reset; its error history stays.
 //
 //	KEYS[1] dead zset
 //	KEYS[2] pending list
@@ -572,7 +773,7 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) == false then return {'notfound'} end
 local doc = redis.call('HGET', KEYS[3], 'doc')
 if not doc or doc == '' then return {'malformed'} end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HSET', KEYS[3], 'attempts', 0, 'enqueued_ms', ARGV[2])
+redis.call('HSET', KEYS[3], 'attempts', 0, 'reclaims', 0, 'enqueued_ms', ARGV[2])
 redis.call('HDEL', KEYS[3], 'reason', 'dead_ms', 'token')
 redis.call('RPUSH', KEYS[4], ARGV[2] .. '|0|requeued from the dead-letter store')
 redis.call('LPUSH', KEYS[2], ARGV[1])
@@ -665,4 +866,73 @@ func (s *Queue) UnmarkProcessing(ctx context.Context, docID string) error {
 // ProcessingDocuments returns up to count ids of the processing index from start.
 func (s *Queue) ProcessingDocuments(ctx context.Context, start, count int64) ([]string, error) {
 	return s.c.Client.ZRange(ctx, rdb.OCRProcessing, start, start+count-1).Result()
+}
+
+// WorkerReport is what a process running OCR workers reports about them.
+type WorkerReport struct {
+	InstanceID string `json:"instance_id"`
+	// Engine is the configured engine; ActiveEngine the one jobs run on now.
+	Engine       string `json:"engine"`
+	ActiveEngine string `json:"active_engine"`
+	// EngineHealthy and EngineError are the configured engine's last health check.
+	EngineHealthy bool   `json:"engine_healthy"`
+	EngineError   string `json:"engine_error,omitempty"`
+	// Fallback says whether jobs fall back to Tesseract when the engine is unavailable.
+	Fallback    bool  `json:"fallback"`
+	Concurrency int   `json:"concurrency"`
+	Processing  int   `json:"processing"`
+	Processed   int64 `json:"processed"`
+	// Started and Reported are unix ms.
+	Started  int64 `json:"started_ms"`
+	Reported int64 `json:"reported_ms"`
+}
+
+// Report records r as its process's latest report.
+func (s *Queue) Report(ctx context.Context, r WorkerReport) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return s.c.Client.HSet(ctx, rdb.OCRWorkers, r.InstanceID, b).Err()
+}
+
+// Unreport drops the report of process instanceID (it stops).
+func (s *Queue) Unreport(ctx context.Context, instanceID string) error {
+	return s.c.Client.HDel(ctx, rdb.OCRWorkers, instanceID).Err()
+}
+
+// dropStaleReportScript drops a report that is still the stale one its reader saw (a
+// fresh report written meanwhile stays).
+//
+//	KEYS[1] workers hash
+//	ARGV[1] instance id
+//	ARGV[2] the stale report
+//
+// Returns 1 when dropped.
+var dropStaleReportScript = rdb.NewScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+return redis.call('HDEL', KEYS[1], ARGV[1])
+`)
+
+// Reports returns the reports made within maxAge, by instance id; older ones (their
+// process died without a clean stop) are dropped.
+func (s *Queue) Reports(ctx context.Context, maxAge time.Duration) ([]WorkerReport, error) {
+	h, err := s.c.Client.HGetAll(ctx, rdb.OCRWorkers).Result()
+	if err != nil {
+		return nil, err
+	}
+	oldest := s.c.NowMs() - maxAge.Milliseconds()
+	out := make([]WorkerReport, 0, len(h))
+	for id, v := range h {
+		var r WorkerReport
+		if json.Unmarshal([]byte(v), &r) != nil || r.Reported < oldest {
+			if err := dropStaleReportScript.Run(ctx, s.c, []string{rdb.OCRWorkers}, id, v).Err(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b WorkerReport) int { return strings.Compare(a.InstanceID, b.InstanceID) })
+	return out, nil
 }

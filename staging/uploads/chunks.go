@@ -202,6 +202,7 @@ redis.call('HDEL', KEYS[5], ARGV[1])
 local up = redis.call('HINCRBY', KEYS[1], 'uploaded', 1)
 redis.call('HINCRBY', KEYS[1], 'uploaded_bytes', ARGV[5])
 redis.call('HSET', KEYS[1], 'updated_ms', ARGV[6])
+redis.call('HSETNX', KEYS[1], 'first_ms', ARGV[6])
 redis.call('PUBLISH', ARGV[7], ARGV[8] .. ' uploaded')
 local ready = 0
 if total > 0 and up == total then ready = 1 end

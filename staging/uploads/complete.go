@@ -69,6 +69,7 @@ return {'ok', st[2], st[4] or '', st[5], st[6], st[7] or '0'}
 //	ARGV[9] retention (ms)
 //	ARGV[10] progress channel
 //	ARGV[11] upload id (progress notices are "ID STATUS")
+//	ARGV[12] content type detected in the object's first bytes ("" for none)
 //
 // Returns {"ok", tenant, created_ms}, {"done"} when already completed, or {"lost"}
 // when the guard is another completer's (or the upload left COMPLETING).
@@ -80,6 +81,7 @@ if status ~= 'COMPLETING' or not g or string.sub(g, 1, #ARGV[1]+1) ~= ARGV[1] ..
 redis.call('HSET', KEYS[1], 'status', 'COMPLETED', 'etag', ARGV[2], 'size', ARGV[3],
   'crc32c', ARGV[4], 'completed_ms', ARGV[5], 'updated_ms', ARGV[5])
 if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'handoff', 'pending') end
+if ARGV[12] ~= '' then redis.call('HSET', KEYS[1], 'detected_ct', ARGV[12]) end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[3], ARGV[6], ARGV[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[9])
@@ -204,13 +206,24 @@ func terminalKeys(id string) []string {
 	return []string{rdb.StateKey(id), rdb.GuardKey(id), rdb.OutboxKey(id), rdb.MetaKey(id), rdb.ReceivedKey(id), rdb.PartsKey(id), rdb.LeasesKey(id)}
 }
 
-// Finish marks the upload COMPLETED with the final object's ETag, size and CRC32C, and
-// records ev in its outbox, atomically, if the caller still holds the guard. With
+// Final describes a completed object.
+type Final struct {
+	ETag   string
+	Size   int64
+	CRC32C uint32
+	// DetectedContentType is the type found in its first bytes, when the declared one
+	// was empty or generic ("" otherwise, or when nothing was recognized).
+	DetectedContentType string
+}
+
+// Finish marks the upload COMPLETED with the final object's ETag, size, CRC32C and
+// detected type, and records ev in its outbox, atomically, if the caller still holds
+// the guard. With
 // handoff, the upload stays in the completion index until HandedOff; otherwise it
 // leaves it. It returns staging.ErrAlreadyCompleted when another completer recorded the
 // completion first (the upload has left the index) and staging.ErrGuardLost when the
 // guard is another's.
-func (c *Completions) Finish(ctx context.Context, id, token, etag string, size int64, crc uint32, ev staging.OutboxEvent, handoff bool) error {
+func (c *Completions) Finish(ctx context.Context, id, token string, f Final, ev staging.OutboxEvent, handoff bool) error {
 	s := c.s
 	h := "0"
 	if handoff {
@@ -220,8 +233,8 @@ func (c *Completions) Finish(ctx context.Context, id, token, etag string, size i
 	var res []any
 	err := s.outbox.Bracket(ctx, id, func() (bool, error) {
 		var err error
-		res, err = finishCompleteScript.Run(ctx, s.c, terminalKeys(id), token, etag, size, crc, s.c.NowMs(),
-			ev.ID, outbox.Record(ev), h, s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel, id).Slice()
+		res, err = finishCompleteScript.Run(ctx, s.c, terminalKeys(id), token, f.ETag, f.Size, f.CRC32C, s.c.NowMs(),
+			ev.ID, outbox.Record(ev), h, s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel, id, f.DetectedContentType).Slice()
 		if err != nil {
 			return false, err
 		}

@@ -96,6 +96,7 @@ if last and total == 0 then
   redis.call('HSET', KEYS[1], 'total', n)
 end
 redis.call('HSET', KEYS[1], 'updated_ms', ARGV[5])
+redis.call('HSETNX', KEYS[1], 'first_ms', ARGV[5])
 for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[6]) end
 redis.call('PEXPIRE', KEYS[6], ARGV[6])
 redis.call('PEXPIRE', KEYS[7], ARGV[6])

@@ -79,11 +79,20 @@ type NewUpload struct {
 	// ExpectedSize is -1 when unknown.
 	ExpectedSize int64
 	// Total is the number of chunks when ExpectedSize is known, else 0.
-	Total                           uint32
-	NodeID                          string
+	Total uint32
+	// InstanceID names the process that creates it.
+	InstanceID                      string
 	Name, ContentType, ClientNodeID string
 	CorrelationID, Tenant           string
 	Metadata                        map[string]string
+	Document
+}
+
+// Document is an upload's document identity and place: its node id (a UUID, always
+// set) and where it comes from. CustomMetadata is a JSON object ("" for none).
+type Document struct {
+	NodeID, ConnectorID, ParentID, Path, Drive string
+	CustomMetadata                             string
 }
 
 // ClaimClientNodeID binds tenant's clientNodeID to id unless it is bound already, and
@@ -134,13 +143,19 @@ func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
 		"status", string(staging.StatusActive), "bucket", u.Bucket, "key", u.Key,
 		"chunk_size", u.ChunkSize, "expected_size", u.ExpectedSize, "total", u.Total,
 		"max_received", 0, "received", 0, "received_bytes", 0, "uploaded", 0,
-		"uploaded_bytes", 0, "s3_upload_id", "", "node_id", u.NodeID, "tenant", u.Tenant,
+		"uploaded_bytes", 0, "s3_upload_id", "", "instance_id", u.InstanceID, "tenant", u.Tenant,
 		"created_ms", now, "updated_ms", now,
 	}
 	args := []any{s.c.KeysTTL(), len(state) / 2}
 	args = append(args, state...)
 	meta := []any{"name", u.Name, "content_type", u.ContentType, "client_node_id", u.ClientNodeID,
-		"correlation_id", u.CorrelationID}
+		"correlation_id", u.CorrelationID, "node_id", u.NodeID}
+	for _, f := range []struct{ name, v string }{{"connector_id", u.ConnectorID}, {"parent_id", u.ParentID},
+		{"path", u.Path}, {"drive", u.Drive}, {"custom_metadata", u.CustomMetadata}} {
+		if f.v != "" { // most uploads have none of these: store only what is there
+			meta = append(meta, f.name, f.v)
+		}
+	}
 	if len(u.Metadata) > 0 {
 		b, err := json.Marshal(u.Metadata)
 		if err != nil {
@@ -195,18 +210,19 @@ func (s *Store) Params(ctx context.Context, id string) (Params, error) {
 
 // Upload is an upload's state as stored.
 type Upload struct {
-	ID                string
-	Status            staging.Status
-	Bucket, Key       string
-	ChunkSize         int64
-	ExpectedSize      int64
-	Total             uint32
-	ReceivedChunks    []uint32
-	ReceivedBytes     int64
-	Uploaded          uint32
-	UploadedBytes     int64
-	MultipartID       string
-	NodeID            string
+	ID             string
+	Status         staging.Status
+	Bucket, Key    string
+	ChunkSize      int64
+	ExpectedSize   int64
+	Total          uint32
+	ReceivedChunks []uint32
+	ReceivedBytes  int64
+	Uploaded       uint32
+	UploadedBytes  int64
+	MultipartID    string
+	// InstanceID names the process that created the upload.
+	InstanceID        string
 	Size              int64
 	ETag              string
 	CRC32C            uint32
@@ -217,10 +233,25 @@ type Upload struct {
 	Tenant            string
 	HandoffPending    bool
 	Metadata          map[string]string
+	Document
+	// DetectedContentType is the type found in the object's first bytes at completion,
+	// when ContentType was empty or generic.
+	DetectedContentType string
 	// Chunks are the received chunks by number, with what the store holds for each.
 	Chunks           []ChunkInfo
 	Created, Updated time.Time
-	Completed        time.Time
+	// FirstChunk is when its first chunk was staged or first part recorded (zero before).
+	FirstChunk time.Time
+	Completed  time.Time
+}
+
+// EffectiveContentType is the type the upload is taken to be: the one detected in its
+// first bytes when the declared one was empty or generic, else the declared one.
+func (u *Upload) EffectiveContentType() string {
+	if u.DetectedContentType != "" {
+		return u.DetectedContentType
+	}
+	return u.ContentType
 }
 
 // ChunkInfo is what the store holds for one received chunk.
@@ -256,12 +287,15 @@ func (s *Store) Get(ctx context.Context, id string) (*Upload, error) {
 		ChunkSize: rdb.I64(h["chunk_size"]), ExpectedSize: rdb.I64(h["expected_size"]),
 		Total: rdb.U32(h["total"]), ReceivedBytes: rdb.I64(h["received_bytes"]),
 		Uploaded: rdb.U32(h["uploaded"]), UploadedBytes: rdb.I64(h["uploaded_bytes"]),
-		MultipartID: h["s3_upload_id"], NodeID: h["node_id"], Size: rdb.I64(h["size"]),
+		MultipartID: h["s3_upload_id"], InstanceID: cmp.Or(h["instance_id"], h["node_id"]), Size: rdb.I64(h["size"]),
 		ETag: h["etag"], CRC32C: rdb.U32(h["crc32c"]), Error: h["error"],
 		Name: m["name"], ContentType: m["content_type"], ClientNodeID: m["client_node_id"],
 		CorrelationID: m["correlation_id"], Tenant: h["tenant"], HandoffPending: h["handoff"] == "pending",
 		Created: rdb.MsTime(h["created_ms"]), Updated: rdb.MsTime(h["updated_ms"]),
-		Completed: rdb.MsTime(h["completed_ms"]),
+		FirstChunk: rdb.MsTime(h["first_ms"]), Completed: rdb.MsTime(h["completed_ms"]),
+		DetectedContentType: h["detected_ct"],
+		Document: Document{NodeID: m["node_id"], ConnectorID: m["connector_id"], ParentID: m["parent_id"],
+			Path: m["path"], Drive: m["drive"], CustomMetadata: m["custom_metadata"]},
 	}
 	if md := m["metadata"]; md != "" {
 		if err := json.Unmarshal([]byte(md), &u.Metadata); err != nil {
@@ -331,6 +365,66 @@ func (s *Store) Leases(ctx context.Context, id string) (map[uint32]time.Time, er
 		out[rdb.U32(k)] = time.UnixMilli(rdb.I64(exp))
 	}
 	return out, nil
+}
+
+// Active is the number of uploads in the active index: uploads not yet completed or
+// ended (an upper bound: an entry whose upload is gone is dropped when visited).
+func (s *Store) Active(ctx context.Context) (int64, error) { return s.active.Len(ctx) }
+
+// nodeIndexScript points a tenant's node id at an upload, unless it points at a newer
+// one already (several uploads may carry one node id: it names the latest), and keeps
+// the longer of the two TTLs.
+//
+//	KEYS[1] node index string ("created_ms|upload id")
+//	ARGV[1] the upload's creation time (unix ms)
+//	ARGV[2] upload id
+//	ARGV[3] TTL (ms)
+//
+// Returns the upload id the node id names afterwards.
+var nodeIndexScript = rdb.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+local ttl = tonumber(ARGV[3])
+if cur then
+  local ms, id = string.match(cur, '^(%d+)|(.*)$')
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl > ttl then ttl = pttl end
+  if ms and id ~= ARGV[2] and (tonumber(ms) > tonumber(ARGV[1]) or (tonumber(ms) == tonumber(ARGV[1]) and id > ARGV[2])) then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    return id
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'PX', ttl)
+return ARGV[2]
+`)
+
+// IndexNode makes tenant's nodeID name upload id (created at created), for at least
+// ttl, unless it names a newer upload. Writers call it after the upload exists; the
+// document's creation calls it again with the document's TTL.
+func (s *Store) IndexNode(ctx context.Context, tenant, nodeID, id string, created time.Time, ttl time.Duration) error {
+	if nodeID == "" {
+		return nil
+	}
+	return nodeIndexScript.Run(ctx, s.c, []string{rdb.NodeKey(tenant, nodeID)}, created.UnixMilli(), id, ttl.Milliseconds()).Err()
+}
+
+// NodeTTL is how long an upload's node index entry lives at first: as long as its keys.
+func (s *Store) NodeTTL() time.Duration { return time.Duration(s.c.KeysTTL()) * time.Millisecond }
+
+// UploadForNode returns the id of the latest upload of tenant that carries nodeID, or
+// staging.ErrNotFound.
+func (s *Store) UploadForNode(ctx context.Context, tenant, nodeID string) (string, error) {
+	v, err := s.c.Client.Get(ctx, rdb.NodeKey(tenant, nodeID)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", staging.ErrNotFound
+	}
+	if err != nil {
+		return "", err
+	}
+	_, id, ok := strings.Cut(v, "|")
+	if !ok || id == "" {
+		return "", staging.ErrNotFound
+	}
+	return id, nil
 }
 
 // readyToComplete indexes upload id as ready to be finalized, then tells the

@@ -270,10 +270,10 @@ func TestCompletionGuardIsTakenOnce(t *testing.T) {
 	if b, _ := s.Completions().Begin(ctx, id, "heir", 10*time.Second); b.Outcome != uploads.Begun {
 		t.Fatalf("begin after lease: %v", b.Outcome)
 	}
-	if err := s.Completions().Finish(ctx, id, "a", "x", 4, 1, staging.OutboxEvent{}, false); !errors.Is(err, staging.ErrGuardLost) {
+	if err := s.Completions().Finish(ctx, id, "a", uploads.Final{ETag: "x", Size: 4, CRC32C: 1}, staging.OutboxEvent{}, false); !errors.Is(err, staging.ErrGuardLost) {
 		t.Fatalf("finish by the dead holder: %v, want ErrGuardLost", err)
 	}
-	if err := s.Completions().Finish(ctx, id, "heir", "etag", 4, c.CRC32C, staging.OutboxEvent{ID: "ev1", Type: "t"}, false); err != nil {
+	if err := s.Completions().Finish(ctx, id, "heir", uploads.Final{ETag: "etag", Size: 4, CRC32C: c.CRC32C}, staging.OutboxEvent{ID: "ev1", Type: "t"}, false); err != nil {
 		t.Fatal(err)
 	}
 	up, _ := s.Get(ctx, id)
@@ -417,5 +417,62 @@ func TestOutboxOldest(t *testing.T) {
 	}
 	if _, ok, err := ob.Oldest(ctx); ok || err != nil {
 		t.Fatalf("after publishing everything: ok=%v err=%v", ok, err)
+	}
+}
+
+// TestNodeIndex: a tenant's node id names the latest upload that carries it, whatever
+// order the writes come in (the document's creation writes it again, later); node ids
+// are per tenant; the longer TTL wins.
+func TestNodeIndex(t *testing.T) {
+	s, clk := newStore(t)
+	ctx := ctxT(t)
+	node := ids.NewUUID()
+	older, newer := ids.New(), ids.New()
+	t0 := clk.Now()
+	if _, err := s.UploadForNode(ctx, "", node); !errors.Is(err, staging.ErrNotFound) {
+		t.Fatalf("unknown node id: %v, want ErrNotFound", err)
+	}
+	if err := s.IndexNode(ctx, "", node, newer, t0.Add(time.Second), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// The older upload's document is created later: it must not take the node id back.
+	if err := s.IndexNode(ctx, "", node, older, t0, 30*24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := s.UploadForNode(ctx, "", node); err != nil || id != newer {
+		t.Fatalf("node id names %q, %v; want the newer upload %s", id, err, newer)
+	}
+	if _, err := s.UploadForNode(ctx, "acme", node); !errors.Is(err, staging.ErrNotFound) {
+		t.Fatalf("another tenant's node id: %v, want ErrNotFound", err)
+	}
+	if err := s.IndexNode(ctx, "", node, newer, t0.Add(time.Second), time.Minute); err != nil { // a shorter TTL again
+		t.Fatal(err)
+	}
+	if id, err := s.UploadForNode(ctx, "", node); err != nil || id != newer {
+		t.Fatalf("node id names %q, %v after a repeat", id, err)
+	}
+}
+
+// TestDocumentFieldsStored: an upload's document identity and place come back as
+// created, and its first chunk's time is recorded when it is staged.
+func TestDocumentFieldsStored(t *testing.T) {
+	s, clk := newStore(t)
+	ctx := ctxT(t)
+	id := ids.New()
+	doc := uploads.Document{NodeID: ids.NewUUID(), ConnectorID: "c", ParentID: "p", Path: "/a/b", Drive: "d", CustomMetadata: `{"k":[1,2]}`}
+	if ok, err := s.Create(ctx, uploads.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 8, ExpectedSize: 3, Total: 1,
+		InstanceID: "api-1", Document: doc}); err != nil || !ok {
+		t.Fatalf("create: %v %v", ok, err)
+	}
+	u, err := s.Get(ctx, id)
+	if err != nil || u.Document != doc || u.InstanceID != "api-1" || !u.FirstChunk.IsZero() {
+		t.Fatalf("upload %+v %v", u, err)
+	}
+	clk.Add(time.Minute)
+	if _, err := s.Stage(ctx, id, 1, []byte("abc"), crc.Checksum([]byte("abc")), true); err != nil {
+		t.Fatal(err)
+	}
+	if u, err = s.Get(ctx, id); err != nil || !u.FirstChunk.Equal(clk.Now()) {
+		t.Fatalf("first chunk at %v (%v), want %v", u.FirstChunk, err, clk.Now())
 	}
 }

@@ -60,6 +60,8 @@ func TestOnCluster(t *testing.T) {
 		{"CompletedEventOnce", TestCompletedEventOnce},
 		{"AbandonedUploadExpires", TestAbandonedUploadExpires},
 		{"OCRDocumentsReachDecision", TestOCRDocumentsReachDecision},
+		{"DocumentIdentityEndToEnd", TestDocumentIdentityEndToEnd},
+		{"DocumentsThroughTheAPI", TestDocumentsThroughTheAPI},
 		{"WokenByShardedPubSub", testWokenByShardedPubSub},
 		// HTTP uploads: the append lock, its fence and the declared size in one slot.
 		{"HTTPUnknownLength", TestHTTPUnknownLength},

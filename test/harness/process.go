@@ -102,7 +102,7 @@ func StartNode(t testing.TB, cfg NodeConfig) *Node {
 	for attempt := 1; ; attempt++ {
 		n.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 		n.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-		n.args = []string{"serve", "--node-id", cfg.Name, "--roles", cfg.Roles,
+		n.args = []string{"serve", "--instance-id", cfg.Name, "--roles", cfg.Roles,
 			"--grpc-addr", n.GRPCAddr, "--http-addr", n.HTTPAddr, "--redis-url", cfg.RedisURL,
 			"--s3-endpoint", endpoint, "--s3-bucket", cfg.Bucket, "--chunk-size", "5MiB",
 			"--lease", "1s", "--completer-lease", "1s", "--sweep-interval", "100ms", "--shutdown-timeout", "3s"}

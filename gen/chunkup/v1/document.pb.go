@@ -9,6 +9,7 @@ package chunkupv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -98,6 +99,62 @@ func (x DocumentStatus) Number() protoreflect.EnumNumber {
 // Deprecated: Use DocumentStatus.Descriptor instead.
 func (DocumentStatus) EnumDescriptor() ([]byte, []int) {
 	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{0}
+}
+
+// OCRQueueSet names a part of the OCR queue that PurgeQueue can empty.
+type OCRQueueSet int32
+
+const (
+	OCRQueueSet_OCR_QUEUE_SET_UNSPECIFIED OCRQueueSet = 0
+	// Jobs waiting for a worker.
+	OCRQueueSet_OCR_QUEUE_SET_PENDING OCRQueueSet = 1
+	// Jobs waiting for a retry.
+	OCRQueueSet_OCR_QUEUE_SET_DELAYED OCRQueueSet = 2
+	// Dead-lettered jobs.
+	OCRQueueSet_OCR_QUEUE_SET_DEAD OCRQueueSet = 3
+)
+
+// Enum value maps for OCRQueueSet.
+var (
+	OCRQueueSet_name = map[int32]string{
+		0: "OCR_QUEUE_SET_UNSPECIFIED",
+		1: "OCR_QUEUE_SET_PENDING",
+		2: "OCR_QUEUE_SET_DELAYED",
+		3: "OCR_QUEUE_SET_DEAD",
+	}
+	OCRQueueSet_value = map[string]int32{
+		"OCR_QUEUE_SET_UNSPECIFIED": 0,
+		"OCR_QUEUE_SET_PENDING":     1,
+		"OCR_QUEUE_SET_DELAYED":     2,
+		"OCR_QUEUE_SET_DEAD":        3,
+	}
+)
+
+func (x OCRQueueSet) Enum() *OCRQueueSet {
+	p := new(OCRQueueSet)
+	*p = x
+	return p
+}
+
+func (x OCRQueueSet) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OCRQueueSet) Descriptor() protoreflect.EnumDescriptor {
+	return file_chunkup_v1_document_proto_enumTypes[1].Descriptor()
+}
+
+func (OCRQueueSet) Type() protoreflect.EnumType {
+	return &file_chunkup_v1_document_proto_enumTypes[1]
+}
+
+func (x OCRQueueSet) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OCRQueueSet.Descriptor instead.
+func (OCRQueueSet) EnumDescriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{1}
 }
 
 // OCRSummary summarizes the recognized text; the full result (text and per-page
@@ -332,15 +389,17 @@ func (x *Verification) GetVerifyTime() *timestamppb.Timestamp {
 
 // Document is the state of one document.
 type Document struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DocumentId    string                 `protobuf:"bytes,1,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
-	UploadId      string                 `protobuf:"bytes,2,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
-	Status        DocumentStatus         `protobuf:"varint,3,opt,name=status,proto3,enum=chunkup.v1.DocumentStatus" json:"status,omitempty"`
-	Bucket        string                 `protobuf:"bytes,4,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Key           string                 `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
-	ContentType   string                 `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
-	Tenant        string                 `protobuf:"bytes,7,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	CorrelationId string                 `protobuf:"bytes,8,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The document's id in chunkup: its upload's id (upload_id repeats it). node_id is
+	// the document's own id (a UUID), which names it too.
+	DocumentId    string         `protobuf:"bytes,1,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
+	UploadId      string         `protobuf:"bytes,2,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	Status        DocumentStatus `protobuf:"varint,3,opt,name=status,proto3,enum=chunkup.v1.DocumentStatus" json:"status,omitempty"`
+	Bucket        string         `protobuf:"bytes,4,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Key           string         `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
+	ContentType   string         `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	Tenant        string         `protobuf:"bytes,7,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	CorrelationId string         `protobuf:"bytes,8,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	// The OCR job currently (or last) responsible for the document.
 	JobId string `protobuf:"bytes,9,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// Failed OCR attempts of the current job.
@@ -354,8 +413,24 @@ type Document struct {
 	Verification       *Verification          `protobuf:"bytes,16,opt,name=verification,proto3" json:"verification,omitempty"`
 	CreateTime         *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	UpdateTime         *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The document's identity and place, from its upload (see CreateUploadRequest).
+	NodeId         string           `protobuf:"bytes,19,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ClientNodeId   string           `protobuf:"bytes,20,opt,name=client_node_id,json=clientNodeId,proto3" json:"client_node_id,omitempty"`
+	ConnectorId    string           `protobuf:"bytes,21,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	ParentId       string           `protobuf:"bytes,22,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	Path           string           `protobuf:"bytes,23,opt,name=path,proto3" json:"path,omitempty"`
+	Drive          string           `protobuf:"bytes,24,opt,name=drive,proto3" json:"drive,omitempty"`
+	CustomMetadata *structpb.Struct `protobuf:"bytes,25,opt,name=custom_metadata,json=customMetadata,proto3" json:"custom_metadata,omitempty"`
+	Name           string           `protobuf:"bytes,26,opt,name=name,proto3" json:"name,omitempty"`
+	// Times the current job was taken back from a worker that died or stalled holding it.
+	// These are not failed attempts; past the server's bound (3 by default) the job is
+	// dead-lettered, as one that kills every worker.
+	Reclaims int32 `protobuf:"varint,27,opt,name=reclaims,proto3" json:"reclaims,omitempty"`
+	// The recognized text, when GetDocumentRequest.include_text asked for it and OCR is
+	// done.
+	Text          *OCRText `protobuf:"bytes,28,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Document) Reset() {
@@ -514,16 +589,233 @@ func (x *Document) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Document) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *Document) GetClientNodeId() string {
+	if x != nil {
+		return x.ClientNodeId
+	}
+	return ""
+}
+
+func (x *Document) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *Document) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *Document) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Document) GetDrive() string {
+	if x != nil {
+		return x.Drive
+	}
+	return ""
+}
+
+func (x *Document) GetCustomMetadata() *structpb.Struct {
+	if x != nil {
+		return x.CustomMetadata
+	}
+	return nil
+}
+
+func (x *Document) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Document) GetReclaims() int32 {
+	if x != nil {
+		return x.Reclaims
+	}
+	return 0
+}
+
+func (x *Document) GetText() *OCRText {
+	if x != nil {
+		return x.Text
+	}
+	return nil
+}
+
+// OCRText is the recognized text of a document, page by page, read from the full result
+// in S3 (result_key) and cut to at most 256 KiB of text in all: pages past the limit
+// keep their word count and confidence with their text cut or empty, and truncated says
+// so.
+type OCRText struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Pages     []*OCRPage             `protobuf:"bytes,1,rep,name=pages,proto3" json:"pages,omitempty"`
+	Truncated bool                   `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	ResultKey string                 `protobuf:"bytes,3,opt,name=result_key,json=resultKey,proto3" json:"result_key,omitempty"`
+	// The engine that recognized it (tesseract, or the remote engine's name).
+	Engine        string `protobuf:"bytes,4,opt,name=engine,proto3" json:"engine,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OCRText) Reset() {
+	*x = OCRText{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OCRText) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OCRText) ProtoMessage() {}
+
+func (x *OCRText) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OCRText.ProtoReflect.Descriptor instead.
+func (*OCRText) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *OCRText) GetPages() []*OCRPage {
+	if x != nil {
+		return x.Pages
+	}
+	return nil
+}
+
+func (x *OCRText) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *OCRText) GetResultKey() string {
+	if x != nil {
+		return x.ResultKey
+	}
+	return ""
+}
+
+func (x *OCRText) GetEngine() string {
+	if x != nil {
+		return x.Engine
+	}
+	return ""
+}
+
+// OCRPage is one page's recognized text.
+type OCRPage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// From 1.
+	Page  int32  `protobuf:"varint,1,opt,name=page,proto3" json:"page,omitempty"`
+	Text  string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	Words int32  `protobuf:"varint,3,opt,name=words,proto3" json:"words,omitempty"`
+	// Mean word confidence, 0–100.
+	MeanConfidence float64 `protobuf:"fixed64,4,opt,name=mean_confidence,json=meanConfidence,proto3" json:"mean_confidence,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *OCRPage) Reset() {
+	*x = OCRPage{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OCRPage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OCRPage) ProtoMessage() {}
+
+func (x *OCRPage) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OCRPage.ProtoReflect.Descriptor instead.
+func (*OCRPage) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *OCRPage) GetPage() int32 {
+	if x != nil {
+		return x.Page
+	}
+	return 0
+}
+
+func (x *OCRPage) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *OCRPage) GetWords() int32 {
+	if x != nil {
+		return x.Words
+	}
+	return 0
+}
+
+func (x *OCRPage) GetMeanConfidence() float64 {
+	if x != nil {
+		return x.MeanConfidence
+	}
+	return 0
+}
+
 type GetDocumentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DocumentId    string                 `protobuf:"bytes,1,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The upload id or the node_id.
+	DocumentId string `protobuf:"bytes,1,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
+	// Also return the recognized text (Document.text), read from S3: one object read.
+	IncludeText   bool `protobuf:"varint,2,opt,name=include_text,json=includeText,proto3" json:"include_text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetDocumentRequest) Reset() {
 	*x = GetDocumentRequest{}
-	mi := &file_chunkup_v1_document_proto_msgTypes[4]
+	mi := &file_chunkup_v1_document_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +827,7 @@ func (x *GetDocumentRequest) String() string {
 func (*GetDocumentRequest) ProtoMessage() {}
 
 func (x *GetDocumentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_document_proto_msgTypes[4]
+	mi := &file_chunkup_v1_document_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +840,7 @@ func (x *GetDocumentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDocumentRequest.ProtoReflect.Descriptor instead.
 func (*GetDocumentRequest) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{4}
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetDocumentRequest) GetDocumentId() string {
@@ -556,6 +848,13 @@ func (x *GetDocumentRequest) GetDocumentId() string {
 		return x.DocumentId
 	}
 	return ""
+}
+
+func (x *GetDocumentRequest) GetIncludeText() bool {
+	if x != nil {
+		return x.IncludeText
+	}
+	return false
 }
 
 type GetDocumentResponse struct {
@@ -567,7 +866,7 @@ type GetDocumentResponse struct {
 
 func (x *GetDocumentResponse) Reset() {
 	*x = GetDocumentResponse{}
-	mi := &file_chunkup_v1_document_proto_msgTypes[5]
+	mi := &file_chunkup_v1_document_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -579,7 +878,7 @@ func (x *GetDocumentResponse) String() string {
 func (*GetDocumentResponse) ProtoMessage() {}
 
 func (x *GetDocumentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_document_proto_msgTypes[5]
+	mi := &file_chunkup_v1_document_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -592,7 +891,7 @@ func (x *GetDocumentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDocumentResponse.ProtoReflect.Descriptor instead.
 func (*GetDocumentResponse) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{5}
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetDocumentResponse) GetDocument() *Document {
@@ -618,7 +917,8 @@ type DocumentStatusChanged struct {
 	Key            string                 `protobuf:"bytes,9,opt,name=key,proto3" json:"key,omitempty"`
 	ContentType    string                 `protobuf:"bytes,10,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	JobId          string                 `protobuf:"bytes,11,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	// The node that made the transition.
+	// The document's id (a UUID, the upload's node_id). Before the document fields
+	// existed, this field named the chunkup process; that is instance_id now.
 	NodeId string `protobuf:"bytes,12,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// For FAILED.
 	Error              string `protobuf:"bytes,13,opt,name=error,proto3" json:"error,omitempty"`
@@ -629,15 +929,26 @@ type DocumentStatusChanged struct {
 	// For AI_EVALUATED and the automatic decisions.
 	Evaluation *Evaluation `protobuf:"bytes,17,opt,name=evaluation,proto3" json:"evaluation,omitempty"`
 	// For APPROVED and REJECTED.
-	Verification  *Verification          `protobuf:"bytes,18,opt,name=verification,proto3" json:"verification,omitempty"`
-	EventTime     *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=event_time,json=eventTime,proto3" json:"event_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Verification *Verification          `protobuf:"bytes,18,opt,name=verification,proto3" json:"verification,omitempty"`
+	EventTime    *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=event_time,json=eventTime,proto3" json:"event_time,omitempty"`
+	// The chunkup process that made the transition.
+	InstanceId string `protobuf:"bytes,20,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// The document's identity and place, from its upload (see CreateUploadRequest).
+	ClientNodeId   string           `protobuf:"bytes,21,opt,name=client_node_id,json=clientNodeId,proto3" json:"client_node_id,omitempty"`
+	ConnectorId    string           `protobuf:"bytes,22,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	ParentId       string           `protobuf:"bytes,23,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	Path           string           `protobuf:"bytes,24,opt,name=path,proto3" json:"path,omitempty"`
+	Drive          string           `protobuf:"bytes,25,opt,name=drive,proto3" json:"drive,omitempty"`
+	CustomMetadata *structpb.Struct `protobuf:"bytes,26,opt,name=custom_metadata,json=customMetadata,proto3" json:"custom_metadata,omitempty"`
+	Name           string           `protobuf:"bytes,27,opt,name=name,proto3" json:"name,omitempty"`
+	Reclaims       int32            `protobuf:"varint,28,opt,name=reclaims,proto3" json:"reclaims,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DocumentStatusChanged) Reset() {
 	*x = DocumentStatusChanged{}
-	mi := &file_chunkup_v1_document_proto_msgTypes[6]
+	mi := &file_chunkup_v1_document_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +960,7 @@ func (x *DocumentStatusChanged) String() string {
 func (*DocumentStatusChanged) ProtoMessage() {}
 
 func (x *DocumentStatusChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkup_v1_document_proto_msgTypes[6]
+	mi := &file_chunkup_v1_document_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +973,7 @@ func (x *DocumentStatusChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DocumentStatusChanged.ProtoReflect.Descriptor instead.
 func (*DocumentStatusChanged) Descriptor() ([]byte, []int) {
-	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{6}
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DocumentStatusChanged) GetEventId() string {
@@ -798,12 +1109,1008 @@ func (x *DocumentStatusChanged) GetEventTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *DocumentStatusChanged) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *DocumentStatusChanged) GetClientNodeId() string {
+	if x != nil {
+		return x.ClientNodeId
+	}
+	return ""
+}
+
+func (x *DocumentStatusChanged) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *DocumentStatusChanged) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *DocumentStatusChanged) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *DocumentStatusChanged) GetDrive() string {
+	if x != nil {
+		return x.Drive
+	}
+	return ""
+}
+
+func (x *DocumentStatusChanged) GetCustomMetadata() *structpb.Struct {
+	if x != nil {
+		return x.CustomMetadata
+	}
+	return nil
+}
+
+func (x *DocumentStatusChanged) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DocumentStatusChanged) GetReclaims() int32 {
+	if x != nil {
+		return x.Reclaims
+	}
+	return 0
+}
+
+type WatchDocumentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The upload id or the node_id.
+	DocumentId    string `protobuf:"bytes,1,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchDocumentRequest) Reset() {
+	*x = WatchDocumentRequest{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchDocumentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchDocumentRequest) ProtoMessage() {}
+
+func (x *WatchDocumentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchDocumentRequest.ProtoReflect.Descriptor instead.
+func (*WatchDocumentRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WatchDocumentRequest) GetDocumentId() string {
+	if x != nil {
+		return x.DocumentId
+	}
+	return ""
+}
+
+type WatchDocumentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Document      *Document              `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchDocumentResponse) Reset() {
+	*x = WatchDocumentResponse{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchDocumentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchDocumentResponse) ProtoMessage() {}
+
+func (x *WatchDocumentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchDocumentResponse.ProtoReflect.Descriptor instead.
+func (*WatchDocumentResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *WatchDocumentResponse) GetDocument() *Document {
+	if x != nil {
+		return x.Document
+	}
+	return nil
+}
+
+type ReprocessDocumentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The upload id or the node_id.
+	DocumentId string `protobuf:"bytes,1,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
+	// Enqueue even if the document was processed or has a job.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReprocessDocumentRequest) Reset() {
+	*x = ReprocessDocumentRequest{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReprocessDocumentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReprocessDocumentRequest) ProtoMessage() {}
+
+func (x *ReprocessDocumentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReprocessDocumentRequest.ProtoReflect.Descriptor instead.
+func (*ReprocessDocumentRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReprocessDocumentRequest) GetDocumentId() string {
+	if x != nil {
+		return x.DocumentId
+	}
+	return ""
+}
+
+func (x *ReprocessDocumentRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type ReprocessDocumentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The document's job (the new one, or the one it had).
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// False when the document had a job already and force was not set.
+	Enqueued      bool      `protobuf:"varint,2,opt,name=enqueued,proto3" json:"enqueued,omitempty"`
+	Document      *Document `protobuf:"bytes,3,opt,name=document,proto3" json:"document,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReprocessDocumentResponse) Reset() {
+	*x = ReprocessDocumentResponse{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReprocessDocumentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReprocessDocumentResponse) ProtoMessage() {}
+
+func (x *ReprocessDocumentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReprocessDocumentResponse.ProtoReflect.Descriptor instead.
+func (*ReprocessDocumentResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReprocessDocumentResponse) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ReprocessDocumentResponse) GetEnqueued() bool {
+	if x != nil {
+		return x.Enqueued
+	}
+	return false
+}
+
+func (x *ReprocessDocumentResponse) GetDocument() *Document {
+	if x != nil {
+		return x.Document
+	}
+	return nil
+}
+
+type GetOCRStatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOCRStatsRequest) Reset() {
+	*x = GetOCRStatsRequest{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOCRStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOCRStatsRequest) ProtoMessage() {}
+
+func (x *GetOCRStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOCRStatsRequest.ProtoReflect.Descriptor instead.
+func (*GetOCRStatsRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{13}
+}
+
+type GetOCRStatsResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Pending  int64                  `protobuf:"varint,1,opt,name=pending,proto3" json:"pending,omitempty"`
+	InFlight int64                  `protobuf:"varint,2,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Delayed  int64                  `protobuf:"varint,3,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	Dead     int64                  `protobuf:"varint,4,opt,name=dead,proto3" json:"dead,omitempty"`
+	// How long the oldest pending job has waited (unset when none waits).
+	OldestPendingAge *durationpb.Duration `protobuf:"bytes,5,opt,name=oldest_pending_age,json=oldestPendingAge,proto3" json:"oldest_pending_age,omitempty"`
+	// The processes running OCR workers that reported in the last 30 seconds.
+	Workers       []*OCRWorker `protobuf:"bytes,6,rep,name=workers,proto3" json:"workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOCRStatsResponse) Reset() {
+	*x = GetOCRStatsResponse{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOCRStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOCRStatsResponse) ProtoMessage() {}
+
+func (x *GetOCRStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOCRStatsResponse.ProtoReflect.Descriptor instead.
+func (*GetOCRStatsResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetOCRStatsResponse) GetPending() int64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *GetOCRStatsResponse) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *GetOCRStatsResponse) GetDelayed() int64 {
+	if x != nil {
+		return x.Delayed
+	}
+	return 0
+}
+
+func (x *GetOCRStatsResponse) GetDead() int64 {
+	if x != nil {
+		return x.Dead
+	}
+	return 0
+}
+
+func (x *GetOCRStatsResponse) GetOldestPendingAge() *durationpb.Duration {
+	if x != nil {
+		return x.OldestPendingAge
+	}
+	return nil
+}
+
+func (x *GetOCRStatsResponse) GetWorkers() []*OCRWorker {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+// OCRWorker is one process's OCR workers, as they last reported (every 5 s).
+type OCRWorker struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId string                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// The engine configured: tesseract, or remote (--ocr-engine-url).
+	Engine string `protobuf:"bytes,2,opt,name=engine,proto3" json:"engine,omitempty"`
+	// The engine jobs run on now: the configured one, or tesseract while a remote engine
+	// is unavailable and fallback is on.
+	ActiveEngine string `protobuf:"bytes,3,opt,name=active_engine,json=activeEngine,proto3" json:"active_engine,omitempty"`
+	// Whether the configured engine answered its last health check, and if not why.
+	EngineHealthy bool   `protobuf:"varint,4,opt,name=engine_healthy,json=engineHealthy,proto3" json:"engine_healthy,omitempty"`
+	EngineError   string `protobuf:"bytes,5,opt,name=engine_error,json=engineError,proto3" json:"engine_error,omitempty"`
+	// Whether jobs fall back to tesseract when the remote engine is unavailable.
+	Fallback    bool  `protobuf:"varint,6,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	Concurrency int32 `protobuf:"varint,7,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// Jobs running now.
+	Processing int32 `protobuf:"varint,8,opt,name=processing,proto3" json:"processing,omitempty"`
+	// Jobs run to a decision since the process started.
+	Processed     int64                  `protobuf:"varint,9,opt,name=processed,proto3" json:"processed,omitempty"`
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	ReportTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=report_time,json=reportTime,proto3" json:"report_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OCRWorker) Reset() {
+	*x = OCRWorker{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OCRWorker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OCRWorker) ProtoMessage() {}
+
+func (x *OCRWorker) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OCRWorker.ProtoReflect.Descriptor instead.
+func (*OCRWorker) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *OCRWorker) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *OCRWorker) GetEngine() string {
+	if x != nil {
+		return x.Engine
+	}
+	return ""
+}
+
+func (x *OCRWorker) GetActiveEngine() string {
+	if x != nil {
+		return x.ActiveEngine
+	}
+	return ""
+}
+
+func (x *OCRWorker) GetEngineHealthy() bool {
+	if x != nil {
+		return x.EngineHealthy
+	}
+	return false
+}
+
+func (x *OCRWorker) GetEngineError() string {
+	if x != nil {
+		return x.EngineError
+	}
+	return ""
+}
+
+func (x *OCRWorker) GetFallback() bool {
+	if x != nil {
+		return x.Fallback
+	}
+	return false
+}
+
+func (x *OCRWorker) GetConcurrency() int32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *OCRWorker) GetProcessing() int32 {
+	if x != nil {
+		return x.Processing
+	}
+	return 0
+}
+
+func (x *OCRWorker) GetProcessed() int64 {
+	if x != nil {
+		return x.Processed
+	}
+	return 0
+}
+
+func (x *OCRWorker) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *OCRWorker) GetReportTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportTime
+	}
+	return nil
+}
+
+type ListDeadJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many jobs (default 100, at most 1000).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From next_page_token of the previous page; empty for the first.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeadJobsRequest) Reset() {
+	*x = ListDeadJobsRequest{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeadJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeadJobsRequest) ProtoMessage() {}
+
+func (x *ListDeadJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeadJobsRequest.ProtoReflect.Descriptor instead.
+func (*ListDeadJobsRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListDeadJobsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListDeadJobsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListDeadJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Jobs  []*OCRJob              `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// Dead-lettered jobs in all.
+	Total int64 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeadJobsResponse) Reset() {
+	*x = ListDeadJobsResponse{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeadJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeadJobsResponse) ProtoMessage() {}
+
+func (x *ListDeadJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeadJobsResponse.ProtoReflect.Descriptor instead.
+func (*ListDeadJobsResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListDeadJobsResponse) GetJobs() []*OCRJob {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *ListDeadJobsResponse) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ListDeadJobsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// OCRJob is an OCR job as stored, with its error history.
+type OCRJob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	DocumentId    string                 `protobuf:"bytes,2,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
+	CorrelationId string                 `protobuf:"bytes,3,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	Tenant        string                 `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Failed attempts.
+	Attempts int32 `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// Times it was taken back from a worker that died or stalled.
+	Reclaims int32 `protobuf:"varint,6,opt,name=reclaims,proto3" json:"reclaims,omitempty"`
+	// Why and when it was dead-lettered.
+	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	DeadTime      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=dead_time,json=deadTime,proto3" json:"dead_time,omitempty"`
+	Errors        []*OCRJobError         `protobuf:"bytes,9,rep,name=errors,proto3" json:"errors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OCRJob) Reset() {
+	*x = OCRJob{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OCRJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OCRJob) ProtoMessage() {}
+
+func (x *OCRJob) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OCRJob.ProtoReflect.Descriptor instead.
+func (*OCRJob) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *OCRJob) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *OCRJob) GetDocumentId() string {
+	if x != nil {
+		return x.DocumentId
+	}
+	return ""
+}
+
+func (x *OCRJob) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
+func (x *OCRJob) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *OCRJob) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *OCRJob) GetReclaims() int32 {
+	if x != nil {
+		return x.Reclaims
+	}
+	return 0
+}
+
+func (x *OCRJob) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *OCRJob) GetDeadTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeadTime
+	}
+	return nil
+}
+
+func (x *OCRJob) GetErrors() []*OCRJobError {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+type OCRJobError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	Attempt       int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OCRJobError) Reset() {
+	*x = OCRJobError{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OCRJobError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OCRJobError) ProtoMessage() {}
+
+func (x *OCRJobError) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OCRJobError.ProtoReflect.Descriptor instead.
+func (*OCRJobError) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *OCRJobError) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *OCRJobError) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *OCRJobError) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type RequeueDeadJobsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	JobIds []string               `protobuf:"bytes,1,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	// Requeue every dead-lettered job (job_ids must then be empty).
+	All           bool `protobuf:"varint,2,opt,name=all,proto3" json:"all,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequeueDeadJobsRequest) Reset() {
+	*x = RequeueDeadJobsRequest{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequeueDeadJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequeueDeadJobsRequest) ProtoMessage() {}
+
+func (x *RequeueDeadJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequeueDeadJobsRequest.ProtoReflect.Descriptor instead.
+func (*RequeueDeadJobsRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RequeueDeadJobsRequest) GetJobIds() []string {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+func (x *RequeueDeadJobsRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+type RequeueDeadJobsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Requeued      int32                  `protobuf:"varint,1,opt,name=requeued,proto3" json:"requeued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequeueDeadJobsResponse) Reset() {
+	*x = RequeueDeadJobsResponse{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequeueDeadJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequeueDeadJobsResponse) ProtoMessage() {}
+
+func (x *RequeueDeadJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequeueDeadJobsResponse.ProtoReflect.Descriptor instead.
+func (*RequeueDeadJobsResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RequeueDeadJobsResponse) GetRequeued() int32 {
+	if x != nil {
+		return x.Requeued
+	}
+	return 0
+}
+
+type PurgeQueueRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         OCRQueueSet            `protobuf:"varint,1,opt,name=queue,proto3,enum=chunkup.v1.OCRQueueSet" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeQueueRequest) Reset() {
+	*x = PurgeQueueRequest{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeQueueRequest) ProtoMessage() {}
+
+func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
+func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PurgeQueueRequest) GetQueue() OCRQueueSet {
+	if x != nil {
+		return x.Queue
+	}
+	return OCRQueueSet_OCR_QUEUE_SET_UNSPECIFIED
+}
+
+type PurgeQueueResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Jobs removed.
+	Purged        int64 `protobuf:"varint,1,opt,name=purged,proto3" json:"purged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeQueueResponse) Reset() {
+	*x = PurgeQueueResponse{}
+	mi := &file_chunkup_v1_document_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeQueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeQueueResponse) ProtoMessage() {}
+
+func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_document_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
+func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_document_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PurgeQueueResponse) GetPurged() int64 {
+	if x != nil {
+		return x.Purged
+	}
+	return 0
+}
+
 var File_chunkup_v1_document_proto protoreflect.FileDescriptor
 
 const file_chunkup_v1_document_proto_rawDesc = "" +
 	"\n" +
 	"\x19chunkup/v1/document.proto\x12\n" +
-	"chunkup.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa9\x01\n" +
+	"chunkup.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa9\x01\n" +
 	"\n" +
 	"OCRSummary\x12\x1d\n" +
 	"\n" +
@@ -824,7 +2131,7 @@ const file_chunkup_v1_document_proto_rawDesc = "" +
 	"\bdecision\x18\x04 \x01(\tR\bdecision\x123\n" +
 	"\bmetadata\x18\x05 \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12;\n" +
 	"\vverify_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"verifyTime\"\xd8\x05\n" +
+	"verifyTime\"\x9c\b\n" +
 	"\bDocument\x12\x1f\n" +
 	"\vdocument_id\x18\x01 \x01(\tR\n" +
 	"documentId\x12\x1b\n" +
@@ -850,12 +2157,34 @@ const file_chunkup_v1_document_proto_rawDesc = "" +
 	"\vcreate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"5\n" +
+	"updateTime\x12\x17\n" +
+	"\anode_id\x18\x13 \x01(\tR\x06nodeId\x12$\n" +
+	"\x0eclient_node_id\x18\x14 \x01(\tR\fclientNodeId\x12!\n" +
+	"\fconnector_id\x18\x15 \x01(\tR\vconnectorId\x12\x1b\n" +
+	"\tparent_id\x18\x16 \x01(\tR\bparentId\x12\x12\n" +
+	"\x04path\x18\x17 \x01(\tR\x04path\x12\x14\n" +
+	"\x05drive\x18\x18 \x01(\tR\x05drive\x12@\n" +
+	"\x0fcustom_metadata\x18\x19 \x01(\v2\x17.google.protobuf.StructR\x0ecustomMetadata\x12\x12\n" +
+	"\x04name\x18\x1a \x01(\tR\x04name\x12\x1a\n" +
+	"\breclaims\x18\x1b \x01(\x05R\breclaims\x12'\n" +
+	"\x04text\x18\x1c \x01(\v2\x13.chunkup.v1.OCRTextR\x04text\"\x89\x01\n" +
+	"\aOCRText\x12)\n" +
+	"\x05pages\x18\x01 \x03(\v2\x13.chunkup.v1.OCRPageR\x05pages\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12\x1d\n" +
+	"\n" +
+	"result_key\x18\x03 \x01(\tR\tresultKey\x12\x16\n" +
+	"\x06engine\x18\x04 \x01(\tR\x06engine\"p\n" +
+	"\aOCRPage\x12\x12\n" +
+	"\x04page\x18\x01 \x01(\x05R\x04page\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12\x14\n" +
+	"\x05words\x18\x03 \x01(\x05R\x05words\x12'\n" +
+	"\x0fmean_confidence\x18\x04 \x01(\x01R\x0emeanConfidence\"X\n" +
 	"\x12GetDocumentRequest\x12\x1f\n" +
 	"\vdocument_id\x18\x01 \x01(\tR\n" +
-	"documentId\"G\n" +
+	"documentId\x12!\n" +
+	"\finclude_text\x18\x02 \x01(\bR\vincludeText\"G\n" +
 	"\x13GetDocumentResponse\x120\n" +
-	"\bdocument\x18\x01 \x01(\v2\x14.chunkup.v1.DocumentR\bdocument\"\xe4\x05\n" +
+	"\bdocument\x18\x01 \x01(\v2\x14.chunkup.v1.DocumentR\bdocument\"\x87\b\n" +
 	"\x15DocumentStatusChanged\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1f\n" +
 	"\vdocument_id\x18\x02 \x01(\tR\n" +
@@ -880,7 +2209,88 @@ const file_chunkup_v1_document_proto_rawDesc = "" +
 	"evaluation\x12<\n" +
 	"\fverification\x18\x12 \x01(\v2\x18.chunkup.v1.VerificationR\fverification\x129\n" +
 	"\n" +
-	"event_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\teventTime*\xf4\x02\n" +
+	"event_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\teventTime\x12\x1f\n" +
+	"\vinstance_id\x18\x14 \x01(\tR\n" +
+	"instanceId\x12$\n" +
+	"\x0eclient_node_id\x18\x15 \x01(\tR\fclientNodeId\x12!\n" +
+	"\fconnector_id\x18\x16 \x01(\tR\vconnectorId\x12\x1b\n" +
+	"\tparent_id\x18\x17 \x01(\tR\bparentId\x12\x12\n" +
+	"\x04path\x18\x18 \x01(\tR\x04path\x12\x14\n" +
+	"\x05drive\x18\x19 \x01(\tR\x05drive\x12@\n" +
+	"\x0fcustom_metadata\x18\x1a \x01(\v2\x17.google.protobuf.StructR\x0ecustomMetadata\x12\x12\n" +
+	"\x04name\x18\x1b \x01(\tR\x04name\x12\x1a\n" +
+	"\breclaims\x18\x1c \x01(\x05R\breclaims\"7\n" +
+	"\x14WatchDocumentRequest\x12\x1f\n" +
+	"\vdocument_id\x18\x01 \x01(\tR\n" +
+	"documentId\"I\n" +
+	"\x15WatchDocumentResponse\x120\n" +
+	"\bdocument\x18\x01 \x01(\v2\x14.chunkup.v1.DocumentR\bdocument\"Q\n" +
+	"\x18ReprocessDocumentRequest\x12\x1f\n" +
+	"\vdocument_id\x18\x01 \x01(\tR\n" +
+	"documentId\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x80\x01\n" +
+	"\x19ReprocessDocumentResponse\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1a\n" +
+	"\benqueued\x18\x02 \x01(\bR\benqueued\x120\n" +
+	"\bdocument\x18\x03 \x01(\v2\x14.chunkup.v1.DocumentR\bdocument\"\x14\n" +
+	"\x12GetOCRStatsRequest\"\xf4\x01\n" +
+	"\x13GetOCRStatsResponse\x12\x18\n" +
+	"\apending\x18\x01 \x01(\x03R\apending\x12\x1b\n" +
+	"\tin_flight\x18\x02 \x01(\x03R\binFlight\x12\x18\n" +
+	"\adelayed\x18\x03 \x01(\x03R\adelayed\x12\x12\n" +
+	"\x04dead\x18\x04 \x01(\x03R\x04dead\x12G\n" +
+	"\x12oldest_pending_age\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x10oldestPendingAge\x12/\n" +
+	"\aworkers\x18\x06 \x03(\v2\x15.chunkup.v1.OCRWorkerR\aworkers\"\xa7\x03\n" +
+	"\tOCRWorker\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\tR\n" +
+	"instanceId\x12\x16\n" +
+	"\x06engine\x18\x02 \x01(\tR\x06engine\x12#\n" +
+	"\ractive_engine\x18\x03 \x01(\tR\factiveEngine\x12%\n" +
+	"\x0eengine_healthy\x18\x04 \x01(\bR\rengineHealthy\x12!\n" +
+	"\fengine_error\x18\x05 \x01(\tR\vengineError\x12\x1a\n" +
+	"\bfallback\x18\x06 \x01(\bR\bfallback\x12 \n" +
+	"\vconcurrency\x18\a \x01(\x05R\vconcurrency\x12\x1e\n" +
+	"\n" +
+	"processing\x18\b \x01(\x05R\n" +
+	"processing\x12\x1c\n" +
+	"\tprocessed\x18\t \x01(\x03R\tprocessed\x129\n" +
+	"\n" +
+	"start_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12;\n" +
+	"\vreport_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportTime\"Q\n" +
+	"\x13ListDeadJobsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"|\n" +
+	"\x14ListDeadJobsResponse\x12&\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x12.chunkup.v1.OCRJobR\x04jobs\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x03R\x05total\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\xb9\x02\n" +
+	"\x06OCRJob\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1f\n" +
+	"\vdocument_id\x18\x02 \x01(\tR\n" +
+	"documentId\x12%\n" +
+	"\x0ecorrelation_id\x18\x03 \x01(\tR\rcorrelationId\x12\x16\n" +
+	"\x06tenant\x18\x04 \x01(\tR\x06tenant\x12\x1a\n" +
+	"\battempts\x18\x05 \x01(\x05R\battempts\x12\x1a\n" +
+	"\breclaims\x18\x06 \x01(\x05R\breclaims\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x127\n" +
+	"\tdead_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bdeadTime\x12/\n" +
+	"\x06errors\x18\t \x03(\v2\x17.chunkup.v1.OCRJobErrorR\x06errors\"m\n" +
+	"\vOCRJobError\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"C\n" +
+	"\x16RequeueDeadJobsRequest\x12\x17\n" +
+	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\x12\x10\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\"5\n" +
+	"\x17RequeueDeadJobsResponse\x12\x1a\n" +
+	"\brequeued\x18\x01 \x01(\x05R\brequeued\"B\n" +
+	"\x11PurgeQueueRequest\x12-\n" +
+	"\x05queue\x18\x01 \x01(\x0e2\x17.chunkup.v1.OCRQueueSetR\x05queue\",\n" +
+	"\x12PurgeQueueResponse\x12\x16\n" +
+	"\x06purged\x18\x01 \x01(\x03R\x06purged*\xf4\x02\n" +
 	"\x0eDocumentStatus\x12\x1f\n" +
 	"\x1bDOCUMENT_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18DOCUMENT_STATUS_UPLOADED\x10\x01\x12\x1e\n" +
@@ -893,9 +2303,21 @@ const file_chunkup_v1_document_proto_rawDesc = "" +
 	"\x18DOCUMENT_STATUS_APPROVED\x10\b\x12\x1c\n" +
 	"\x18DOCUMENT_STATUS_REJECTED\x10\t\x12\x1a\n" +
 	"\x16DOCUMENT_STATUS_FAILED\x10\n" +
-	"2a\n" +
+	"*z\n" +
+	"\vOCRQueueSet\x12\x1d\n" +
+	"\x19OCR_QUEUE_SET_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15OCR_QUEUE_SET_PENDING\x10\x01\x12\x19\n" +
+	"\x15OCR_QUEUE_SET_DELAYED\x10\x02\x12\x16\n" +
+	"\x12OCR_QUEUE_SET_DEAD\x10\x032\xe7\x04\n" +
 	"\x0fDocumentService\x12N\n" +
-	"\vGetDocument\x12\x1e.chunkup.v1.GetDocumentRequest\x1a\x1f.chunkup.v1.GetDocumentResponseB5Z3github.com/chunkup/chunkup/gen/chunkup/v1;chunkupv1b\x06proto3"
+	"\vGetDocument\x12\x1e.chunkup.v1.GetDocumentRequest\x1a\x1f.chunkup.v1.GetDocumentResponse\x12V\n" +
+	"\rWatchDocument\x12 .chunkup.v1.WatchDocumentRequest\x1a!.chunkup.v1.WatchDocumentResponse0\x01\x12`\n" +
+	"\x11ReprocessDocument\x12$.chunkup.v1.ReprocessDocumentRequest\x1a%.chunkup.v1.ReprocessDocumentResponse\x12N\n" +
+	"\vGetOCRStats\x12\x1e.chunkup.v1.GetOCRStatsRequest\x1a\x1f.chunkup.v1.GetOCRStatsResponse\x12Q\n" +
+	"\fListDeadJobs\x12\x1f.chunkup.v1.ListDeadJobsRequest\x1a .chunkup.v1.ListDeadJobsResponse\x12Z\n" +
+	"\x0fRequeueDeadJobs\x12\".chunkup.v1.RequeueDeadJobsRequest\x1a#.chunkup.v1.RequeueDeadJobsResponse\x12K\n" +
+	"\n" +
+	"PurgeQueue\x12\x1d.chunkup.v1.PurgeQueueRequest\x1a\x1e.chunkup.v1.PurgeQueueResponseB5Z3github.com/chunkup/chunkup/gen/chunkup/v1;chunkupv1b\x06proto3"
 
 var (
 	file_chunkup_v1_document_proto_rawDescOnce sync.Once
@@ -909,44 +2331,90 @@ func file_chunkup_v1_document_proto_rawDescGZIP() []byte {
 	return file_chunkup_v1_document_proto_rawDescData
 }
 
-var file_chunkup_v1_document_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_chunkup_v1_document_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_chunkup_v1_document_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_chunkup_v1_document_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_chunkup_v1_document_proto_goTypes = []any{
-	(DocumentStatus)(0),           // 0: chunkup.v1.DocumentStatus
-	(*OCRSummary)(nil),            // 1: chunkup.v1.OCRSummary
-	(*Evaluation)(nil),            // 2: chunkup.v1.Evaluation
-	(*Verification)(nil),          // 3: chunkup.v1.Verification
-	(*Document)(nil),              // 4: chunkup.v1.Document
-	(*GetDocumentRequest)(nil),    // 5: chunkup.v1.GetDocumentRequest
-	(*GetDocumentResponse)(nil),   // 6: chunkup.v1.GetDocumentResponse
-	(*DocumentStatusChanged)(nil), // 7: chunkup.v1.DocumentStatusChanged
-	(*structpb.Struct)(nil),       // 8: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(DocumentStatus)(0),               // 0: chunkup.v1.DocumentStatus
+	(OCRQueueSet)(0),                  // 1: chunkup.v1.OCRQueueSet
+	(*OCRSummary)(nil),                // 2: chunkup.v1.OCRSummary
+	(*Evaluation)(nil),                // 3: chunkup.v1.Evaluation
+	(*Verification)(nil),              // 4: chunkup.v1.Verification
+	(*Document)(nil),                  // 5: chunkup.v1.Document
+	(*OCRText)(nil),                   // 6: chunkup.v1.OCRText
+	(*OCRPage)(nil),                   // 7: chunkup.v1.OCRPage
+	(*GetDocumentRequest)(nil),        // 8: chunkup.v1.GetDocumentRequest
+	(*GetDocumentResponse)(nil),       // 9: chunkup.v1.GetDocumentResponse
+	(*DocumentStatusChanged)(nil),     // 10: chunkup.v1.DocumentStatusChanged
+	(*WatchDocumentRequest)(nil),      // 11: chunkup.v1.WatchDocumentRequest
+	(*WatchDocumentResponse)(nil),     // 12: chunkup.v1.WatchDocumentResponse
+	(*ReprocessDocumentRequest)(nil),  // 13: chunkup.v1.ReprocessDocumentRequest
+	(*ReprocessDocumentResponse)(nil), // 14: chunkup.v1.ReprocessDocumentResponse
+	(*GetOCRStatsRequest)(nil),        // 15: chunkup.v1.GetOCRStatsRequest
+	(*GetOCRStatsResponse)(nil),       // 16: chunkup.v1.GetOCRStatsResponse
+	(*OCRWorker)(nil),                 // 17: chunkup.v1.OCRWorker
+	(*ListDeadJobsRequest)(nil),       // 18: chunkup.v1.ListDeadJobsRequest
+	(*ListDeadJobsResponse)(nil),      // 19: chunkup.v1.ListDeadJobsResponse
+	(*OCRJob)(nil),                    // 20: chunkup.v1.OCRJob
+	(*OCRJobError)(nil),               // 21: chunkup.v1.OCRJobError
+	(*RequeueDeadJobsRequest)(nil),    // 22: chunkup.v1.RequeueDeadJobsRequest
+	(*RequeueDeadJobsResponse)(nil),   // 23: chunkup.v1.RequeueDeadJobsResponse
+	(*PurgeQueueRequest)(nil),         // 24: chunkup.v1.PurgeQueueRequest
+	(*PurgeQueueResponse)(nil),        // 25: chunkup.v1.PurgeQueueResponse
+	(*structpb.Struct)(nil),           // 26: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),     // 27: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 28: google.protobuf.Duration
 }
 var file_chunkup_v1_document_proto_depIdxs = []int32{
-	8,  // 0: chunkup.v1.Verification.metadata:type_name -> google.protobuf.Struct
-	9,  // 1: chunkup.v1.Verification.verify_time:type_name -> google.protobuf.Timestamp
+	26, // 0: chunkup.v1.Verification.metadata:type_name -> google.protobuf.Struct
+	27, // 1: chunkup.v1.Verification.verify_time:type_name -> google.protobuf.Timestamp
 	0,  // 2: chunkup.v1.Document.status:type_name -> chunkup.v1.DocumentStatus
-	9,  // 3: chunkup.v1.Document.error_time:type_name -> google.protobuf.Timestamp
-	1,  // 4: chunkup.v1.Document.ocr:type_name -> chunkup.v1.OCRSummary
-	2,  // 5: chunkup.v1.Document.evaluation:type_name -> chunkup.v1.Evaluation
-	3,  // 6: chunkup.v1.Document.verification:type_name -> chunkup.v1.Verification
-	9,  // 7: chunkup.v1.Document.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 8: chunkup.v1.Document.update_time:type_name -> google.protobuf.Timestamp
-	4,  // 9: chunkup.v1.GetDocumentResponse.document:type_name -> chunkup.v1.Document
-	0,  // 10: chunkup.v1.DocumentStatusChanged.previous_status:type_name -> chunkup.v1.DocumentStatus
-	0,  // 11: chunkup.v1.DocumentStatusChanged.status:type_name -> chunkup.v1.DocumentStatus
-	1,  // 12: chunkup.v1.DocumentStatusChanged.ocr:type_name -> chunkup.v1.OCRSummary
-	2,  // 13: chunkup.v1.DocumentStatusChanged.evaluation:type_name -> chunkup.v1.Evaluation
-	3,  // 14: chunkup.v1.DocumentStatusChanged.verification:type_name -> chunkup.v1.Verification
-	9,  // 15: chunkup.v1.DocumentStatusChanged.event_time:type_name -> google.protobuf.Timestamp
-	5,  // 16: chunkup.v1.DocumentService.GetDocument:input_type -> chunkup.v1.GetDocumentRequest
-	6,  // 17: chunkup.v1.DocumentService.GetDocument:output_type -> chunkup.v1.GetDocumentResponse
-	17, // [17:18] is the sub-list for method output_type
-	16, // [16:17] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	27, // 3: chunkup.v1.Document.error_time:type_name -> google.protobuf.Timestamp
+	2,  // 4: chunkup.v1.Document.ocr:type_name -> chunkup.v1.OCRSummary
+	3,  // 5: chunkup.v1.Document.evaluation:type_name -> chunkup.v1.Evaluation
+	4,  // 6: chunkup.v1.Document.verification:type_name -> chunkup.v1.Verification
+	27, // 7: chunkup.v1.Document.create_time:type_name -> google.protobuf.Timestamp
+	27, // 8: chunkup.v1.Document.update_time:type_name -> google.protobuf.Timestamp
+	26, // 9: chunkup.v1.Document.custom_metadata:type_name -> google.protobuf.Struct
+	6,  // 10: chunkup.v1.Document.text:type_name -> chunkup.v1.OCRText
+	7,  // 11: chunkup.v1.OCRText.pages:type_name -> chunkup.v1.OCRPage
+	5,  // 12: chunkup.v1.GetDocumentResponse.document:type_name -> chunkup.v1.Document
+	0,  // 13: chunkup.v1.DocumentStatusChanged.previous_status:type_name -> chunkup.v1.DocumentStatus
+	0,  // 14: chunkup.v1.DocumentStatusChanged.status:type_name -> chunkup.v1.DocumentStatus
+	2,  // 15: chunkup.v1.DocumentStatusChanged.ocr:type_name -> chunkup.v1.OCRSummary
+	3,  // 16: chunkup.v1.DocumentStatusChanged.evaluation:type_name -> chunkup.v1.Evaluation
+	4,  // 17: chunkup.v1.DocumentStatusChanged.verification:type_name -> chunkup.v1.Verification
+	27, // 18: chunkup.v1.DocumentStatusChanged.event_time:type_name -> google.protobuf.Timestamp
+	26, // 19: chunkup.v1.DocumentStatusChanged.custom_metadata:type_name -> google.protobuf.Struct
+	5,  // 20: chunkup.v1.WatchDocumentResponse.document:type_name -> chunkup.v1.Document
+	5,  // 21: chunkup.v1.ReprocessDocumentResponse.document:type_name -> chunkup.v1.Document
+	28, // 22: chunkup.v1.GetOCRStatsResponse.oldest_pending_age:type_name -> google.protobuf.Duration
+	17, // 23: chunkup.v1.GetOCRStatsResponse.workers:type_name -> chunkup.v1.OCRWorker
+	27, // 24: chunkup.v1.OCRWorker.start_time:type_name -> google.protobuf.Timestamp
+	27, // 25: chunkup.v1.OCRWorker.report_time:type_name -> google.protobuf.Timestamp
+	20, // 26: chunkup.v1.ListDeadJobsResponse.jobs:type_name -> chunkup.v1.OCRJob
+	27, // 27: chunkup.v1.OCRJob.dead_time:type_name -> google.protobuf.Timestamp
+	21, // 28: chunkup.v1.OCRJob.errors:type_name -> chunkup.v1.OCRJobError
+	27, // 29: chunkup.v1.OCRJobError.time:type_name -> google.protobuf.Timestamp
+	1,  // 30: chunkup.v1.PurgeQueueRequest.queue:type_name -> chunkup.v1.OCRQueueSet
+	8,  // 31: chunkup.v1.DocumentService.GetDocument:input_type -> chunkup.v1.GetDocumentRequest
+	11, // 32: chunkup.v1.DocumentService.WatchDocument:input_type -> chunkup.v1.WatchDocumentRequest
+	13, // 33: chunkup.v1.DocumentService.ReprocessDocument:input_type -> chunkup.v1.ReprocessDocumentRequest
+	15, // 34: chunkup.v1.DocumentService.GetOCRStats:input_type -> chunkup.v1.GetOCRStatsRequest
+	18, // 35: chunkup.v1.DocumentService.ListDeadJobs:input_type -> chunkup.v1.ListDeadJobsRequest
+	22, // 36: chunkup.v1.DocumentService.RequeueDeadJobs:input_type -> chunkup.v1.RequeueDeadJobsRequest
+	24, // 37: chunkup.v1.DocumentService.PurgeQueue:input_type -> chunkup.v1.PurgeQueueRequest
+	9,  // 38: chunkup.v1.DocumentService.GetDocument:output_type -> chunkup.v1.GetDocumentResponse
+	12, // 39: chunkup.v1.DocumentService.WatchDocument:output_type -> chunkup.v1.WatchDocumentResponse
+	14, // 40: chunkup.v1.DocumentService.ReprocessDocument:output_type -> chunkup.v1.ReprocessDocumentResponse
+	16, // 41: chunkup.v1.DocumentService.GetOCRStats:output_type -> chunkup.v1.GetOCRStatsResponse
+	19, // 42: chunkup.v1.DocumentService.ListDeadJobs:output_type -> chunkup.v1.ListDeadJobsResponse
+	23, // 43: chunkup.v1.DocumentService.RequeueDeadJobs:output_type -> chunkup.v1.RequeueDeadJobsResponse
+	25, // 44: chunkup.v1.DocumentService.PurgeQueue:output_type -> chunkup.v1.PurgeQueueResponse
+	38, // [38:45] is the sub-list for method output_type
+	31, // [31:38] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_chunkup_v1_document_proto_init() }
@@ -959,8 +2427,8 @@ func file_chunkup_v1_document_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkup_v1_document_proto_rawDesc), len(file_chunkup_v1_document_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   7,
+			NumEnums:      2,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,18 +19,54 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	DocumentService_GetDocument_FullMethodName = "/chunkup.v1.DocumentService/GetDocument"
+	DocumentService_GetDocument_FullMethodName       = "/chunkup.v1.DocumentService/GetDocument"
+	DocumentService_WatchDocument_FullMethodName     = "/chunkup.v1.DocumentService/WatchDocument"
+	DocumentService_ReprocessDocument_FullMethodName = "/chunkup.v1.DocumentService/ReprocessDocument"
+	DocumentService_GetOCRStats_FullMethodName       = "/chunkup.v1.DocumentService/GetOCRStats"
+	DocumentService_ListDeadJobs_FullMethodName      = "/chunkup.v1.DocumentService/ListDeadJobs"
+	DocumentService_RequeueDeadJobs_FullMethodName   = "/chunkup.v1.DocumentService/RequeueDeadJobs"
+	DocumentService_PurgeQueue_FullMethodName        = "/chunkup.v1.DocumentService/PurgeQueue"
 )
 
 // DocumentServiceClient is the client API for DocumentService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// DocumentService reports the OCR and review state of documents. A document is a
-// completed upload of an image or PDF; its id is the upload id.
+// DocumentService reports the OCR and review state of documents, and administers the OCR
+// queue. A document is a completed upload of an image or PDF; its document_id is the
+// upload id, and it is also named by its node_id (a UUID, see
+// CreateUploadRequest.node_id): every call that takes a document_id accepts either.
+//
+// GetDocument, WatchDocument and ReprocessDocument are tenant-scoped: a caller sees and
+// changes only its tenant's documents (another tenant's is NOT_FOUND). The queue's
+// administration (GetOCRStats, ListDeadJobs, RequeueDeadJobs, PurgeQueue) spans every
+// tenant, so it is admin-scoped: allowed to the tenants the server lists in
+// --admin-tenants, and to everyone when authentication is off (chunkup dev); others get
+// PERMISSION_DENIED.
 type DocumentServiceClient interface {
-	// GetDocument returns a document's status, OCR summary, evaluation and decision.
+	// GetDocument returns a document's status, OCR summary, evaluation and decision, and
+	// with include_text the recognized text.
 	GetDocument(ctx context.Context, in *GetDocumentRequest, opts ...grpc.CallOption) (*GetDocumentResponse, error)
+	// WatchDocument sends the document, then the document again at each status change,
+	// until it reaches a settled status (AUTO_APPROVED, AUTO_REJECTED, NEEDS_REVIEW,
+	// APPROVED, REJECTED or FAILED), when the stream ends. A document that is settled
+	// already is sent once.
+	WatchDocument(ctx context.Context, in *WatchDocumentRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchDocumentResponse], error)
+	// ReprocessDocument puts a document on the OCR queue again: with force even if it was
+	// processed or is queued; without, only if it has no job.
+	ReprocessDocument(ctx context.Context, in *ReprocessDocumentRequest, opts ...grpc.CallOption) (*ReprocessDocumentResponse, error)
+	// GetOCRStats returns the OCR queue's counters and the OCR workers' status. Admin.
+	GetOCRStats(ctx context.Context, in *GetOCRStatsRequest, opts ...grpc.CallOption) (*GetOCRStatsResponse, error)
+	// ListDeadJobs lists dead-lettered OCR jobs with their error history, oldest first.
+	// Admin.
+	ListDeadJobs(ctx context.Context, in *ListDeadJobsRequest, opts ...grpc.CallOption) (*ListDeadJobsResponse, error)
+	// RequeueDeadJobs puts dead-lettered jobs back on the queue with their attempts reset.
+	// Admin.
+	RequeueDeadJobs(ctx context.Context, in *RequeueDeadJobsRequest, opts ...grpc.CallOption) (*RequeueDeadJobsResponse, error)
+	// PurgeQueue empties one of the OCR queue's sets. Purged pending and delayed jobs'
+	// documents are marked FAILED (so nothing waits for them); purged dead jobs are
+	// forgotten. Jobs in flight are never purged. Admin.
+	PurgeQueue(ctx context.Context, in *PurgeQueueRequest, opts ...grpc.CallOption) (*PurgeQueueResponse, error)
 }
 
 type documentServiceClient struct {
@@ -51,15 +87,114 @@ func (c *documentServiceClient) GetDocument(ctx context.Context, in *GetDocument
 	return out, nil
 }
 
+func (c *documentServiceClient) WatchDocument(ctx context.Context, in *WatchDocumentRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchDocumentResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &DocumentService_ServiceDesc.Streams[0], DocumentService_WatchDocument_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchDocumentRequest, WatchDocumentResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DocumentService_WatchDocumentClient = grpc.ServerStreamingClient[WatchDocumentResponse]
+
+func (c *documentServiceClient) ReprocessDocument(ctx context.Context, in *ReprocessDocumentRequest, opts ...grpc.CallOption) (*ReprocessDocumentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReprocessDocumentResponse)
+	err := c.cc.Invoke(ctx, DocumentService_ReprocessDocument_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *documentServiceClient) GetOCRStats(ctx context.Context, in *GetOCRStatsRequest, opts ...grpc.CallOption) (*GetOCRStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetOCRStatsResponse)
+	err := c.cc.Invoke(ctx, DocumentService_GetOCRStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *documentServiceClient) ListDeadJobs(ctx context.Context, in *ListDeadJobsRequest, opts ...grpc.CallOption) (*ListDeadJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDeadJobsResponse)
+	err := c.cc.Invoke(ctx, DocumentService_ListDeadJobs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *documentServiceClient) RequeueDeadJobs(ctx context.Context, in *RequeueDeadJobsRequest, opts ...grpc.CallOption) (*RequeueDeadJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequeueDeadJobsResponse)
+	err := c.cc.Invoke(ctx, DocumentService_RequeueDeadJobs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *documentServiceClient) PurgeQueue(ctx context.Context, in *PurgeQueueRequest, opts ...grpc.CallOption) (*PurgeQueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeQueueResponse)
+	err := c.cc.Invoke(ctx, DocumentService_PurgeQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DocumentServiceServer is the server API for DocumentService service.
 // All implementations must embed UnimplementedDocumentServiceServer
 // for forward compatibility.
 //
-// DocumentService reports the OCR and review state of documents. A document is a
-// completed upload of an image or PDF; its id is the upload id.
+// DocumentService reports the OCR and review state of documents, and administers the OCR
+// queue. A document is a completed upload of an image or PDF; its document_id is the
+// upload id, and it is also named by its node_id (a UUID, see
+// CreateUploadRequest.node_id): every call that takes a document_id accepts either.
+//
+// GetDocument, WatchDocument and ReprocessDocument are tenant-scoped: a caller sees and
+// changes only its tenant's documents (another tenant's is NOT_FOUND). The queue's
+// administration (GetOCRStats, ListDeadJobs, RequeueDeadJobs, PurgeQueue) spans every
+// tenant, so it is admin-scoped: allowed to the tenants the server lists in
+// --admin-tenants, and to everyone when authentication is off (chunkup dev); others get
+// PERMISSION_DENIED.
 type DocumentServiceServer interface {
-	// GetDocument returns a document's status, OCR summary, evaluation and decision.
+	// GetDocument returns a document's status, OCR summary, evaluation and decision, and
+	// with include_text the recognized text.
 	GetDocument(context.Context, *GetDocumentRequest) (*GetDocumentResponse, error)
+	// WatchDocument sends the document, then the document again at each status change,
+	// until it reaches a settled status (AUTO_APPROVED, AUTO_REJECTED, NEEDS_REVIEW,
+	// APPROVED, REJECTED or FAILED), when the stream ends. A document that is settled
+	// already is sent once.
+	WatchDocument(*WatchDocumentRequest, grpc.ServerStreamingServer[WatchDocumentResponse]) error
+	// ReprocessDocument puts a document on the OCR queue again: with force even if it was
+	// processed or is queued; without, only if it has no job.
+	ReprocessDocument(context.Context, *ReprocessDocumentRequest) (*ReprocessDocumentResponse, error)
+	// GetOCRStats returns the OCR queue's counters and the OCR workers' status. Admin.
+	GetOCRStats(context.Context, *GetOCRStatsRequest) (*GetOCRStatsResponse, error)
+	// ListDeadJobs lists dead-lettered OCR jobs with their error history, oldest first.
+	// Admin.
+	ListDeadJobs(context.Context, *ListDeadJobsRequest) (*ListDeadJobsResponse, error)
+	// RequeueDeadJobs puts dead-lettered jobs back on the queue with their attempts reset.
+	// Admin.
+	RequeueDeadJobs(context.Context, *RequeueDeadJobsRequest) (*RequeueDeadJobsResponse, error)
+	// PurgeQueue empties one of the OCR queue's sets. Purged pending and delayed jobs'
+	// documents are marked FAILED (so nothing waits for them); purged dead jobs are
+	// forgotten. Jobs in flight are never purged. Admin.
+	PurgeQueue(context.Context, *PurgeQueueRequest) (*PurgeQueueResponse, error)
 	mustEmbedUnimplementedDocumentServiceServer()
 }
 
@@ -72,6 +207,24 @@ type UnimplementedDocumentServiceServer struct{}
 
 func (UnimplementedDocumentServiceServer) GetDocument(context.Context, *GetDocumentRequest) (*GetDocumentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetDocument not implemented")
+}
+func (UnimplementedDocumentServiceServer) WatchDocument(*WatchDocumentRequest, grpc.ServerStreamingServer[WatchDocumentResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchDocument not implemented")
+}
+func (UnimplementedDocumentServiceServer) ReprocessDocument(context.Context, *ReprocessDocumentRequest) (*ReprocessDocumentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReprocessDocument not implemented")
+}
+func (UnimplementedDocumentServiceServer) GetOCRStats(context.Context, *GetOCRStatsRequest) (*GetOCRStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOCRStats not implemented")
+}
+func (UnimplementedDocumentServiceServer) ListDeadJobs(context.Context, *ListDeadJobsRequest) (*ListDeadJobsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDeadJobs not implemented")
+}
+func (UnimplementedDocumentServiceServer) RequeueDeadJobs(context.Context, *RequeueDeadJobsRequest) (*RequeueDeadJobsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RequeueDeadJobs not implemented")
+}
+func (UnimplementedDocumentServiceServer) PurgeQueue(context.Context, *PurgeQueueRequest) (*PurgeQueueResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PurgeQueue not implemented")
 }
 func (UnimplementedDocumentServiceServer) mustEmbedUnimplementedDocumentServiceServer() {}
 func (UnimplementedDocumentServiceServer) testEmbeddedByValue()                         {}
@@ -112,6 +265,107 @@ func _DocumentService_GetDocument_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DocumentService_WatchDocument_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchDocumentRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(DocumentServiceServer).WatchDocument(m, &grpc.GenericServerStream[WatchDocumentRequest, WatchDocumentResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DocumentService_WatchDocumentServer = grpc.ServerStreamingServer[WatchDocumentResponse]
+
+func _DocumentService_ReprocessDocument_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReprocessDocumentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DocumentServiceServer).ReprocessDocument(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DocumentService_ReprocessDocument_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DocumentServiceServer).ReprocessDocument(ctx, req.(*ReprocessDocumentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DocumentService_GetOCRStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOCRStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DocumentServiceServer).GetOCRStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DocumentService_GetOCRStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DocumentServiceServer).GetOCRStats(ctx, req.(*GetOCRStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DocumentService_ListDeadJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDeadJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DocumentServiceServer).ListDeadJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DocumentService_ListDeadJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DocumentServiceServer).ListDeadJobs(ctx, req.(*ListDeadJobsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DocumentService_RequeueDeadJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequeueDeadJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DocumentServiceServer).RequeueDeadJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DocumentService_RequeueDeadJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DocumentServiceServer).RequeueDeadJobs(ctx, req.(*RequeueDeadJobsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DocumentService_PurgeQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeQueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DocumentServiceServer).PurgeQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DocumentService_PurgeQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DocumentServiceServer).PurgeQueue(ctx, req.(*PurgeQueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DocumentService_ServiceDesc is the grpc.ServiceDesc for DocumentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -123,7 +377,33 @@ var DocumentService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "GetDocument",
 			Handler:    _DocumentService_GetDocument_Handler,
 		},
+		{
+			MethodName: "ReprocessDocument",
+			Handler:    _DocumentService_ReprocessDocument_Handler,
+		},
+		{
+			MethodName: "GetOCRStats",
+			Handler:    _DocumentService_GetOCRStats_Handler,
+		},
+		{
+			MethodName: "ListDeadJobs",
+			Handler:    _DocumentService_ListDeadJobs_Handler,
+		},
+		{
+			MethodName: "RequeueDeadJobs",
+			Handler:    _DocumentService_RequeueDeadJobs_Handler,
+		},
+		{
+			MethodName: "PurgeQueue",
+			Handler:    _DocumentService_PurgeQueue_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchDocument",
+			Handler:       _DocumentService_WatchDocument_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "chunkup/v1/document.proto",
 }

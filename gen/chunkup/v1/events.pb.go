@@ -9,6 +9,7 @@ package chunkupv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -27,7 +28,7 @@ type UploadCompleted struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	EventId  string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
 	UploadId string                 `protobuf:"bytes,2,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
-	// The node that completed the upload.
+	// The document's id (a UUID).
 	NodeId string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Tenant string `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	Bucket string `protobuf:"bytes,5,opt,name=bucket,proto3" json:"bucket,omitempty"`
@@ -43,8 +44,20 @@ type UploadCompleted struct {
 	CreateTime     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	CompleteTime   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
 	EventTime      *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=event_time,json=eventTime,proto3" json:"event_time,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The chunkup process that recorded the event.
+	InstanceId string `protobuf:"bytes,17,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// The document's identity and place (see CreateUploadRequest).
+	ClientNodeId   string           `protobuf:"bytes,18,opt,name=client_node_id,json=clientNodeId,proto3" json:"client_node_id,omitempty"`
+	ConnectorId    string           `protobuf:"bytes,19,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	ParentId       string           `protobuf:"bytes,20,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	Path           string           `protobuf:"bytes,21,opt,name=path,proto3" json:"path,omitempty"`
+	Drive          string           `protobuf:"bytes,22,opt,name=drive,proto3" json:"drive,omitempty"`
+	CustomMetadata *structpb.Struct `protobuf:"bytes,23,opt,name=custom_metadata,json=customMetadata,proto3" json:"custom_metadata,omitempty"`
+	// The content type found in the object's first bytes when content_type was empty or
+	// generic; empty otherwise.
+	DetectedContentType string `protobuf:"bytes,24,opt,name=detected_content_type,json=detectedContentType,proto3" json:"detected_content_type,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *UploadCompleted) Reset() {
@@ -189,11 +202,68 @@ func (x *UploadCompleted) GetEventTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *UploadCompleted) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *UploadCompleted) GetClientNodeId() string {
+	if x != nil {
+		return x.ClientNodeId
+	}
+	return ""
+}
+
+func (x *UploadCompleted) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *UploadCompleted) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *UploadCompleted) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *UploadCompleted) GetDrive() string {
+	if x != nil {
+		return x.Drive
+	}
+	return ""
+}
+
+func (x *UploadCompleted) GetCustomMetadata() *structpb.Struct {
+	if x != nil {
+		return x.CustomMetadata
+	}
+	return nil
+}
+
+func (x *UploadCompleted) GetDetectedContentType() string {
+	if x != nil {
+		return x.DetectedContentType
+	}
+	return ""
+}
+
 // UploadFailed says an upload cannot finish; error says why.
 type UploadFailed struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	EventId       string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
-	UploadId      string                 `protobuf:"bytes,2,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	EventId  string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	UploadId string                 `protobuf:"bytes,2,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	// The document's id (a UUID).
 	NodeId        string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Tenant        string                 `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	Bucket        string                 `protobuf:"bytes,5,opt,name=bucket,proto3" json:"bucket,omitempty"`
@@ -204,8 +274,17 @@ type UploadFailed struct {
 	CorrelationId string                 `protobuf:"bytes,10,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	EventTime     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=event_time,json=eventTime,proto3" json:"event_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The chunkup process that recorded the event.
+	InstanceId string `protobuf:"bytes,13,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// The document's identity and place (see CreateUploadRequest).
+	ClientNodeId   string           `protobuf:"bytes,14,opt,name=client_node_id,json=clientNodeId,proto3" json:"client_node_id,omitempty"`
+	ConnectorId    string           `protobuf:"bytes,15,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	ParentId       string           `protobuf:"bytes,16,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	Path           string           `protobuf:"bytes,17,opt,name=path,proto3" json:"path,omitempty"`
+	Drive          string           `protobuf:"bytes,18,opt,name=drive,proto3" json:"drive,omitempty"`
+	CustomMetadata *structpb.Struct `protobuf:"bytes,19,opt,name=custom_metadata,json=customMetadata,proto3" json:"custom_metadata,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UploadFailed) Reset() {
@@ -322,16 +401,66 @@ func (x *UploadFailed) GetEventTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *UploadFailed) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *UploadFailed) GetClientNodeId() string {
+	if x != nil {
+		return x.ClientNodeId
+	}
+	return ""
+}
+
+func (x *UploadFailed) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *UploadFailed) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *UploadFailed) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *UploadFailed) GetDrive() string {
+	if x != nil {
+		return x.Drive
+	}
+	return ""
+}
+
+func (x *UploadFailed) GetCustomMetadata() *structpb.Struct {
+	if x != nil {
+		return x.CustomMetadata
+	}
+	return nil
+}
+
 // UploadExpired says an abandoned upload was discarded: its staged chunks are deleted
 // and its S3 multipart upload is aborted.
 type UploadExpired struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	EventId  string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
 	UploadId string                 `protobuf:"bytes,2,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
-	NodeId   string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Tenant   string                 `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Bucket   string                 `protobuf:"bytes,5,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Key      string                 `protobuf:"bytes,6,opt,name=key,proto3" json:"key,omitempty"`
+	// The document's id (a UUID).
+	NodeId string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Tenant string `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Bucket string `protobuf:"bytes,5,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Key    string `protobuf:"bytes,6,opt,name=key,proto3" json:"key,omitempty"`
 	// Bytes received before it was abandoned.
 	ReceivedBytes int64                  `protobuf:"varint,7,opt,name=received_bytes,json=receivedBytes,proto3" json:"received_bytes,omitempty"`
 	Name          string                 `protobuf:"bytes,8,opt,name=name,proto3" json:"name,omitempty"`
@@ -339,10 +468,19 @@ type UploadExpired struct {
 	CorrelationId string                 `protobuf:"bytes,10,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// The upload's last activity.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	EventTime     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=event_time,json=eventTime,proto3" json:"event_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	EventTime  *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=event_time,json=eventTime,proto3" json:"event_time,omitempty"`
+	// The chunkup process that recorded the event.
+	InstanceId string `protobuf:"bytes,14,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// The document's identity and place (see CreateUploadRequest).
+	ClientNodeId   string           `protobuf:"bytes,15,opt,name=client_node_id,json=clientNodeId,proto3" json:"client_node_id,omitempty"`
+	ConnectorId    string           `protobuf:"bytes,16,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	ParentId       string           `protobuf:"bytes,17,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	Path           string           `protobuf:"bytes,18,opt,name=path,proto3" json:"path,omitempty"`
+	Drive          string           `protobuf:"bytes,19,opt,name=drive,proto3" json:"drive,omitempty"`
+	CustomMetadata *structpb.Struct `protobuf:"bytes,20,opt,name=custom_metadata,json=customMetadata,proto3" json:"custom_metadata,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UploadExpired) Reset() {
@@ -466,11 +604,61 @@ func (x *UploadExpired) GetEventTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *UploadExpired) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *UploadExpired) GetClientNodeId() string {
+	if x != nil {
+		return x.ClientNodeId
+	}
+	return ""
+}
+
+func (x *UploadExpired) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *UploadExpired) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *UploadExpired) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *UploadExpired) GetDrive() string {
+	if x != nil {
+		return x.Drive
+	}
+	return ""
+}
+
+func (x *UploadExpired) GetCustomMetadata() *structpb.Struct {
+	if x != nil {
+		return x.CustomMetadata
+	}
+	return nil
+}
+
 // UploadAborted says a client aborted an upload.
 type UploadAborted struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	EventId       string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
-	UploadId      string                 `protobuf:"bytes,2,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	EventId  string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	UploadId string                 `protobuf:"bytes,2,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	// The document's id (a UUID).
 	NodeId        string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Tenant        string                 `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	Bucket        string                 `protobuf:"bytes,5,opt,name=bucket,proto3" json:"bucket,omitempty"`
@@ -481,8 +669,17 @@ type UploadAborted struct {
 	CorrelationId string                 `protobuf:"bytes,10,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	EventTime     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=event_time,json=eventTime,proto3" json:"event_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The chunkup process that recorded the event.
+	InstanceId string `protobuf:"bytes,13,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// The document's identity and place (see CreateUploadRequest).
+	ClientNodeId   string           `protobuf:"bytes,14,opt,name=client_node_id,json=clientNodeId,proto3" json:"client_node_id,omitempty"`
+	ConnectorId    string           `protobuf:"bytes,15,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	ParentId       string           `protobuf:"bytes,16,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	Path           string           `protobuf:"bytes,17,opt,name=path,proto3" json:"path,omitempty"`
+	Drive          string           `protobuf:"bytes,18,opt,name=drive,proto3" json:"drive,omitempty"`
+	CustomMetadata *structpb.Struct `protobuf:"bytes,19,opt,name=custom_metadata,json=customMetadata,proto3" json:"custom_metadata,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UploadAborted) Reset() {
@@ -599,12 +796,61 @@ func (x *UploadAborted) GetEventTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *UploadAborted) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *UploadAborted) GetClientNodeId() string {
+	if x != nil {
+		return x.ClientNodeId
+	}
+	return ""
+}
+
+func (x *UploadAborted) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *UploadAborted) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *UploadAborted) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *UploadAborted) GetDrive() string {
+	if x != nil {
+		return x.Drive
+	}
+	return ""
+}
+
+func (x *UploadAborted) GetCustomMetadata() *structpb.Struct {
+	if x != nil {
+		return x.CustomMetadata
+	}
+	return nil
+}
+
 var File_chunkup_v1_events_proto protoreflect.FileDescriptor
 
 const file_chunkup_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"\x17chunkup/v1/events.proto\x12\n" +
-	"chunkup.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\x05\n" +
+	"chunkup.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb7\a\n" +
 	"\x0fUploadCompleted\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1b\n" +
 	"\tupload_id\x18\x02 \x01(\tR\buploadId\x12\x17\n" +
@@ -624,10 +870,19 @@ const file_chunkup_v1_events_proto_rawDesc = "" +
 	"createTime\x12?\n" +
 	"\rcomplete_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x129\n" +
 	"\n" +
-	"event_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\teventTime\x1a;\n" +
+	"event_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\teventTime\x12\x1f\n" +
+	"\vinstance_id\x18\x11 \x01(\tR\n" +
+	"instanceId\x12$\n" +
+	"\x0eclient_node_id\x18\x12 \x01(\tR\fclientNodeId\x12!\n" +
+	"\fconnector_id\x18\x13 \x01(\tR\vconnectorId\x12\x1b\n" +
+	"\tparent_id\x18\x14 \x01(\tR\bparentId\x12\x12\n" +
+	"\x04path\x18\x15 \x01(\tR\x04path\x12\x14\n" +
+	"\x05drive\x18\x16 \x01(\tR\x05drive\x12@\n" +
+	"\x0fcustom_metadata\x18\x17 \x01(\v2\x17.google.protobuf.StructR\x0ecustomMetadata\x122\n" +
+	"\x15detected_content_type\x18\x18 \x01(\tR\x13detectedContentType\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xeb\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xde\x05\n" +
 	"\fUploadFailed\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1b\n" +
 	"\tupload_id\x18\x02 \x01(\tR\buploadId\x12\x17\n" +
@@ -643,10 +898,18 @@ const file_chunkup_v1_events_proto_rawDesc = "" +
 	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x129\n" +
 	"\n" +
-	"event_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\teventTime\x1a;\n" +
+	"event_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\teventTime\x12\x1f\n" +
+	"\vinstance_id\x18\r \x01(\tR\n" +
+	"instanceId\x12$\n" +
+	"\x0eclient_node_id\x18\x0e \x01(\tR\fclientNodeId\x12!\n" +
+	"\fconnector_id\x18\x0f \x01(\tR\vconnectorId\x12\x1b\n" +
+	"\tparent_id\x18\x10 \x01(\tR\bparentId\x12\x12\n" +
+	"\x04path\x18\x11 \x01(\tR\x04path\x12\x14\n" +
+	"\x05drive\x18\x12 \x01(\tR\x05drive\x12@\n" +
+	"\x0fcustom_metadata\x18\x13 \x01(\v2\x17.google.protobuf.StructR\x0ecustomMetadata\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbb\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xae\x06\n" +
 	"\rUploadExpired\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1b\n" +
 	"\tupload_id\x18\x02 \x01(\tR\buploadId\x12\x17\n" +
@@ -664,10 +927,18 @@ const file_chunkup_v1_events_proto_rawDesc = "" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x129\n" +
 	"\n" +
-	"event_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\teventTime\x1a;\n" +
+	"event_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\teventTime\x12\x1f\n" +
+	"\vinstance_id\x18\x0e \x01(\tR\n" +
+	"instanceId\x12$\n" +
+	"\x0eclient_node_id\x18\x0f \x01(\tR\fclientNodeId\x12!\n" +
+	"\fconnector_id\x18\x10 \x01(\tR\vconnectorId\x12\x1b\n" +
+	"\tparent_id\x18\x11 \x01(\tR\bparentId\x12\x12\n" +
+	"\x04path\x18\x12 \x01(\tR\x04path\x12\x14\n" +
+	"\x05drive\x18\x13 \x01(\tR\x05drive\x12@\n" +
+	"\x0fcustom_metadata\x18\x14 \x01(\v2\x17.google.protobuf.StructR\x0ecustomMetadata\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xef\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe2\x05\n" +
 	"\rUploadAborted\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1b\n" +
 	"\tupload_id\x18\x02 \x01(\tR\buploadId\x12\x17\n" +
@@ -683,7 +954,15 @@ const file_chunkup_v1_events_proto_rawDesc = "" +
 	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x129\n" +
 	"\n" +
-	"event_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\teventTime\x1a;\n" +
+	"event_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\teventTime\x12\x1f\n" +
+	"\vinstance_id\x18\r \x01(\tR\n" +
+	"instanceId\x12$\n" +
+	"\x0eclient_node_id\x18\x0e \x01(\tR\fclientNodeId\x12!\n" +
+	"\fconnector_id\x18\x0f \x01(\tR\vconnectorId\x12\x1b\n" +
+	"\tparent_id\x18\x10 \x01(\tR\bparentId\x12\x12\n" +
+	"\x04path\x18\x11 \x01(\tR\x04path\x12\x14\n" +
+	"\x05drive\x18\x12 \x01(\tR\x05drive\x12@\n" +
+	"\x0fcustom_metadata\x18\x13 \x01(\v2\x17.google.protobuf.StructR\x0ecustomMetadata\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B5Z3github.com/chunkup/chunkup/gen/chunkup/v1;chunkupv1b\x06proto3"
@@ -711,27 +990,32 @@ var file_chunkup_v1_events_proto_goTypes = []any{
 	nil,                           // 6: chunkup.v1.UploadExpired.MetadataEntry
 	nil,                           // 7: chunkup.v1.UploadAborted.MetadataEntry
 	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 9: google.protobuf.Struct
 }
 var file_chunkup_v1_events_proto_depIdxs = []int32{
 	4,  // 0: chunkup.v1.UploadCompleted.metadata:type_name -> chunkup.v1.UploadCompleted.MetadataEntry
 	8,  // 1: chunkup.v1.UploadCompleted.create_time:type_name -> google.protobuf.Timestamp
 	8,  // 2: chunkup.v1.UploadCompleted.complete_time:type_name -> google.protobuf.Timestamp
 	8,  // 3: chunkup.v1.UploadCompleted.event_time:type_name -> google.protobuf.Timestamp
-	5,  // 4: chunkup.v1.UploadFailed.metadata:type_name -> chunkup.v1.UploadFailed.MetadataEntry
-	8,  // 5: chunkup.v1.UploadFailed.create_time:type_name -> google.protobuf.Timestamp
-	8,  // 6: chunkup.v1.UploadFailed.event_time:type_name -> google.protobuf.Timestamp
-	6,  // 7: chunkup.v1.UploadExpired.metadata:type_name -> chunkup.v1.UploadExpired.MetadataEntry
-	8,  // 8: chunkup.v1.UploadExpired.create_time:type_name -> google.protobuf.Timestamp
-	8,  // 9: chunkup.v1.UploadExpired.update_time:type_name -> google.protobuf.Timestamp
-	8,  // 10: chunkup.v1.UploadExpired.event_time:type_name -> google.protobuf.Timestamp
-	7,  // 11: chunkup.v1.UploadAborted.metadata:type_name -> chunkup.v1.UploadAborted.MetadataEntry
-	8,  // 12: chunkup.v1.UploadAborted.create_time:type_name -> google.protobuf.Timestamp
-	8,  // 13: chunkup.v1.UploadAborted.event_time:type_name -> google.protobuf.Timestamp
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	9,  // 4: chunkup.v1.UploadCompleted.custom_metadata:type_name -> google.protobuf.Struct
+	5,  // 5: chunkup.v1.UploadFailed.metadata:type_name -> chunkup.v1.UploadFailed.MetadataEntry
+	8,  // 6: chunkup.v1.UploadFailed.create_time:type_name -> google.protobuf.Timestamp
+	8,  // 7: chunkup.v1.UploadFailed.event_time:type_name -> google.protobuf.Timestamp
+	9,  // 8: chunkup.v1.UploadFailed.custom_metadata:type_name -> google.protobuf.Struct
+	6,  // 9: chunkup.v1.UploadExpired.metadata:type_name -> chunkup.v1.UploadExpired.MetadataEntry
+	8,  // 10: chunkup.v1.UploadExpired.create_time:type_name -> google.protobuf.Timestamp
+	8,  // 11: chunkup.v1.UploadExpired.update_time:type_name -> google.protobuf.Timestamp
+	8,  // 12: chunkup.v1.UploadExpired.event_time:type_name -> google.protobuf.Timestamp
+	9,  // 13: chunkup.v1.UploadExpired.custom_metadata:type_name -> google.protobuf.Struct
+	7,  // 14: chunkup.v1.UploadAborted.metadata:type_name -> chunkup.v1.UploadAborted.MetadataEntry
+	8,  // 15: chunkup.v1.UploadAborted.create_time:type_name -> google.protobuf.Timestamp
+	8,  // 16: chunkup.v1.UploadAborted.event_time:type_name -> google.protobuf.Timestamp
+	9,  // 17: chunkup.v1.UploadAborted.custom_metadata:type_name -> google.protobuf.Struct
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_chunkup_v1_events_proto_init() }

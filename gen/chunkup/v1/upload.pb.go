@@ -9,6 +9,7 @@ package chunkupv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -134,9 +135,21 @@ type Upload struct {
 	Tenant string `protobuf:"bytes,24,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// Each chunk received so far, by ascending chunk number (the same numbers as
 	// received_chunks), with the size and CRC32C of the bytes the server holds for it.
-	Chunks        []*ReceivedChunk `protobuf:"bytes,25,rep,name=chunks,proto3" json:"chunks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Chunks []*ReceivedChunk `protobuf:"bytes,25,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	// The document's identity and place, as created (see CreateUploadRequest). node_id
+	// is always set: the client's, or a UUIDv4 the server generated.
+	NodeId         string           `protobuf:"bytes,30,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ConnectorId    string           `protobuf:"bytes,31,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	ParentId       string           `protobuf:"bytes,32,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	Path           string           `protobuf:"bytes,33,opt,name=path,proto3" json:"path,omitempty"`
+	Drive          string           `protobuf:"bytes,34,opt,name=drive,proto3" json:"drive,omitempty"`
+	CustomMetadata *structpb.Struct `protobuf:"bytes,35,opt,name=custom_metadata,json=customMetadata,proto3" json:"custom_metadata,omitempty"`
+	// The content type found in the object's first bytes, when content_type was empty or
+	// generic (application/octet-stream and the like). Set once COMPLETED; empty when
+	// content_type was specific or nothing was recognized. The OCR hand-off uses it.
+	DetectedContentType string `protobuf:"bytes,36,opt,name=detected_content_type,json=detectedContentType,proto3" json:"detected_content_type,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Upload) Reset() {
@@ -344,6 +357,55 @@ func (x *Upload) GetChunks() []*ReceivedChunk {
 	return nil
 }
 
+func (x *Upload) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *Upload) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *Upload) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *Upload) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Upload) GetDrive() string {
+	if x != nil {
+		return x.Drive
+	}
+	return ""
+}
+
+func (x *Upload) GetCustomMetadata() *structpb.Struct {
+	if x != nil {
+		return x.CustomMetadata
+	}
+	return nil
+}
+
+func (x *Upload) GetDetectedContentType() string {
+	if x != nil {
+		return x.DetectedContentType
+	}
+	return ""
+}
+
 // ReceivedChunk is what the server holds for one chunk.
 type ReceivedChunk struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -425,14 +487,16 @@ type CreateUploadRequest struct {
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// The object key: relative, "/"-separated, without empty, "." or ".." segments, nor
 	// control or Unicode format characters, at most 1024 bytes. Optional: defaults to
-	// uploads/{upload_id}/{name} (name reduced to its last path element). With
-	// authentication, keys are put under the tenant's prefix: {tenant}/{key}.
+	// uploads/{upload_id}/{name} (name reduced to its last path element), or to what the
+	// server's key template makes (--key-template). With authentication, keys are put
+	// under the tenant's prefix: {tenant}/{key}.
 	Key         string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
 	ContentType string `protobuf:"bytes,4,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// The total size in bytes when known; the server picks a chunk size large enough to
 	// stay within S3's 10,000 parts. Unset means unknown (e.g. a stream from stdin).
 	ExpectedSize *int64 `protobuf:"varint,5,opt,name=expected_size,json=expectedSize,proto3,oneof" json:"expected_size,omitempty"`
-	// Custom metadata stored with the upload and reported in events.
+	// Flat string metadata stored with the upload and reported in events (at most 64
+	// entries, 8 KiB). For the document's structured metadata use custom_metadata.
 	Metadata map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The chunk size the client wants, so that it can send data in the same message as
 	// the create (UploadChunkRequest.create) without waiting for the server's choice.
@@ -443,9 +507,29 @@ type CreateUploadRequest struct {
 	// chunk size (8 MiB unless configured otherwise) or, when expected_size would need
 	// more than 10,000 such chunks, expected_size / 10,000 rounded up to a whole MiB.
 	// An upload that fits in one chunk of the chosen size is stored with one PutObject.
-	ChunkSize     int64 `protobuf:"varint,7,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ChunkSize int64 `protobuf:"varint,7,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
+	// The document's identity: a UUID in its canonical textual form (e.g. the id a
+	// connector gives the file), stored in lowercase. Empty: the server generates a
+	// UUIDv4. It names the document in events (UploadCompleted.node_id) and may name it in
+	// DocumentService calls and the verification webhook instead of the upload id. Several
+	// uploads may carry one node_id (versions of one document): it then names the latest.
+	NodeId string `protobuf:"bytes,10,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The connector (source system) the document comes from. Optional; at most 256
+	// printable characters, like parent_id and drive.
+	ConnectorId string `protobuf:"bytes,11,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	// The document's parent (folder) in its source. Optional.
+	ParentId string `protobuf:"bytes,12,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	// The document's path in its source, e.g. "/Finance/2026/invoice.pdf". Optional; at
+	// most 1024 printable characters.
+	Path string `protobuf:"bytes,13,opt,name=path,proto3" json:"path,omitempty"`
+	// The drive (volume, share, site) the document is on in its source. Optional.
+	Drive string `protobuf:"bytes,14,opt,name=drive,proto3" json:"drive,omitempty"`
+	// Custom metadata of the document: any JSON object, nested at most 8 levels deep,
+	// with non-empty printable keys, at most 16 KiB in its JSON form. Stored with the
+	// upload and reported in events and documents as it was given.
+	CustomMetadata *structpb.Struct `protobuf:"bytes,15,opt,name=custom_metadata,json=customMetadata,proto3" json:"custom_metadata,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CreateUploadRequest) Reset() {
@@ -525,6 +609,48 @@ func (x *CreateUploadRequest) GetChunkSize() int64 {
 		return x.ChunkSize
 	}
 	return 0
+}
+
+func (x *CreateUploadRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *CreateUploadRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *CreateUploadRequest) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *CreateUploadRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *CreateUploadRequest) GetDrive() string {
+	if x != nil {
+		return x.Drive
+	}
+	return ""
+}
+
+func (x *CreateUploadRequest) GetCustomMetadata() *structpb.Struct {
+	if x != nil {
+		return x.CustomMetadata
+	}
+	return nil
 }
 
 type CreateUploadResponse struct {
@@ -1454,7 +1580,7 @@ var File_chunkup_v1_upload_proto protoreflect.FileDescriptor
 const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\n" +
 	"\x17chunkup/v1/upload.proto\x12\n" +
-	"chunkup.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe0\a\n" +
+	"chunkup.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\t\n" +
 	"\x06Upload\x12\x1b\n" +
 	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.chunkup.v1.UploadStateR\x05state\x12\x16\n" +
@@ -1484,7 +1610,14 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\rcomplete_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12%\n" +
 	"\x0ecorrelation_id\x18\x17 \x01(\tR\rcorrelationId\x12\x16\n" +
 	"\x06tenant\x18\x18 \x01(\tR\x06tenant\x121\n" +
-	"\x06chunks\x18\x19 \x03(\v2\x19.chunkup.v1.ReceivedChunkR\x06chunks\x1a;\n" +
+	"\x06chunks\x18\x19 \x03(\v2\x19.chunkup.v1.ReceivedChunkR\x06chunks\x12\x17\n" +
+	"\anode_id\x18\x1e \x01(\tR\x06nodeId\x12!\n" +
+	"\fconnector_id\x18\x1f \x01(\tR\vconnectorId\x12\x1b\n" +
+	"\tparent_id\x18  \x01(\tR\bparentId\x12\x12\n" +
+	"\x04path\x18! \x01(\tR\x04path\x12\x14\n" +
+	"\x05drive\x18\" \x01(\tR\x05drive\x12@\n" +
+	"\x0fcustom_metadata\x18# \x01(\v2\x17.google.protobuf.StructR\x0ecustomMetadata\x122\n" +
+	"\x15detected_content_type\x18$ \x01(\tR\x13detectedContentType\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"v\n" +
@@ -1492,7 +1625,7 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\fchunk_number\x18\x01 \x01(\rR\vchunkNumber\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\x12\x16\n" +
-	"\x06stored\x18\x04 \x01(\bR\x06stored\"\xe7\x02\n" +
+	"\x06stored\x18\x04 \x01(\bR\x06stored\"\xac\x04\n" +
 	"\x13CreateUploadRequest\x12$\n" +
 	"\x0eclient_node_id\x18\x01 \x01(\tR\fclientNodeId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -1501,7 +1634,14 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\rexpected_size\x18\x05 \x01(\x03H\x00R\fexpectedSize\x88\x01\x01\x12I\n" +
 	"\bmetadata\x18\x06 \x03(\v2-.chunkup.v1.CreateUploadRequest.MetadataEntryR\bmetadata\x12\x1d\n" +
 	"\n" +
-	"chunk_size\x18\a \x01(\x03R\tchunkSize\x1a;\n" +
+	"chunk_size\x18\a \x01(\x03R\tchunkSize\x12\x17\n" +
+	"\anode_id\x18\n" +
+	" \x01(\tR\x06nodeId\x12!\n" +
+	"\fconnector_id\x18\v \x01(\tR\vconnectorId\x12\x1b\n" +
+	"\tparent_id\x18\f \x01(\tR\bparentId\x12\x12\n" +
+	"\x04path\x18\r \x01(\tR\x04path\x12\x14\n" +
+	"\x05drive\x18\x0e \x01(\tR\x05drive\x12@\n" +
+	"\x0fcustom_metadata\x18\x0f \x01(\v2\x17.google.protobuf.StructR\x0ecustomMetadata\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x10\n" +
@@ -1626,6 +1766,7 @@ var file_chunkup_v1_upload_proto_goTypes = []any{
 	nil,                           // 18: chunkup.v1.Upload.MetadataEntry
 	nil,                           // 19: chunkup.v1.CreateUploadRequest.MetadataEntry
 	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 21: google.protobuf.Struct
 }
 var file_chunkup_v1_upload_proto_depIdxs = []int32{
 	0,  // 0: chunkup.v1.Upload.state:type_name -> chunkup.v1.UploadState
@@ -1634,36 +1775,38 @@ var file_chunkup_v1_upload_proto_depIdxs = []int32{
 	20, // 3: chunkup.v1.Upload.update_time:type_name -> google.protobuf.Timestamp
 	20, // 4: chunkup.v1.Upload.complete_time:type_name -> google.protobuf.Timestamp
 	2,  // 5: chunkup.v1.Upload.chunks:type_name -> chunkup.v1.ReceivedChunk
-	19, // 6: chunkup.v1.CreateUploadRequest.metadata:type_name -> chunkup.v1.CreateUploadRequest.MetadataEntry
-	1,  // 7: chunkup.v1.CreateUploadResponse.upload:type_name -> chunkup.v1.Upload
-	3,  // 8: chunkup.v1.UploadChunkRequest.create:type_name -> chunkup.v1.CreateUploadRequest
-	1,  // 9: chunkup.v1.UploadChunkResponse.upload:type_name -> chunkup.v1.Upload
-	1,  // 10: chunkup.v1.GetUploadResponse.upload:type_name -> chunkup.v1.Upload
-	1,  // 11: chunkup.v1.AbortUploadResponse.upload:type_name -> chunkup.v1.Upload
-	1,  // 12: chunkup.v1.ListUploadsResponse.uploads:type_name -> chunkup.v1.Upload
-	1,  // 13: chunkup.v1.ReadObjectResponse.upload:type_name -> chunkup.v1.Upload
-	17, // 14: chunkup.v1.WatchUploadResponse.progress:type_name -> chunkup.v1.UploadProgress
-	0,  // 15: chunkup.v1.UploadProgress.state:type_name -> chunkup.v1.UploadState
-	20, // 16: chunkup.v1.UploadProgress.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 17: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
-	5,  // 18: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
-	7,  // 19: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
-	9,  // 20: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
-	15, // 21: chunkup.v1.UploadService.WatchUpload:input_type -> chunkup.v1.WatchUploadRequest
-	11, // 22: chunkup.v1.UploadService.ListUploads:input_type -> chunkup.v1.ListUploadsRequest
-	13, // 23: chunkup.v1.UploadService.ReadObject:input_type -> chunkup.v1.ReadObjectRequest
-	4,  // 24: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
-	6,  // 25: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
-	8,  // 26: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
-	10, // 27: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
-	16, // 28: chunkup.v1.UploadService.WatchUpload:output_type -> chunkup.v1.WatchUploadResponse
-	12, // 29: chunkup.v1.UploadService.ListUploads:output_type -> chunkup.v1.ListUploadsResponse
-	14, // 30: chunkup.v1.UploadService.ReadObject:output_type -> chunkup.v1.ReadObjectResponse
-	24, // [24:31] is the sub-list for method output_type
-	17, // [17:24] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	21, // 6: chunkup.v1.Upload.custom_metadata:type_name -> google.protobuf.Struct
+	19, // 7: chunkup.v1.CreateUploadRequest.metadata:type_name -> chunkup.v1.CreateUploadRequest.MetadataEntry
+	21, // 8: chunkup.v1.CreateUploadRequest.custom_metadata:type_name -> google.protobuf.Struct
+	1,  // 9: chunkup.v1.CreateUploadResponse.upload:type_name -> chunkup.v1.Upload
+	3,  // 10: chunkup.v1.UploadChunkRequest.create:type_name -> chunkup.v1.CreateUploadRequest
+	1,  // 11: chunkup.v1.UploadChunkResponse.upload:type_name -> chunkup.v1.Upload
+	1,  // 12: chunkup.v1.GetUploadResponse.upload:type_name -> chunkup.v1.Upload
+	1,  // 13: chunkup.v1.AbortUploadResponse.upload:type_name -> chunkup.v1.Upload
+	1,  // 14: chunkup.v1.ListUploadsResponse.uploads:type_name -> chunkup.v1.Upload
+	1,  // 15: chunkup.v1.ReadObjectResponse.upload:type_name -> chunkup.v1.Upload
+	17, // 16: chunkup.v1.WatchUploadResponse.progress:type_name -> chunkup.v1.UploadProgress
+	0,  // 17: chunkup.v1.UploadProgress.state:type_name -> chunkup.v1.UploadState
+	20, // 18: chunkup.v1.UploadProgress.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 19: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
+	5,  // 20: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
+	7,  // 21: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
+	9,  // 22: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
+	15, // 23: chunkup.v1.UploadService.WatchUpload:input_type -> chunkup.v1.WatchUploadRequest
+	11, // 24: chunkup.v1.UploadService.ListUploads:input_type -> chunkup.v1.ListUploadsRequest
+	13, // 25: chunkup.v1.UploadService.ReadObject:input_type -> chunkup.v1.ReadObjectRequest
+	4,  // 26: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
+	6,  // 27: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
+	8,  // 28: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
+	10, // 29: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
+	16, // 30: chunkup.v1.UploadService.WatchUpload:output_type -> chunkup.v1.WatchUploadResponse
+	12, // 31: chunkup.v1.UploadService.ListUploads:output_type -> chunkup.v1.ListUploadsResponse
+	14, // 32: chunkup.v1.UploadService.ReadObject:output_type -> chunkup.v1.ReadObjectResponse
+	26, // [26:33] is the sub-list for method output_type
+	19, // [19:26] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_chunkup_v1_upload_proto_init() }

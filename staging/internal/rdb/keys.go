@@ -15,12 +15,16 @@ func upKey(id, suffix string) string { return Prefix + "up:{" + id + "}:" + suff
 
 // StateKey is an upload's state hash: status, bucket, key, chunk_size, expected_size
 // (-1 unknown), total (0 until known), max_received, received, received_bytes,
-// uploaded, uploaded_bytes, s3_upload_id, mpu_attempts, node_id, tenant, created_ms,
-// updated_ms, completed_ms, etag, size, crc32c, error, handoff.
+// uploaded, uploaded_bytes, s3_upload_id, mpu_attempts, instance_id (the process that
+// created it; records made before the document fields have it as node_id), tenant,
+// created_ms, first_ms (first chunk staged or part recorded), updated_ms, completed_ms,
+// etag, size, crc32c, detected_ct (content type found in the object's first bytes),
+// error, handoff.
 func StateKey(id string) string { return upKey(id, "state") }
 
 // MetaKey is an upload's metadata hash: name, content_type, client_node_id,
-// correlation_id, metadata (JSON).
+// correlation_id, metadata (JSON), and the document's identity and place: node_id,
+// connector_id, parent_id, path, drive, custom_metadata (JSON object).
 func MetaKey(id string) string { return upKey(id, "meta") }
 
 // ReceivedKey is an upload's received hash: N → "crc:size" of the staged bytes.
@@ -61,7 +65,8 @@ func IncomingKey(id string, n uint32, token string) string {
 }
 
 // ProgressChannel carries every upload's progress notices, "ID STATUS" (STATUS is
-// "received", "uploaded", or the status an upload ended in). One channel for all
+// "received", "uploaded", or the status an upload ended in), and its document's, "ID
+// doc:STATUS" (STATUS the document's new status). One channel for all
 // uploads, so that one subscription per process serves every watcher; on a cluster it
 // is classic pub/sub (broadcast over the cluster bus), which progress's low rate
 // affords, so that scripts can publish it from any slot.
@@ -82,6 +87,14 @@ func TenantUploadsKey(tenant string) string { return Prefix + "tenant:{" + tenan
 // TenantUploadsMember is upload id's member of its tenant's uploads, created at ms.
 func TenantUploadsMember(createdMs int64, id string) string {
 	return fmt.Sprintf("%015d|%s", createdMs, id)
+}
+
+// NodeKey is the node index of a tenant's document node_id: "created_ms|upload id" of
+// the latest upload that carries it, so a document can be named by node_id. It lives
+// in a slot of its own (the upload id is what it leads to), and is written after the
+// upload exists and again when the document is created, with the document's TTL.
+func NodeKey(tenant, nodeID string) string {
+	return Prefix + "node:" + tenant + "/" + nodeID
 }
 
 // Global indexes: sorted sets scored by when someone should look at a member (unix ms).
@@ -158,10 +171,15 @@ const (
 	// scored by when they entered it, for start-up recovery: added before the
 	// transition, removed after the document leaves processing.
 	OCRProcessing = ocrPrefix + "processing"
+	// OCRWorkers is a hash of the processes running OCR workers: instance id → their
+	// last report (JSON: engine, health, jobs running), rewritten every few seconds
+	// and dropped at a clean stop; readers skip stale reports.
+	OCRWorkers = ocrPrefix + "workers"
 )
 
-// OCRJobKey is a job's hash: doc, corr, bucket, key, ct, tenant, force, attempts,
-// enqueued_ms, token, started_ms, reason, dead_ms.
+// OCRJobKey is a job's hash: doc, corr, bucket, key, ct, tenant, force, attempts
+// (failed attempts), reclaims (times taken back from a worker that died), enqueued_ms,
+// token, started_ms, reason, dead_ms.
 func OCRJobKey(id string) string { return ocrPrefix + "job:" + id }
 
 // OCRJobErrorsKey is a job's error history: "unix_ms|attempt|message" entries.
