@@ -165,6 +165,9 @@ func (a *App) registerDocuments() error {
 	if q := a.OCRQueue(); q != nil {
 		deps.Queue = q
 	}
+	if a.api != nil {
+		deps.Watches = a.api
+	}
 	svc, err := server.NewDocumentService(deps, a.cfg.Documents)
 	if err != nil {
 		return err

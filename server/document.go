@@ -81,7 +81,18 @@ type DocumentDeps struct {
 	Queue OCRQueue
 	// Results reads recognized text. Nil: include_text answers FAILED_PRECONDITION.
 	Results OCRResults
+	// Watches counts WatchDocument streams against the tenant's watch limit
+	// (--max-watches-per-tenant), shared with WatchUpload: both hold a share of the
+	// process's progress subscription. Nil: no limit.
+	Watches WatchLimiter
 }
+
+// WatchLimiter admits one more watch of tenant's, or says why not; release ends it.
+type WatchLimiter interface {
+	AcquireWatch(tenant string) (release func(), err error)
+}
+
+var _ WatchLimiter = (*UploadService)(nil)
 
 // DocumentConfig configures the document service. Zero values mean the documented
 // defaults.
@@ -197,6 +208,13 @@ const watchDocRefresh = 2 * time.Second
 func (s *DocumentService) WatchDocument(req *chunkupv1.WatchDocumentRequest, stream chunkupv1.DocumentService_WatchDocumentServer) error {
 	ctx := stream.Context()
 	ref := req.GetDocumentId()
+	if s.d.Watches != nil {
+		release, err := s.d.Watches.AcquireWatch(TenantFrom(ctx))
+		if err != nil {
+			return toStatus(ref, err)
+		}
+		defer release()
+	}
 	id, _, err := s.get(ctx, ref)
 	if err != nil {
 		return toStatus(ref, err)

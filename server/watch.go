@@ -24,6 +24,10 @@ const (
 	watchRefresh = 8
 )
 
+// AcquireWatch admits one more watch of tenant's within --max-watches-per-tenant, for
+// the document service's watches as for WatchUpload.
+func (s *UploadService) AcquireWatch(tenant string) (func(), error) { return s.watches.acquire(tenant) }
+
 // WatchUpload implements UploadService.WatchUpload.
 func (s *UploadService) WatchUpload(req *chunkupv1.WatchUploadRequest, stream chunkupv1.UploadService_WatchUploadServer) error {
 	id := req.UploadId
@@ -31,7 +35,7 @@ func (s *UploadService) WatchUpload(req *chunkupv1.WatchUploadRequest, stream ch
 		return toStatus(id, err)
 	}
 	ctx := stream.Context()
-	release, err := s.watches.acquire(TenantFrom(ctx))
+	release, err := s.AcquireWatch(TenantFrom(ctx))
 	if err != nil {
 		return toStatus(id, err)
 	}

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/chunkup/chunkup/app"
@@ -52,15 +50,7 @@ func verify(t *testing.T, httpAddr, body string) (int, string) {
 	return resp.StatusCode, string(answer)
 }
 
-func documents(t *testing.T, addr string) chunkupv1.DocumentServiceClient {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return chunkupv1.NewDocumentServiceClient(conn)
-}
+func documents(t *testing.T, addr string) chunkupv1.DocumentServiceClient { return docsAs(t, addr, "") }
 
 var decided = []chunkupv1.DocumentStatus{
 	chunkupv1.DocumentStatus_DOCUMENT_STATUS_AUTO_APPROVED,

@@ -81,7 +81,7 @@ func TestWatchProgress(t *testing.T) {
 // TestManyWatchesShareOneSubscription opens 1,000 watches of one upload: they share one
 // Redis subscription (Redis' client count stays within the process's pool plus a few),
 // every one of them sees the upload complete, and the next watch over the tenant's
-// limit is refused with RESOURCE_EXHAUSTED.
+// limit, of the upload or of a document, is refused with RESOURCE_EXHAUSTED.
 func TestManyWatchesShareOneSubscription(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config()
@@ -144,6 +144,14 @@ func TestManyWatchesShareOneSubscription(t *testing.T) {
 	}
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), "--max-watches-per-tenant") {
 		t.Fatalf("watch number %d: %v, want RESOURCE_EXHAUSTED naming the limit", watches+1, err)
+	}
+	// A document's watch holds a share of the same subscription, so it counts too.
+	docWatch, err := documents(t, a.GRPCAddr()).WatchDocument(ctx(t), &chunkupv1.WatchDocumentRequest{DocumentId: id})
+	if err == nil {
+		_, err = docWatch.Recv()
+	}
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a document watch over the limit: %v, want RESOURCE_EXHAUSTED", err)
 	}
 
 	if err := c.Send(ctx(t), created.Upload, reader(data)); err != nil {
