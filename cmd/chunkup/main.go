@@ -211,7 +211,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	tlsClientCA := fs.String("tls-client-ca", "CHUNKUP_TLS_CLIENT_CA", "", "require client certificates from this CA (mutual TLS)")
 	maxUpload := fs.Size("max-upload-size", "CHUNKUP_MAX_UPLOAD_SIZE", 0, "largest upload accepted (0: 10,000 chunks of --max-chunk-size)")
 	maxStreams := fs.Int("max-streams-per-tenant", "CHUNKUP_MAX_STREAMS_PER_TENANT", 0, "upload streams one tenant may have open on this process (0: no limit)")
-	maxWatches := fs.Int("max-watches-per-tenant", "CHUNKUP_MAX_WATCHES_PER_TENANT", 1000, "WatchUpload streams one tenant may have open on this process (-1: no limit)")
+	maxWatches := fs.Int("max-watches-per-tenant", "CHUNKUP_MAX_WATCHES_PER_TENANT", 1000, "WatchUpload and WatchDocument streams one tenant may have open on this process (-1: no limit)")
 	budget := fs.Size("staged-bytes-budget", "CHUNKUP_STAGED_BYTES_BUDGET", 0, "Redis memory (used_memory) above which streams stop reading chunks until workers drain it (0: no budget)")
 	ratePerTenant := fs.String("rate-limit", "CHUNKUP_RATE_LIMIT", "0", "calls per second per tenant (0: no limit)")
 	rateBurst := fs.Int("rate-burst", "CHUNKUP_RATE_BURST", 0, "burst of calls per tenant (0: twice the rate)")
