@@ -225,7 +225,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.s3 = s3store.New(client)
+	a.s3 = s3store.New(client, cfg.S3.StoreOptions()...)
 	if err := a.s3.EnsureBucket(ctx, cfg.bucket()); err != nil {
 		return nil, err
 	}

@@ -25,9 +25,9 @@ import (
 
 // Objects is the part of the S3 store a worker uses.
 type Objects interface {
-	Put(ctx context.Context, bucket, key, ct string, data []byte) (string, error)
-	CreateMultipart(ctx context.Context, bucket, key, ct string) (string, error)
-	UploadPart(ctx context.Context, bucket, key, uploadID string, n uint32, data []byte) (string, error)
+	PutChunk(ctx context.Context, bucket, key, ct string, data []byte, sum uint32) (string, error)
+	CreateMultipart(ctx context.Context, bucket, key, ct string) (id string, checksummed bool, err error)
+	UploadPart(ctx context.Context, bucket, key, uploadID string, checksummed bool, n uint32, data []byte, sum uint32) (string, error)
 	Abort(ctx context.Context, bucket, key, uploadID string) error
 	Delete(ctx context.Context, bucket, key string) error
 }
@@ -46,7 +46,7 @@ type Store interface {
 	Release(ctx context.Context, ref staging.ChunkRef, token string, retryAt time.Time) error
 	Drop(ctx context.Context, ref staging.ChunkRef) error
 	NoteMultipartAttempt(ctx context.Context, id string) error
-	SetMultipart(ctx context.Context, id, multipartID string) (string, error)
+	SetMultipart(ctx context.Context, id, multipartID string, checksummed bool) (string, bool, error)
 	Record(ctx context.Context, ref staging.ChunkRef, token, etag string, crc uint32, size int64) (uploads.RecordOutcome, bool, error)
 }
 
@@ -441,17 +441,17 @@ func (w *Worker) upload(ctx context.Context, c uploads.Claim, local *localChunk)
 	s3ctx, cancelS3 := context.WithTimeout(ctx, w.cfg.S3Timeout)
 	defer cancelS3()
 	if singleObject(c) {
-		etag, err := w.s3.Put(s3ctx, c.Bucket, c.Key, c.ContentType, data)
+		etag, err := w.s3.PutChunk(s3ctx, c.Bucket, c.Key, c.ContentType, data, c.CRC32C)
 		return etag, withCause(ctx, err)
 	}
-	mpu := c.MultipartID
+	mpu, checksummed := c.MultipartID, c.MultipartChecksummed
 	if mpu == "" {
 		var err error
-		if mpu, err = w.createMultipart(s3ctx, c); err != nil {
+		if mpu, checksummed, err = w.createMultipart(s3ctx, c); err != nil {
 			return "", withCause(ctx, err)
 		}
 	}
-	etag, err := w.s3.UploadPart(s3ctx, c.Bucket, c.Key, mpu, c.Ref.N, data)
+	etag, err := w.s3.UploadPart(s3ctx, c.Bucket, c.Key, mpu, checksummed, c.Ref.N, data, c.CRC32C)
 	return etag, withCause(ctx, err)
 }
 
@@ -478,15 +478,15 @@ func withCause(ctx context.Context, err error) error {
 
 // createMultipart starts the upload's S3 multipart upload. Several workers may race to
 // do so; the first recorded id wins and the others abort theirs.
-func (w *Worker) createMultipart(ctx context.Context, c uploads.Claim) (string, error) {
+func (w *Worker) createMultipart(ctx context.Context, c uploads.Claim) (id string, checksummed bool, err error) {
 	// Counted first: should this process die between creating its multipart upload and
 	// recording or aborting it, the completer knows to look for a stray one.
 	if err := w.store.NoteMultipartAttempt(ctx, c.Ref.UploadID); err != nil {
-		return "", fmt.Errorf("count multipart attempt: %w", err)
+		return "", false, fmt.Errorf("count multipart attempt: %w", err)
 	}
-	mine, err := w.s3.CreateMultipart(ctx, c.Bucket, c.Key, c.ContentType)
+	mine, mineChecksummed, err := w.s3.CreateMultipart(ctx, c.Bucket, c.Key, c.ContentType)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	// A failed call may still have recorded ours (a timeout after Redis ran the script),
 	// so ask until Redis answers (it does after an outage) before deciding whose id it
@@ -497,7 +497,7 @@ func (w *Worker) createMultipart(ctx context.Context, c uploads.Claim) (string, 
 	var won string
 	var ended *staging.StateError
 	for n := 1; ; n++ {
-		won, err = w.store.SetMultipart(rctx, c.Ref.UploadID, mine)
+		won, checksummed, err = w.store.SetMultipart(rctx, c.Ref.UploadID, mine, mineChecksummed)
 		if err == nil || errors.As(err, &ended) || rctx.Err() != nil {
 			break
 		}
@@ -508,7 +508,7 @@ func (w *Worker) createMultipart(ctx context.Context, c uploads.Claim) (string, 
 		}
 	}
 	if err == nil && won == mine {
-		return mine, nil
+		return mine, checksummed, nil
 	}
 	if err != nil && !errors.As(err, &ended) {
 		// Redis stayed unreachable: ours is most likely not recorded; abort it rather
@@ -518,7 +518,7 @@ func (w *Worker) createMultipart(ctx context.Context, c uploads.Claim) (string, 
 	if abortErr := w.s3.Abort(context.WithoutCancel(ctx), c.Bucket, c.Key, mine); abortErr != nil {
 		w.cfg.Logger.Warn("abort surplus multipart upload", "upload_id", c.Ref.UploadID, "err", abortErr)
 	}
-	return won, err
+	return won, checksummed, err
 }
 
 // failed handles an upload error: a permanent one fails the whole upload with its

@@ -28,7 +28,7 @@ import (
 // upload, and, once the object is there, aborting any other multipart upload left for
 // its key.
 type Objects interface {
-	Complete(ctx context.Context, bucket, key, uploadID string, parts []s3store.Part, size int64) (string, error)
+	Complete(ctx context.Context, bucket, key, uploadID string, checksummed bool, parts []s3store.Part, size int64, sum uint32) (string, error)
 	AbortStrays(ctx context.Context, bucket, key, keep string) ([]string, error)
 }
 
@@ -243,7 +243,7 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 	}
 	etag := parts[0].ETag // a one-chunk upload was a single PutObject
 	if b.MultipartID != "" {
-		etag, err = c.completeMultipart(ctx, b, parts, size)
+		etag, err = c.completeMultipart(ctx, b, parts, size, sum)
 		if err != nil {
 			return c.failed(ctx, id, err)
 		}
@@ -321,7 +321,7 @@ func (c *Completer) retryLater(ctx context.Context, id string, err error) error 
 	return err
 }
 
-func (c *Completer) completeMultipart(ctx context.Context, b uploads.Begin, parts []uploads.Part, size int64) (string, error) {
+func (c *Completer) completeMultipart(ctx context.Context, b uploads.Begin, parts []uploads.Part, size int64, sum uint32) (string, error) {
 	// The guard is not renewed while S3 works: it is what lets another completer take
 	// over from one that hangs. Two completions at once are harmless (S3 completes once;
 	// the fenced finish records one), so the call is only bounded.
@@ -329,9 +329,9 @@ func (c *Completer) completeMultipart(ctx context.Context, b uploads.Begin, part
 	defer cancel()
 	ps := make([]s3store.Part, len(parts))
 	for i, p := range parts {
-		ps[i] = s3store.Part{N: p.N, ETag: p.ETag}
+		ps[i] = s3store.Part{N: p.N, ETag: p.ETag, CRC32C: p.CRC32C}
 	}
-	return c.s3.Complete(ctx, b.Bucket, b.Key, b.MultipartID, ps, size)
+	return c.s3.Complete(ctx, b.Bucket, b.Key, b.MultipartID, b.MultipartChecksummed, ps, size, sum)
 }
 
 // strayTimeout bounds the clean-up of stray multipart uploads after a completion, so a

@@ -29,11 +29,11 @@ type Completions struct{ s *Store }
 //	ARGV[3] guard lease (ms)
 //	ARGV[4] state TTL (ms), so the guard never outlives the upload
 //
-// Returns {"ok", total, s3_upload_id, bucket, key, multipart_attempts}, {"done", handoff} when already
-// completed (handoff is "pending" while the hand-off has not happened),
-// {"notready"}, {"busy", expiry}, or {"gone", status}.
+// Returns {"ok", total, s3_upload_id, bucket, key, multipart_attempts, mpu_crc32c},
+// {"done", handoff} when already completed (handoff is "pending" while the hand-off has
+// not happened), {"notready"}, {"busy", expiry}, or {"gone", status}.
 var beginCompleteScript = rdb.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key', 'mpu_attempts')
+local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key', 'mpu_attempts', 'mpu_crc32c')
 if not st[1] then return {'gone', ''} end
 if st[1] == 'COMPLETED' then return {'done', redis.call('HGET', KEYS[1], 'handoff') or ''} end
 if st[1] ~= 'ACTIVE' and st[1] ~= 'COMPLETING' then return {'gone', st[1]} end
@@ -47,7 +47,7 @@ if g then
 end
 redis.call('SET', KEYS[2], ARGV[1] .. '|' .. (now + tonumber(ARGV[3])), 'PX', ARGV[4])
 redis.call('HSET', KEYS[1], 'status', 'COMPLETING', 'updated_ms', ARGV[2])
-return {'ok', st[2], st[4] or '', st[5], st[6], st[7] or '0'}
+return {'ok', st[2], st[4] or '', st[5], st[6], st[7] or '0', st[8] or '0'}
 `)
 
 // finishCompleteScript marks an upload completed, if the caller still holds the guard,
@@ -127,9 +127,12 @@ type Begin struct {
 	// than the recorded ids (one, or none for a one-chunk upload) means one may have
 	// been left behind by a worker that died.
 	MultipartAttempts int
-	Bucket, Key       string
-	Until             time.Time
-	Status            staging.Status
+	// MultipartChecksummed: the multipart upload is CRC32C FULL_OBJECT; its completion
+	// carries the parts' and the whole object's CRC32C.
+	MultipartChecksummed bool
+	Bucket, Key          string
+	Until                time.Time
+	Status               staging.Status
 	// For Finished: the upload still has to be handed off.
 	HandoffPending bool
 }
@@ -147,7 +150,7 @@ func (c *Completions) Begin(ctx context.Context, id, token string, lease time.Du
 	case "ok":
 		attempts, _ := strconv.Atoi(rdb.Str(res[5]))
 		return Begin{Outcome: Begun, Total: rdb.U32(res[1]), MultipartID: rdb.Str(res[2]), Bucket: rdb.Str(res[3]), Key: rdb.Str(res[4]),
-			MultipartAttempts: attempts}, nil
+			MultipartAttempts: attempts, MultipartChecksummed: len(res) > 6 && rdb.Str(res[6]) == "1"}, nil
 	case "done":
 		b = Begin{Outcome: Finished, HandoffPending: rdb.Str(res[1]) == "pending"}
 		if b.HandoffPending {

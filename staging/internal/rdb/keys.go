@@ -14,7 +14,8 @@ func upKey(id, suffix string) string { return Prefix + "up:{" + id + "}:" + suff
 
 // StateKey is an upload's state hash: status, bucket, key, chunk_size, expected_size
 // (-1 unknown), total (0 until known), max_received, received, received_bytes,
-// uploaded, uploaded_bytes, s3_upload_id, mpu_attempts, node_id, tenant, created_ms,
+// uploaded, uploaded_bytes, s3_upload_id, mpu_crc32c ("1": the multipart upload is
+// CRC32C FULL_OBJECT), mpu_attempts, node_id, tenant, created_ms,
 // updated_ms, completed_ms, etag, size, crc32c, error, handoff.
 func StateKey(id string) string { return upKey(id, "state") }
 
