@@ -17,8 +17,11 @@ import (
 
 // Metrics is what the API records (implemented by *metrics.Set, see internal/metrics).
 type Metrics interface {
-	// ChunkStaged records a chunk acknowledged to a client.
+	// ChunkStaged records a chunk acknowledged to a client after it was staged in Redis.
 	ChunkStaged(duplicate bool)
+	// ChunkWrittenThrough records a chunk acknowledged to a client after it was written
+	// through to S3 (or found recorded there meanwhile: duplicate).
+	ChunkWrittenThrough(duplicate bool)
 	// GRPCServerInterceptors record the grpc_server_* series.
 	GRPCServerInterceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor)
 }
@@ -69,6 +72,12 @@ func (o Observability) serverOptions() []grpc.ServerOption {
 func (o Observability) chunkStaged(duplicate bool) {
 	if o.Metrics != nil {
 		o.Metrics.ChunkStaged(duplicate)
+	}
+}
+
+func (o Observability) chunkWrittenThrough(duplicate bool) {
+	if o.Metrics != nil {
+		o.Metrics.ChunkWrittenThrough(duplicate)
 	}
 }
 
