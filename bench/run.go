@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -136,6 +137,20 @@ func run(tb testenv.TB, cfg config) *report {
 // profile for about as long as it takes (d), and writes the profile to path.
 func (b *bench) profile(path, what string, d time.Duration, upload func()) {
 	secs := max(1, int(d.Round(time.Second)/time.Second))
+	// The client's profile too (this process), beside the server's.
+	clientPath := strings.TrimSuffix(path, ".pprof") + "-client.pprof"
+	cf, err := os.Create(clientPath)
+	if err != nil {
+		b.tb.Fatalf("bench: %v", err)
+	}
+	defer cf.Close()
+	if err := pprof.StartCPUProfile(cf); err != nil {
+		b.tb.Fatalf("bench: client cpu profile: %v", err)
+	}
+	defer func() {
+		pprof.StopCPUProfile()
+		b.tb.Logf("bench: client CPU profile of the %s uploads written to %s", what, clientPath)
+	}()
 	type result struct {
 		body []byte
 		err  error

@@ -43,9 +43,10 @@ type Through struct {
 }
 
 // WriteThrough tries to store chunk ref (data, with CRC32C sum; last when it is the
-// upload's last chunk) in S3 now. It does so only when a slot is free, S3 keeps pace
-// and the chunk is new to its upload (a repeat or a replacement is staged, as the stage
-// script's rules decide); otherwise it returns at once with nothing stored. With wake,
+// upload's last chunk) in S3 now. It does so only when S3 keeps pace, a slot is free
+// within SlowPart (what the chunk waits and its part takes together), and the chunk is
+// new to its upload (a repeat or a replacement is staged, as the stage script's rules
+// decide); otherwise it returns with nothing stored. With wake,
 // an upload the chunk makes ready is handed to the in-process completer; without, the
 // caller completes it itself (its completion is indexed either way). An error is the
 // upload's refusal of the chunk (as Stage would report it) or Redis failing.
@@ -54,11 +55,26 @@ type Through struct {
 // upload it continues has ended; otherwise until WriteThrough returns.
 func (w *Worker) WriteThrough(ctx context.Context, ref staging.ChunkRef, data []byte, sum uint32, last, wake bool) (Through, error) {
 	bg := w.running()
-	if bg == nil || w.pace.behind() || !w.trySlot() {
+	if bg == nil || w.pace.behind() {
 		return Through{}, nil
 	}
-	token := ids.NewToken()
+	// The chunk may wait for a slot, but only as long as its part may take: a slot that
+	// is not free by then means S3 is behind the chunks coming in.
 	began := time.Now()
+	deadline := began.Add(slowAfter(w.cfg.SlowPart, int64(len(data))))
+	if !w.trySlot() {
+		wait := time.NewTimer(time.Until(deadline))
+		select {
+		case w.slots <- struct{}{}:
+			wait.Stop()
+		case <-wait.C:
+			return Through{}, nil
+		case <-ctx.Done():
+			wait.Stop()
+			return Through{}, ctx.Err()
+		}
+	}
+	token := ids.NewToken()
 	t, err := w.store.BeginThrough(ctx, ref, token, sum, int64(len(data)), last, w.cfg.Lease)
 	if err != nil || !t.Begun {
 		w.freeSlot()
@@ -70,7 +86,7 @@ func (w *Worker) WriteThrough(ctx context.Context, ref staging.ChunkRef, data []
 		etag, err := w.upload(bg, c, &localChunk{ref: ref, data: data, crc: sum}, false)
 		done <- partResult{etag, err}
 	}()
-	timer := time.NewTimer(slowAfter(w.cfg.SlowPart, c.Size))
+	timer := time.NewTimer(max(time.Until(deadline), 0))
 	defer timer.Stop()
 	select {
 	case r := <-done:

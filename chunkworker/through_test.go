@@ -137,7 +137,8 @@ func TestWriteThroughStoresAtOnce(t *testing.T) {
 //   - a write-through that outlasts SlowPart comes back unstored with a HandOver; the
 //     caller stages the chunk and hands it over, and once S3 answers the part is
 //     recorded from memory like a staged chunk's (no read from Redis);
-//   - meanwhile the slot is busy, so another chunk is not written through at all;
+//   - meanwhile the slot is busy, so another chunk waits no longer than SlowPart for it
+//     and is not written through;
 //   - after that slow part, S3 counts as behind: the next chunk is not written through
 //     although the slot is free, until parts are fast again.
 func TestWriteThroughWhenS3IsBehind(t *testing.T) {

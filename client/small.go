@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,6 +22,14 @@ import (
 // the client need not learn the server's choice first.
 const oneMessageMax = 5 << 20
 
+// smallBuffers holds the buffers small inputs are read into: a program that uploads
+// many small files reuses a few buffers instead of allocating (and the kernel zeroing)
+// one per file.
+var smallBuffers = sync.Pool{New: func() any {
+	b := make([]byte, oneMessageMax)
+	return &b
+}}
+
 // uploadOneMessage uploads a small input of declared size in one round trip: the
 // create request and the whole input as chunk 1 in the first message of a stream. A
 // server that can store it at once answers with the upload COMPLETED
@@ -29,7 +38,9 @@ const oneMessageMax = 5 << 20
 // first attempt made.
 func (c *Client) uploadOneMessage(ctx context.Context, r io.Reader, cfg *uploadConfig) (*chunkupv1.Upload, error) {
 	size := *cfg.create.ExpectedSize
-	data := make([]byte, size)
+	buf := smallBuffers.Get().(*[]byte)
+	defer smallBuffers.Put(buf) // gRPC copies what it sends; nothing keeps data after this call
+	data := (*buf)[:size]
 	if _, err := io.ReadFull(r, data); err != nil {
 		return nil, fmt.Errorf("chunkup: read the input: input ended before the declared size: %w", err)
 	}
