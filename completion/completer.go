@@ -38,7 +38,7 @@ var _ Objects = (*s3store.Store)(nil)
 type Store interface {
 	Now() time.Time
 	Begin(ctx context.Context, id, token string, lease time.Duration) (uploads.Begin, error)
-	Parts(ctx context.Context, id string, total uint32) ([]uploads.Part, error)
+	Snapshot(ctx context.Context, id string, total uint32) (*uploads.Upload, []uploads.Part, error)
 	Finish(ctx context.Context, id, token, etag string, size int64, crc uint32, ev staging.OutboxEvent, handoff bool) error
 	HandedOff(ctx context.Context, id string) (bool, error)
 	Retry(ctx context.Context, id string, at time.Time) error
@@ -200,10 +200,26 @@ func send(ctx context.Context, work chan<- string, id string) {
 // Complete finalizes upload id if it is ready and no other completer holds it. It is
 // safe to call any number of times, from any number of processes.
 func (c *Completer) Complete(ctx context.Context, id string) error {
+	_, err := c.CompleteUpload(ctx, id)
+	return err
+}
+
+// CompleteUpload is Complete, and returns the upload as it recorded it COMPLETED, or
+// nil when this call did not complete it (not ready, another completer has it, or it
+// was completed before).
+func (c *Completer) CompleteUpload(ctx context.Context, id string) (*uploads.Upload, error) {
+	u, err := c.complete(ctx, id)
+	if err != nil && (u == nil || u.Status != staging.StatusCompleted) {
+		return nil, err
+	}
+	return u, err
+}
+
+func (c *Completer) complete(ctx context.Context, id string) (*uploads.Upload, error) {
 	c.mu.Lock()
 	if c.inflight[id] {
 		c.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	c.inflight[id] = true
 	c.mu.Unlock()
@@ -215,25 +231,26 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 
 	b, err := c.store.Begin(ctx, id, c.token, c.cfg.Lease)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch b.Outcome {
 	case uploads.Finished:
 		if b.HandoffPending {
 			if err := c.handoff(ctx, id, false); err != nil {
-				return c.retryLater(ctx, id, err)
+				return nil, c.retryLater(ctx, id, err)
 			}
 		}
-		return nil
+		return nil, nil
 	case uploads.NotActive, uploads.NotReady, uploads.Guarded:
 		// NotReady: a recorded part or the last chunk will index it again. Guarded:
 		// it is due again when the guard expires.
-		return nil
+		return nil, nil
 	}
 
-	parts, err := c.store.Parts(ctx, id, b.Total)
+	// The upload (for its event) and its parts, in one round trip.
+	u, parts, err := c.store.Snapshot(ctx, id, b.Total)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var size int64
 	var sum uint32
@@ -245,7 +262,7 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 	if b.MultipartID != "" {
 		etag, err = c.completeMultipart(ctx, b, parts, size, sum)
 		if err != nil {
-			return c.failed(ctx, id, err)
+			return nil, c.failed(ctx, id, err)
 		}
 	}
 	// The object is final: no other multipart upload for its key can be of use. Done
@@ -255,21 +272,21 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 	c.mu.Lock()
 	delete(c.failures, id)
 	c.mu.Unlock()
-	u, err := c.store.Get(ctx, id)
+	now := c.store.Now()
+	ev, err := events.Completed(u, c.cfg.NodeID, etag, size, sum, now)
 	if err != nil {
-		return err
-	}
-	ev, err := events.Completed(u, c.cfg.NodeID, etag, size, sum, c.store.Now())
-	if err != nil {
-		return err
+		return nil, err
 	}
 	wants := c.cfg.Handoff != nil && c.cfg.Handoff.Wants(u.ContentType)
 	if err := c.store.Finish(ctx, id, c.token, etag, size, sum, ev, wants); errors.Is(err, staging.ErrAlreadyCompleted) {
 		c.cfg.Logger.Info("upload completed by another completer first; nothing more to record", "upload_id", id)
-		return nil
+		return nil, nil
 	} else if err != nil {
-		return err
+		return nil, err
 	}
+	// What Finish recorded (the store's clock may differ from now by the round trip).
+	u.Status, u.ETag, u.Size, u.CRC32C, u.HandoffPending = staging.StatusCompleted, etag, size, sum, wants
+	u.Completed, u.Updated = now, now
 	if c.cfg.Metrics != nil {
 		c.cfg.Metrics.UploadCompleted()
 	}
@@ -279,10 +296,10 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 		// The completion index entry stays until the hand-off is recorded, so a crash
 		// here is recovered by the next sweep (Begin reports it pending).
 		if err := c.handoff(ctx, id, false); err != nil {
-			return c.retryLater(ctx, id, err)
+			return u, c.retryLater(ctx, id, err)
 		}
 	}
-	return nil
+	return u, nil
 }
 
 // HandOff passes completed upload id to the Handoff again; with force even if it was

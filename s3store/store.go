@@ -168,9 +168,11 @@ func (s *Store) UploadPart(ctx context.Context, bucket, key, uploadID string, ch
 		Bucket: aws.String(bucket), Key: aws.String(key), UploadId: aws.String(uploadID),
 		PartNumber: aws.Int32(int32(n)), Body: bytes.NewReader(data), ContentLength: aws.Int64(int64(len(data))),
 	}
-	opts := s.callOptions()
+	// The multipart upload decides, not the Store's setting: a checksummed one demands
+	// each part's checksum, and a part of one that is not goes signed (SHA-256), so that
+	// its bytes are checked either way.
+	var opts []func(*s3.Options)
 	if checksummed {
-		// Set even by a Store WithoutChecksums: the multipart upload demands it.
 		in.ChecksumCRC32C = aws.String(CRC32CHeader(sum))
 		opts = chunkOptions
 	}

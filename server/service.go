@@ -32,6 +32,7 @@ type Store interface {
 	Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (uploads.StageResult, error)
 	Get(ctx context.Context, id string) (*uploads.Upload, error)
 	StagedBytes(ctx context.Context) (int64, error)
+	Now() time.Time
 }
 
 var _ Store = (*uploads.Store)(nil)
@@ -151,10 +152,11 @@ type Written struct {
 	InUse bool
 }
 
-// Completer completes an upload whose parts are all recorded (see
-// completion.Completer.Complete).
+// Completer completes an upload whose parts are all recorded, and returns it as it
+// recorded it COMPLETED, or nil when it did not complete it (see
+// completion.Completer.CompleteUpload).
 type Completer interface {
-	Complete(ctx context.Context, id string) error
+	CompleteUpload(ctx context.Context, id string) (*uploads.Upload, error)
 }
 
 // Staging modes (Config.Staging).
@@ -336,7 +338,7 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 		ID: id, Bucket: s.cfg.Bucket, Key: key,
 		ChunkSize: chunkSize, ExpectedSize: expected, NodeID: s.cfg.NodeID, Name: req.Name,
 		ContentType: req.ContentType, ClientNodeID: req.ClientNodeId, Metadata: req.Metadata,
-		CorrelationID: CorrelationID(ctx), Tenant: tenant,
+		CorrelationID: CorrelationID(ctx), Tenant: tenant, At: s.store.Now(),
 	}
 	if expected >= 0 {
 		nu.Total = staging.TotalChunks(expected, chunkSize)
@@ -345,16 +347,17 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 	if err != nil {
 		return nil, err
 	}
+	if created {
+		return toProto(nu.Created()), nil // what was just stored: no need to read it back
+	}
 	up, err := s.get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if !created {
-		// The client_node_id names an upload already: the same request again gets it
-		// back; another request under the same id is refused, not silently merged.
-		if field := differingField(up, nu, req.ChunkSize); field != "" {
-			return nil, &ConflictError{ClientNodeID: req.ClientNodeId, UploadID: id, Field: field}
-		}
+	// The client_node_id names an upload already: the same request again gets it back;
+	// another request under the same id is refused, not silently merged.
+	if field := differingField(up, nu, req.ChunkSize); field != "" {
+		return nil, &ConflictError{ClientNodeID: req.ClientNodeId, UploadID: id, Field: field}
 	}
 	return toProto(up), nil
 }

@@ -414,12 +414,20 @@ func (cs *chunkStream) chunk(req *chunkupv1.UploadChunkRequest) (chunkResult, er
 func (s *UploadService) completeNow(ctx context.Context, id string) *chunkupv1.Upload {
 	// Not cut short by the stream: the object is final before the acknowledgement.
 	ctx = context.WithoutCancel(ctx)
-	if err := s.completer.Complete(ctx, id); err != nil {
+	up, err := s.completer.CompleteUpload(ctx, id)
+	if err != nil {
 		s.cfg.Logger.Warn("complete upload at once; the completer will retry", "upload_id", id, "err", err)
-		return nil
 	}
-	up, err := s.store.Get(ctx, id)
-	if err != nil || up.Status != staging.StatusCompleted {
+	if up == nil {
+		if err != nil {
+			return nil
+		}
+		// Completed before, or by another completer now: say so if it is done.
+		if up, err = s.store.Get(ctx, id); err != nil {
+			return nil
+		}
+	}
+	if up.Status != staging.StatusCompleted {
 		return nil
 	}
 	return toProto(up)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/internal/rdb"
 	"github.com/chunkup/chunkup/staging/outbox"
@@ -184,6 +186,21 @@ func (c *Completions) Parts(ctx context.Context, id string, total uint32) ([]Par
 	if err != nil {
 		return nil, err
 	}
+	return parseParts(id, h, total)
+}
+
+// Snapshot reads the upload and its recorded parts 1..total (as Get and Parts) in one
+// round trip.
+func (c *Completions) Snapshot(ctx context.Context, id string, total uint32) (*Upload, []Part, error) {
+	u, h, err := c.s.get(ctx, id, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	parts, err := parseParts(id, h, total)
+	return u, parts, err
+}
+
+func parseParts(id string, h map[string]string, total uint32) ([]Part, error) {
 	parts := make([]Part, total)
 	for i := range parts {
 		n := uint32(i + 1)
@@ -233,11 +250,21 @@ func (c *Completions) Finish(ctx context.Context, id, token, etag string, size i
 	}
 	switch code {
 	case "ok":
-		_ = s.active.Done(ctx, id, id) // a hint; a stale entry is dropped when visited
 		if handoff {
+			_ = s.active.Done(ctx, id, id) // a hint; a stale entry is dropped when visited
 			return nil
 		}
-		return s.completions.Done(ctx, id, id)
+		// Both hints go in one round trip.
+		var done *redis.IntCmd
+		_, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			s.active.DoneIn(ctx, p, id, id)
+			done = s.completions.DoneIn(ctx, p, id, id)
+			return nil
+		})
+		if done != nil && done.Err() == nil {
+			return nil
+		}
+		return err
 	case "done":
 		if err := s.completions.Done(ctx, id, id); err != nil {
 			return err

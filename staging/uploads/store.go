@@ -84,6 +84,19 @@ type NewUpload struct {
 	Name, ContentType, ClientNodeID string
 	CorrelationID, Tenant           string
 	Metadata                        map[string]string
+	// At is the creation time recorded; zero means the store's clock now. A caller
+	// that sets it can describe the new upload (Created) without reading it back.
+	At time.Time
+}
+
+// Created is the upload u describes, as Create stores it (for a caller that set At).
+func (u NewUpload) Created() *Upload {
+	return &Upload{
+		ID: u.ID, Status: staging.StatusActive, Bucket: u.Bucket, Key: u.Key, ChunkSize: u.ChunkSize,
+		ExpectedSize: u.ExpectedSize, Total: u.Total, NodeID: u.NodeID, Name: u.Name, ContentType: u.ContentType,
+		ClientNodeID: u.ClientNodeID, CorrelationID: u.CorrelationID, Tenant: u.Tenant, Metadata: u.Metadata,
+		ReceivedChunks: []uint32{}, Created: time.UnixMilli(u.At.UnixMilli()), Updated: time.UnixMilli(u.At.UnixMilli()),
+	}
 }
 
 // ClaimClientNodeID binds tenant's clientNodeID to id unless it is bound already, and
@@ -128,7 +141,11 @@ return {'ok'}
 
 // Create stores a new upload. It reports false if the id exists already.
 func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
-	now := strconv.FormatInt(s.c.NowMs(), 10)
+	at := u.At
+	if at.IsZero() {
+		at = s.c.Now()
+	}
+	now := strconv.FormatInt(at.UnixMilli(), 10)
 	state := []any{
 		"status", string(staging.StatusActive), "bucket", u.Bucket, "key", u.Key,
 		"chunk_size", u.ChunkSize, "expected_size", u.ExpectedSize, "total", u.Total,
@@ -230,21 +247,42 @@ type ChunkInfo struct {
 
 // Get reads an upload in one round trip.
 func (s *Store) Get(ctx context.Context, id string) (*Upload, error) {
-	var st, meta, rec *redis.MapStringStringCmd
-	var parts *redis.StringSliceCmd
+	u, _, err := s.get(ctx, id, false)
+	return u, err
+}
+
+// get reads an upload in one round trip, and with withParts its parts hash (N →
+// "etag|crc|size") too.
+func (s *Store) get(ctx context.Context, id string, withParts bool) (*Upload, map[string]string, error) {
+	var st, meta, rec, partsAll *redis.MapStringStringCmd
+	var partKeys *redis.StringSliceCmd
 	_, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		st = p.HGetAll(ctx, rdb.StateKey(id))
 		meta = p.HGetAll(ctx, rdb.MetaKey(id))
 		rec = p.HGetAll(ctx, rdb.ReceivedKey(id))
-		parts = p.HKeys(ctx, rdb.PartsKey(id))
+		if withParts {
+			partsAll = p.HGetAll(ctx, rdb.PartsKey(id))
+		} else {
+			partKeys = p.HKeys(ctx, rdb.PartsKey(id))
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	var parts []string
+	var partsHash map[string]string
+	if withParts {
+		partsHash = partsAll.Val()
+		for k := range partsHash {
+			parts = append(parts, k)
+		}
+	} else {
+		parts = partKeys.Val()
 	}
 	h := st.Val()
 	if len(h) == 0 {
-		return nil, staging.ErrNotFound
+		return nil, nil, staging.ErrNotFound
 	}
 	m := meta.Val()
 	u := &Upload{
@@ -261,11 +299,11 @@ func (s *Store) Get(ctx context.Context, id string) (*Upload, error) {
 	}
 	if md := m["metadata"]; md != "" {
 		if err := json.Unmarshal([]byte(md), &u.Metadata); err != nil {
-			return nil, fmt.Errorf("staging: upload %s metadata: %w", id, err)
+			return nil, nil, fmt.Errorf("staging: upload %s metadata: %w", id, err)
 		}
 	}
-	stored := make(map[string]bool, len(parts.Val()))
-	for _, k := range parts.Val() {
+	stored := make(map[string]bool, len(parts))
+	for _, k := range parts {
 		stored[k] = true
 	}
 	for k, v := range rec.Val() {
@@ -278,7 +316,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Upload, error) {
 	for i, c := range u.Chunks {
 		u.ReceivedChunks[i] = c.N
 	}
-	return u, nil
+	return u, partsHash, nil
 }
 
 // StagedBytes returns Redis' used_memory: an upper bound of the bytes staged there
