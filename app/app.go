@@ -234,7 +234,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.s3 = s3store.New(client)
+	a.s3 = s3store.New(client, cfg.S3.StoreOptions()...)
 	if err := a.s3.EnsureBucket(ctx, cfg.bucket()); err != nil {
 		return nil, err
 	}
@@ -322,6 +322,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		deps := server.Deps{Store: a.uploads, Progress: a.outbox, Ender: ender, Objects: a.s3}
 		if a.worker != nil {
 			deps.Local = a.worker // the local fast path: chunks go to S3 from memory
+			// Adaptive staging: chunks go to S3 before they are acknowledged while this
+			// worker has a free slot and S3 keeps pace.
+			deps.Through = writeThrough{a.worker}
+		}
+		if a.completer != nil {
+			// An upload whose last part was written through is completed at once, so that
+			// the chunk's acknowledgement says COMPLETED.
+			deps.Completer = a.completer
 		}
 		svc, err := server.NewUploadService(deps, sc)
 		if err != nil {
@@ -534,3 +542,11 @@ func (a *App) Close() {
 func (a *App) Completer() *completion.Completer { return a.completer }
 
 var _ server.LocalWorker = (*chunkworker.Worker)(nil)
+
+// writeThrough adapts the worker's write-through to the API's interface.
+type writeThrough struct{ w *chunkworker.Worker }
+
+func (t writeThrough) WriteThrough(ctx context.Context, ref staging.ChunkRef, data []byte, crc uint32, last, wake bool) (server.Written, error) {
+	r, err := t.w.WriteThrough(ctx, ref, data, crc, last, wake)
+	return server.Written{Stored: r.Stored, Duplicate: r.Duplicate, Ready: r.Ready, HandOver: r.HandOver, InUse: r.InUse}, err
+}

@@ -19,6 +19,15 @@ func TestRunSmall(t *testing.T) {
 		rep.HTTP.Chunkup <= 0 || rep.HTTP.GRPC != rep.Large.Chunkup || rep.HTTP.Cost.ServerCPUPerGiB <= 0 {
 		t.Errorf("comparisons without figures: large %+v, HTTP %+v, small %+v", rep.Large, rep.HTTP, rep.Small)
 	}
+	if rep.LargeAlways.Chunkup <= 0 || rep.SmallAlways.Chunkup <= 0 {
+		t.Errorf("--staging always without figures: large %+v, small %+v", rep.LargeAlways, rep.SmallAlways)
+	}
+	if !rep.Pause.Exact || rep.Pause.AckedBeforeMiB <= 0 {
+		t.Errorf("MinIO pause: %+v", rep.Pause)
+	}
+	if svg := string(rep.chart()); !strings.HasPrefix(svg, "<svg") || !strings.Contains(svg, "small always") || !strings.HasSuffix(svg, "</svg>\n") {
+		t.Errorf("chart: %.200s", svg)
+	}
 	if len(rep.Scaling) != 2 || rep.Scaling[1].SecPerGiB <= 0 || rep.Scaling[1].Cost.ServerPeakRSSMiB <= 0 {
 		t.Errorf("scaling: %+v", rep.Scaling)
 	}
@@ -27,7 +36,7 @@ func TestRunSmall(t *testing.T) {
 	}
 	var out bytes.Buffer
 	rep.print(&out)
-	for _, want := range []string{"large 24MiB", "large 24MiB via HTTP (tus)", "HTTP door (tus, one PATCH) / gRPC SDK", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB"} {
+	for _, want := range []string{"large 24MiB", "large 24MiB via HTTP (tus)", "HTTP door (tus, one PATCH) / gRPC SDK", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB", "(always)", "MinIO paused"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}

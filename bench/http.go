@@ -28,15 +28,15 @@ func httpClient() *http.Client {
 }
 
 // viaHTTP uploads n bytes through the HTTP door and returns the elapsed time and costs.
-func (b *bench) viaHTTP(n int64) (time.Duration, cost) {
+func (b *bench) viaHTTP(ct *contender, n int64) (time.Duration, cost) {
 	ctx, cancel := b.ctx()
 	defer cancel()
 	start := b.next()
-	m := b.startMeter()
-	id, err := b.tusUpload(ctx, b.src.reader(start, n), n)
+	m := b.startMeter(ct)
+	id, err := b.tusUpload(ctx, ct.httpAddr, b.src.reader(start, n), n)
 	if err == nil {
 		var last *chunkupv1.UploadProgress
-		if last, err = b.cl.Watch(ctx, id, nil); err == nil && last.State != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
+		if last, err = ct.cl.Watch(ctx, id, nil); err == nil && last.State != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
 			err = fmt.Errorf("upload %s ended %s: %s", id, last.State, last.Error)
 		}
 	}
@@ -44,7 +44,7 @@ func (b *bench) viaHTTP(n int64) (time.Duration, cost) {
 	if err != nil {
 		b.tb.Fatalf("bench: HTTP upload of %s: %v", human(n), err)
 	}
-	up, err := b.cl.Get(ctx, id)
+	up, err := ct.cl.Get(ctx, id)
 	if err != nil {
 		b.tb.Fatalf("bench: %v", err)
 	}
@@ -57,8 +57,8 @@ func (b *bench) viaHTTP(n int64) (time.Duration, cost) {
 
 // tusUpload creates a tus upload of n bytes and sends body in one PATCH; it returns the
 // upload's id once the server has staged the whole body.
-func (b *bench) tusUpload(ctx context.Context, body io.Reader, n int64) (string, error) {
-	base := "http://" + b.httpAddr
+func (b *bench) tusUpload(ctx context.Context, httpAddr string, body io.Reader, n int64) (string, error) {
+	base := "http://" + httpAddr
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/files/", nil)
 	if err != nil {
 		return "", err

@@ -1,13 +1,17 @@
 // Command bench measures what chunkup's guarantees cost: it uploads the same bytes
 // through chunkup (the Go SDK, a `chunkup serve` process, Redis, MinIO) and straight to
-// the same MinIO with the AWS SDK, alternating the two in one run (and, for the large
-// upload, a third: the HTTP door, as one tus PATCH), and prints each figure as a ratio
-// chunkup / direct, with the targets of docs/performance.md. `make
-// bench` runs it; the same table is written as JSON (-out).
+// the same MinIO with the AWS SDK, taking turns in one run (and, for the large upload,
+// a third: the HTTP door, as one tus PATCH), and prints each figure as a ratio
+// chunkup / direct, with the targets of docs/performance.md. Two chunkup servers take
+// part: --staging adaptive (the default: chunks written through to S3 while it keeps
+// pace) and --staging always (every chunk staged in Redis). `make bench` runs it; the
+// same table is written as JSON (-out), and a chart of the ratios and of the CPU per
+// GiB of each component as SVG beside it.
 //
 // Redis and MinIO are real servers started through internal/testenv (as in the tests);
-// chunkup runs as its own process so that its CPU time and peak RSS are its own.
-// Objects are verified byte for byte after each timed upload, outside the timing.
+// each chunkup server runs as its own process, with its own Redis, so that its CPU time,
+// peak RSS and Redis costs are its own. Objects are verified byte for byte after each
+// timed upload, outside the timing.
 package main
 
 import (
@@ -72,7 +76,7 @@ func main() {
 	flag.BoolVar(&cfg.AOF, "aof", false, "run Redis with the append-only file (appendfsync everysec), as in production")
 	flag.StringVar(&cfg.ExtraArgs, "chunkup-args", "", "extra `chunkup serve` flags, space-separated (to compare settings)")
 	flag.StringVar(&cfg.ExtraEnv, "chunkup-env", "", "extra environment for `chunkup serve`, space-separated NAME=VALUE (e.g. GOGC=50)")
-	flag.StringVar(&cfg.Skip, "skip", "", "parts to leave out, comma-separated: large, http (the large upload through the HTTP door), small, scaling (while tuning one)")
+	flag.StringVar(&cfg.Skip, "skip", "", "parts to leave out, comma-separated: large, http (the large upload through the HTTP door), small, scaling, pause, always (the --staging always contender) (while tuning one)")
 	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "after the measurements, run the large upload and the small ones once more through chunkup and write the server's CPU profiles to this file and to its -small variant")
 	flag.Parse()
 
@@ -107,7 +111,12 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
-		fmt.Printf("\nwritten to %s\n", cfg.Out)
+		chart := strings.TrimSuffix(cfg.Out, ".json") + ".svg"
+		if err := os.WriteFile(chart, rep.chart(), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("\nwritten to %s and %s\n", cfg.Out, chart)
 	}
 }
 
@@ -131,15 +140,20 @@ func parseSize(s string) (int64, error) {
 
 // report is what a run measured.
 type report struct {
-	When    time.Time  `json:"when"`
-	Machine string     `json:"machine"`
-	Config  config     `json:"config"`
-	Large   comparison `json:"large"`
+	When    time.Time `json:"when"`
+	Machine string    `json:"machine"`
+	Config  config    `json:"config"`
+	// Large and Small are the adaptive contender's (the default), LargeAlways and
+	// SmallAlways the --staging always contender's, against the same direct uploads.
+	Large comparison `json:"large"`
 	// HTTP is the large upload through the HTTP door (tus), in the same rounds.
-	HTTP    httpComparison `json:"http"`
-	Small   comparison     `json:"small"`
-	Scaling []scalingStep  `json:"scaling"`
-	Targets []target       `json:"targets"`
+	HTTP        httpComparison `json:"http"`
+	Small       comparison     `json:"small"`
+	LargeAlways comparison     `json:"large_always"`
+	SmallAlways comparison     `json:"small_always"`
+	Scaling     []scalingStep  `json:"scaling"`
+	Pause       pauseResult    `json:"minio_paused"`
+	Targets     []target       `json:"targets"`
 }
 
 // comparison is chunkup against the direct upload, each the median of the rounds.
@@ -207,13 +221,17 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "part/chunk %s, concurrency %d, %d rounds (medians), staged-bytes budget %s, Redis AOF %v\n\n",
 		human(r.Config.PartSize), r.Config.Concurrency, r.Config.Rounds, human(r.Config.Budget), r.Config.AOF)
 
-	fmt.Fprintln(tw, "comparison\tunit\tchunkup\tdirect\tratio\t")
-	fmt.Fprintf(tw, "large %s\t%s\t%.1f\t%.1f\t%.3f\t\n", human(r.Config.Large), r.Large.Unit, r.Large.Chunkup, r.Large.Direct, r.Large.Ratio)
-	if r.HTTP.Chunkup > 0 {
-		fmt.Fprintf(tw, "large %s via HTTP (tus)\t%s\t%.1f\t%.1f\t%.3f\t\n", human(r.Config.Large), r.HTTP.Unit, r.HTTP.Chunkup, r.HTTP.Direct, r.HTTP.Ratio)
+	fmt.Fprintln(tw, "comparison\tstaging\tunit\tchunkup\tdirect\tratio\t")
+	large := fmt.Sprintf("large %s", human(r.Config.Large))
+	small := fmt.Sprintf("small %d × %s @%d", r.Config.SmallCount, human(r.Config.SmallSize), r.Config.SmallConc)
+	for _, c := range []struct {
+		name, mode string
+		cmp        comparison
+	}{{large, "adaptive", r.Large}, {large, "always", r.LargeAlways}, {large + " via HTTP (tus)", "adaptive", r.HTTP.comparison}, {small, "adaptive", r.Small}, {small, "always", r.SmallAlways}} {
+		if c.cmp.Unit != "" {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.3f\t\n", c.name, c.mode, c.cmp.Unit, c.cmp.Chunkup, c.cmp.Direct, c.cmp.Ratio)
+		}
 	}
-	fmt.Fprintf(tw, "small %d × %s @%d\t%s\t%.1f\t%.1f\t%.3f\t\n", r.Config.SmallCount, human(r.Config.SmallSize), r.Config.SmallConc,
-		r.Small.Unit, r.Small.Chunkup, r.Small.Direct, r.Small.Ratio)
 	tw.Flush()
 	if r.HTTP.Chunkup > 0 {
 		fmt.Fprintf(w, "HTTP door (tus, one PATCH) / gRPC SDK, large %s: %.1f / %.1f MiB/s = %.3f\n",
@@ -226,19 +244,34 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.0f\t%.0f\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", name, mibps, spg,
 			c.ServerPeakRSSMiB, c.RedisPeakMiB, c.AckP50ms, c.AckP99ms, c.ServerCPUPerGiB, c.RedisCPUPerGiB, c.MinIOCPUPerGiB, c.ClientCPUPerGiB)
 	}
-	row("large "+human(r.Config.Large), r.Large.Chunkup, 1024/r.Large.Chunkup, r.Large.Cost)
-	if r.HTTP.Chunkup > 0 {
-		row("large "+human(r.Config.Large)+" via HTTP", r.HTTP.Chunkup, 1024/r.HTTP.Chunkup, r.HTTP.Cost)
+	smallMiBps := func(fps float64) float64 { return fps * float64(r.Config.SmallSize) / MiB }
+	if r.Large.Unit != "" {
+		row(large, r.Large.Chunkup, 1024/r.Large.Chunkup, r.Large.Cost)
 	}
-	row("small (all files)", r.Small.Chunkup*float64(r.Config.SmallSize)/MiB, MiB*1024/(r.Small.Chunkup*float64(r.Config.SmallSize)), r.Small.Cost)
+	if r.LargeAlways.Unit != "" {
+		row(large+" (always)", r.LargeAlways.Chunkup, 1024/r.LargeAlways.Chunkup, r.LargeAlways.Cost)
+	}
+	if r.HTTP.Chunkup > 0 {
+		row(large+" via HTTP", r.HTTP.Chunkup, 1024/r.HTTP.Chunkup, r.HTTP.Cost)
+	}
+	if r.Small.Unit != "" {
+		row("small (all files)", smallMiBps(r.Small.Chunkup), 1024/smallMiBps(r.Small.Chunkup), r.Small.Cost)
+	}
+	if r.SmallAlways.Unit != "" {
+		row("small (always)", smallMiBps(r.SmallAlways.Chunkup), 1024/smallMiBps(r.SmallAlways.Chunkup), r.SmallAlways.Cost)
+	}
 	for _, s := range r.Scaling {
 		row("scaling "+human(s.Bytes), s.MiBps, s.SecPerGiB, s.Cost)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "direct uploads, CPU s/GiB: large MinIO %.2f client %.2f, small MinIO %.2f client %.2f\n",
 		r.Large.DirectMinIOCPUPerGiB, r.Large.DirectClientCPUPerGiB, r.Small.DirectMinIOCPUPerGiB, r.Small.DirectClientCPUPerGiB)
-	fmt.Fprintf(w, "CPU-bound ratio (direct CPU s/GiB over chunkup's, all processes on these cores): large %.3f, small %.3f\n",
-		r.Large.CPUBound, r.Small.CPUBound)
+	fmt.Fprintf(w, "CPU-bound ratio (direct CPU s/GiB over chunkup's, all processes on these cores): large %.3f (always %.3f), small %.3f (always %.3f)\n",
+		r.Large.CPUBound, r.LargeAlways.CPUBound, r.Small.CPUBound, r.SmallAlways.CPUBound)
+	if p := r.Pause; p.Bytes > 0 {
+		fmt.Fprintf(w, "MinIO paused %.0fs mid-upload of %s (adaptive): %.0f MiB acknowledged before, %.0f MiB during the pause; Redis peak %.0f MiB; object exact: %v\n",
+			p.PauseSeconds, human(p.Bytes), p.AckedBeforeMiB, p.AckedDuringMiB, p.RedisPeakMiB, p.Exact)
+	}
 
 	fmt.Fprintln(w)
 	fmt.Fprintln(tw, "target\tvalue\twant\tmet\t")

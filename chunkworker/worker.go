@@ -25,9 +25,9 @@ import (
 
 // Objects is the part of the S3 store a worker uses.
 type Objects interface {
-	Put(ctx context.Context, bucket, key, ct string, data []byte) (string, error)
-	CreateMultipart(ctx context.Context, bucket, key, ct string) (string, error)
-	UploadPart(ctx context.Context, bucket, key, uploadID string, n uint32, data []byte) (string, error)
+	PutChunk(ctx context.Context, bucket, key, ct string, data []byte, sum uint32) (string, error)
+	CreateMultipart(ctx context.Context, bucket, key, ct string) (id string, checksummed bool, err error)
+	UploadPart(ctx context.Context, bucket, key, uploadID string, checksummed bool, n uint32, data []byte, sum uint32) (string, error)
 	Abort(ctx context.Context, bucket, key, uploadID string) error
 	Delete(ctx context.Context, bucket, key string) error
 }
@@ -46,8 +46,11 @@ type Store interface {
 	Release(ctx context.Context, ref staging.ChunkRef, token string, retryAt time.Time) error
 	Drop(ctx context.Context, ref staging.ChunkRef) error
 	NoteMultipartAttempt(ctx context.Context, id string) error
-	SetMultipart(ctx context.Context, id, multipartID string) (string, error)
+	SetMultipart(ctx context.Context, id, multipartID string, checksummed bool) (string, bool, error)
 	Record(ctx context.Context, ref staging.ChunkRef, token, etag string, crc uint32, size int64) (uploads.RecordOutcome, bool, error)
+	BeginThrough(ctx context.Context, ref staging.ChunkRef, token string, crc uint32, size int64, last bool, lease time.Duration) (uploads.Through, error)
+	RecordThrough(ctx context.Context, ref staging.ChunkRef, token, etag string, crc uint32, size int64, last, wake bool) (uploads.ThroughOutcome, bool, error)
+	ReleaseThrough(ctx context.Context, ref staging.ChunkRef, token string) error
 }
 
 var _ Store = (*uploads.Chunks)(nil)
@@ -88,6 +91,12 @@ type Config struct {
 	Logger       *slog.Logger
 	// Metrics, when set, records claims and uploaded parts (see internal/metrics).
 	Metrics Metrics
+	// SlowPart is how long an 8 MiB part upload may take (larger parts proportionally
+	// longer) before S3 counts as behind: while recent parts took longer on average, the
+	// API stages chunks in Redis instead of writing them through (see WriteThrough), and
+	// a write-through still waiting for S3 after this long is staged and acknowledged
+	// while its upload goes on. Zero means 1 s.
+	SlowPart time.Duration
 }
 
 // Metrics is what a worker records (implemented by *metrics.Set).
@@ -100,7 +109,7 @@ type Metrics interface {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	if c.Concurrency < 0 || c.Lease < 0 || c.SweepInterval < 0 || c.RetryBase < 0 || c.RetryMax < 0 || c.DrainTimeout < 0 || c.GiveUpAfter < 0 || c.S3Timeout < 0 {
+	if c.Concurrency < 0 || c.Lease < 0 || c.SweepInterval < 0 || c.RetryBase < 0 || c.RetryMax < 0 || c.DrainTimeout < 0 || c.GiveUpAfter < 0 || c.S3Timeout < 0 || c.SlowPart < 0 {
 		return errors.New("chunkworker: settings must not be negative")
 	}
 	if c.Lease > 0 && c.Lease < 300*time.Millisecond {
@@ -131,6 +140,9 @@ func (c *Config) setDefaults() {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 10 * time.Second
 	}
+	if c.SlowPart == 0 {
+		c.SlowPart = time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -151,6 +163,14 @@ type Worker struct {
 	// dropped is set when an offer found the queue full: the next goroutine to go idle
 	// sweeps at once instead of waiting up to SweepInterval with work in Redis.
 	dropped atomic.Bool
+	// slots are the Concurrency upload slots, shared by the chunks this worker drains
+	// from Redis and the chunks the API writes through (a write-through takes a slot
+	// only when one is free).
+	slots chan struct{}
+	// bg is the context of in-flight work while Run runs (see running).
+	bg atomic.Pointer[context.Context]
+	// pace follows part upload times: is S3 keeping pace?
+	pace *pace
 
 	mu       sync.Mutex
 	failures map[staging.ChunkRef]failing // consecutive transient failures, for backoff
@@ -170,6 +190,8 @@ func New(store Store, s3c Objects, ender Ender, cfg Config) (*Worker, error) {
 		cfg: cfg, store: store, s3: s3c, ender: ender,
 		work:     make(chan staging.ChunkRef, cfg.Concurrency*4),
 		local:    make(chan localChunk, max(1, cfg.Concurrency/4)),
+		slots:    make(chan struct{}, cfg.Concurrency),
+		pace:     &pace{slow: cfg.SlowPart, now: time.Now},
 		failures: map[staging.ChunkRef]failing{}, notBefore: map[staging.ChunkRef]time.Time{},
 	}, nil
 }
@@ -182,6 +204,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancelWork()
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.DrainTimeout, cancelWork) })
 	defer stop()
+	w.bg.Store(&workCtx)
+	defer w.bg.Store(nil)
 
 	ps := w.store.Listen(ctx)
 	defer ps.Close()
@@ -327,6 +351,10 @@ func (w *Worker) process(ctx context.Context, ref staging.ChunkRef, local *local
 	if w.backingOff(ref) {
 		return
 	}
+	if !w.takeSlot(ctx) {
+		return
+	}
+	defer w.freeSlot()
 	token := ids.NewToken()
 	c, err := w.store.Claim(ctx, ref, token, w.cfg.Lease)
 	if err != nil {
@@ -351,8 +379,16 @@ func (w *Worker) process(ctx context.Context, ref staging.ChunkRef, local *local
 		w.cfg.Metrics.ChunkClaimed(c.Reclaimed)
 	}
 	began := time.Now()
-	etag, err := w.upload(ctx, c, local)
+	etag, err := w.upload(ctx, c, local, true)
 	took := time.Since(began)
+	w.pace.note(took, c.Size, err)
+	w.finishPart(ctx, c, etag, err, took, log)
+}
+
+// finishPart handles the end of a claimed chunk's upload: it records the part (which
+// lets the staged bytes go), or handles the failure.
+func (w *Worker) finishPart(ctx context.Context, c uploads.Claim, etag string, err error, took time.Duration, log *slog.Logger) {
+	ref, token := c.Ref, c.Token
 	if err != nil {
 		w.failed(ctx, c, err, log)
 		return
@@ -394,8 +430,10 @@ func (w *Worker) endThenDrop(ctx context.Context, ref staging.ChunkRef, reason s
 }
 
 // upload sends a claimed chunk to S3 while keeping its lease alive, and returns the
-// part's (or object's) ETag. Losing the lease cancels the upload.
-func (w *Worker) upload(ctx context.Context, c uploads.Claim, local *localChunk) (string, error) {
+// part's (or object's) ETag. Losing the lease cancels the upload. A chunk whose bytes
+// are in memory (local) is not read from Redis; with hold, its pending entry is pushed
+// past the lease as reading it would (a write-through's chunk has none).
+func (w *Worker) upload(ctx context.Context, c uploads.Claim, local *localChunk, hold bool) (string, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	renewDone := make(chan struct{})
 	defer func() {
@@ -426,8 +464,10 @@ func (w *Worker) upload(ctx context.Context, c uploads.Claim, local *localChunk)
 		// may have replaced it since; then it is read from Redis like any other). As
 		// reading it would, keep sweeps off it while the lease lasts.
 		data = local.data
-		if err := w.store.Hold(ctx, c.Ref, w.cfg.Lease); err != nil {
-			return "", err
+		if hold {
+			if err := w.store.Hold(ctx, c.Ref, w.cfg.Lease); err != nil {
+				return "", err
+			}
 		}
 	} else {
 		var err error
@@ -441,17 +481,17 @@ func (w *Worker) upload(ctx context.Context, c uploads.Claim, local *localChunk)
 	s3ctx, cancelS3 := context.WithTimeout(ctx, w.cfg.S3Timeout)
 	defer cancelS3()
 	if singleObject(c) {
-		etag, err := w.s3.Put(s3ctx, c.Bucket, c.Key, c.ContentType, data)
+		etag, err := w.s3.PutChunk(s3ctx, c.Bucket, c.Key, c.ContentType, data, c.CRC32C)
 		return etag, withCause(ctx, err)
 	}
-	mpu := c.MultipartID
+	mpu, checksummed := c.MultipartID, c.MultipartChecksummed
 	if mpu == "" {
 		var err error
-		if mpu, err = w.createMultipart(s3ctx, c); err != nil {
+		if mpu, checksummed, err = w.createMultipart(s3ctx, c); err != nil {
 			return "", withCause(ctx, err)
 		}
 	}
-	etag, err := w.s3.UploadPart(s3ctx, c.Bucket, c.Key, mpu, c.Ref.N, data)
+	etag, err := w.s3.UploadPart(s3ctx, c.Bucket, c.Key, mpu, checksummed, c.Ref.N, data, c.CRC32C)
 	return etag, withCause(ctx, err)
 }
 
@@ -478,15 +518,15 @@ func withCause(ctx context.Context, err error) error {
 
 // createMultipart starts the upload's S3 multipart upload. Several workers may race to
 // do so; the first recorded id wins and the others abort theirs.
-func (w *Worker) createMultipart(ctx context.Context, c uploads.Claim) (string, error) {
+func (w *Worker) createMultipart(ctx context.Context, c uploads.Claim) (id string, checksummed bool, err error) {
 	// Counted first: should this process die between creating its multipart upload and
 	// recording or aborting it, the completer knows to look for a stray one.
 	if err := w.store.NoteMultipartAttempt(ctx, c.Ref.UploadID); err != nil {
-		return "", fmt.Errorf("count multipart attempt: %w", err)
+		return "", false, fmt.Errorf("count multipart attempt: %w", err)
 	}
-	mine, err := w.s3.CreateMultipart(ctx, c.Bucket, c.Key, c.ContentType)
+	mine, mineChecksummed, err := w.s3.CreateMultipart(ctx, c.Bucket, c.Key, c.ContentType)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	// A failed call may still have recorded ours (a timeout after Redis ran the script),
 	// so ask until Redis answers (it does after an outage) before deciding whose id it
@@ -497,7 +537,7 @@ func (w *Worker) createMultipart(ctx context.Context, c uploads.Claim) (string, 
 	var won string
 	var ended *staging.StateError
 	for n := 1; ; n++ {
-		won, err = w.store.SetMultipart(rctx, c.Ref.UploadID, mine)
+		won, checksummed, err = w.store.SetMultipart(rctx, c.Ref.UploadID, mine, mineChecksummed)
 		if err == nil || errors.As(err, &ended) || rctx.Err() != nil {
 			break
 		}
@@ -508,7 +548,7 @@ func (w *Worker) createMultipart(ctx context.Context, c uploads.Claim) (string, 
 		}
 	}
 	if err == nil && won == mine {
-		return mine, nil
+		return mine, checksummed, nil
 	}
 	if err != nil && !errors.As(err, &ended) {
 		// Redis stayed unreachable: ours is most likely not recorded; abort it rather
@@ -518,7 +558,7 @@ func (w *Worker) createMultipart(ctx context.Context, c uploads.Claim) (string, 
 	if abortErr := w.s3.Abort(context.WithoutCancel(ctx), c.Bucket, c.Key, mine); abortErr != nil {
 		w.cfg.Logger.Warn("abort surplus multipart upload", "upload_id", c.Ref.UploadID, "err", abortErr)
 	}
-	return won, err
+	return won, checksummed, err
 }
 
 // failed handles an upload error: a permanent one fails the whole upload with its

@@ -59,7 +59,7 @@ func TestTwoReplicasExpireEachUploadOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := store.Chunks().SetMultipart(ctx, id, *mpu.UploadId); err != nil {
+		if _, _, err := store.Chunks().SetMultipart(ctx, id, *mpu.UploadId, false); err != nil {
 			t.Fatal(err)
 		}
 		upIDs = append(upIDs, id)
@@ -155,7 +155,7 @@ func TestReleaseRetriedAfterS3Outage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Chunks().SetMultipart(ctx, multi, *mpu.UploadId); err != nil {
+	if _, _, err := store.Chunks().SetMultipart(ctx, multi, *mpu.UploadId, false); err != nil {
 		t.Fatal(err)
 	}
 	// A one-chunk upload whose object is written and recorded, not yet completed.
@@ -276,7 +276,7 @@ func TestEndAbortsStrayMultipartUploads(t *testing.T) {
 			t.Fatal(err)
 		}
 		if recorded {
-			if _, err := store.Chunks().SetMultipart(ctx, id, mpu(key)); err != nil {
+			if _, _, err := store.Chunks().SetMultipart(ctx, id, mpu(key), false); err != nil {
 				t.Fatal(err)
 			}
 		}

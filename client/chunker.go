@@ -18,14 +18,19 @@ type chunker struct {
 	ahead    []byte
 	aheadErr error
 	started  bool
+	// alloc returns a buffer of n bytes for a chunk (the uploader's, reused).
+	alloc func(n int) []byte
 }
 
-func newChunker(r io.Reader, size, expected int64) *chunker {
-	return &chunker{r: r, size: size, left: expected}
+func newChunker(r io.Reader, size, expected int64, alloc func(int) []byte) *chunker {
+	if alloc == nil {
+		alloc = func(n int) []byte { return make([]byte, n) }
+	}
+	return &chunker{r: r, size: size, left: expected, alloc: alloc}
 }
 
 func (c *chunker) read() ([]byte, error) {
-	buf := make([]byte, c.size)
+	buf := c.alloc(int(c.size))
 	n, err := io.ReadFull(c.r, buf)
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		err = io.EOF
@@ -36,7 +41,7 @@ func (c *chunker) read() ([]byte, error) {
 func (c *chunker) next() (data []byte, last bool, err error) {
 	if c.left >= 0 {
 		n := min(c.left, c.size)
-		buf := make([]byte, n)
+		buf := c.alloc(int(n))
 		if _, err := io.ReadFull(c.r, buf); err != nil {
 			return nil, false, fmt.Errorf("input ended before the declared size: %w", err)
 		}

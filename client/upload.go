@@ -134,6 +134,9 @@ func (c *Client) Upload(ctx context.Context, r io.Reader, opts ...UploadOption) 
 	if cfg.correlationID != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, CorrelationIDHeader, cfg.correlationID)
 	}
+	if cfg.resume == "" && cfg.create.ExpectedSize != nil && *cfg.create.ExpectedSize <= oneMessageMax {
+		return c.uploadOneMessage(ctx, r, &cfg)
+	}
 	var up *chunkupv1.Upload
 	err := c.retrying(ctx, func() (err error) {
 		if cfg.resume != "" {
@@ -178,8 +181,11 @@ func (c *Client) Upload(ctx context.Context, r io.Reader, opts ...UploadOption) 
 	if err := u.send(ctx, r); err != nil {
 		return nil, err
 	}
-	up, err = u.wait(ctx)
-	if err != nil {
+	if done := u.completedUpload(); done != nil {
+		// The server stored the last chunk and finalized the object before it
+		// acknowledged it: nothing to wait for.
+		up = done
+	} else if up, err = u.wait(ctx); err != nil {
 		return up, err
 	}
 	if up.Size != u.inputSize || up.Crc32C != u.inputCRC {
@@ -292,13 +298,49 @@ type uploader struct {
 	mu       sync.Mutex
 	progress Progress
 	report   func(Progress)
+	// completed is the COMPLETED upload an acknowledgement carried, if one did.
+	completed *chunkupv1.Upload
+	// storedAcks counts the chunks acknowledged as stored in S3 (written through), which
+	// the progress counts as uploaded without waiting for the watch to say so.
+	storedAcks uint32
+	// free holds chunk buffers to read into again once their chunk is acknowledged, so
+	// an upload allocates about as many buffers as chunks it keeps in flight.
+	free chan []byte
 }
 
 func newUploader(c *Client, up *chunkupv1.Upload, report func(Progress)) *uploader {
-	u := &uploader{c: c, up: up, report: report}
+	u := &uploader{c: c, up: up, report: report, free: make(chan []byte, c.opts.parallel*c.opts.window+2)}
 	u.progress = Progress{UploadID: up.UploadId, Size: up.ExpectedSize, TotalChunks: up.TotalChunks,
 		ChunksUploaded: up.UploadedChunks}
 	return u
+}
+
+// buffer returns a buffer of n bytes (at most a chunk), reused when one is free.
+func (u *uploader) buffer(n int) []byte {
+	select {
+	case b := <-u.free:
+		if cap(b) >= n {
+			return b[:n]
+		}
+	default:
+	}
+	return make([]byte, n, max(n, int(u.up.ChunkSize)))
+}
+
+// recycle takes back the buffer of a chunk nobody needs any more (acknowledged, or
+// skipped). gRPC has copied a chunk's bytes into its own message by the time Send
+// returns, and nothing else keeps them.
+func (u *uploader) recycle(c *chunk) {
+	select {
+	case u.free <- c.data[:0]:
+	default:
+	}
+}
+
+func (u *uploader) completedUpload() *chunkupv1.Upload {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.completed
 }
 
 func (u *uploader) update(fn func(*Progress)) {
@@ -327,7 +369,7 @@ func (u *uploader) send(ctx context.Context, r io.Reader) error {
 	defer func() { cancel(nil); <-fed }()
 	go func() {
 		defer close(fed)
-		err := u.feed(ctx, s, newChunker(r, u.up.ChunkSize, u.up.ExpectedSize), held)
+		err := u.feed(ctx, s, newChunker(r, u.up.ChunkSize, u.up.ExpectedSize, u.buffer), held)
 		if err != nil {
 			cancel(err)
 		}
@@ -380,6 +422,7 @@ func (u *uploader) feed(ctx context.Context, s *scheduler, ch *chunker, held map
 			switch {
 			case same:
 				u.update(func(p *Progress) { p.BytesAcked += int64(len(data)) })
+				u.recycle(&chunk{data: data})
 				if last {
 					return nil
 				}
@@ -464,12 +507,23 @@ func (u *uploader) stream(ctx context.Context, s *scheduler) (int, error) {
 			}
 			<-slots
 			s.ack()
+			size := int64(len(c.data))
+			u.recycle(c)
 			u.update(func(p *Progress) {
-				p.BytesAcked += int64(len(c.data))
+				p.BytesAcked += size
 				if c.last && p.TotalChunks == 0 {
 					p.TotalChunks = c.n
 				}
+				if ack.Stored && !ack.Duplicate {
+					u.storedAcks++
+					p.ChunksUploaded = max(p.ChunksUploaded, u.up.UploadedChunks+u.storedAcks)
+				}
 			})
+			if ack.Completed != nil {
+				u.mu.Lock()
+				u.completed = ack.Completed
+				u.mu.Unlock()
+			}
 		}
 	}()
 
@@ -499,7 +553,9 @@ func (u *uploader) stream(ctx context.Context, s *scheduler) (int, error) {
 				// chunk was sent to replace.
 				if h := have[c.n]; h != nil && h.Crc32C == c.crc && h.Size == int64(len(c.data)) {
 					s.ack()
-					u.update(func(p *Progress) { p.BytesAcked += int64(len(c.data)) })
+					size := int64(len(c.data))
+					u.recycle(c)
+					u.update(func(p *Progress) { p.BytesAcked += size })
 				} else {
 					kept = append(kept, c)
 				}
@@ -535,6 +591,7 @@ func (u *uploader) stream(ctx context.Context, s *scheduler) (int, error) {
 		mu.Lock()
 		inflight[c.n] = c
 		mu.Unlock()
+		size := int64(len(c.data)) // its buffer is another chunk's once it is acknowledged
 		if err := stream.Send(&chunkupv1.UploadChunkRequest{
 			UploadId: u.up.UploadId, ChunkNumber: c.n, Data: c.data, Crc32C: &c.crc, IsLast: c.last,
 		}); err != nil {
@@ -547,7 +604,7 @@ func (u *uploader) stream(ctx context.Context, s *scheduler) (int, error) {
 			}
 			return acked, err
 		}
-		u.update(func(p *Progress) { p.BytesSent += int64(len(c.data)) })
+		u.update(func(p *Progress) { p.BytesSent += size })
 	}
 }
 

@@ -29,7 +29,7 @@ import (
 // upload, and, once the object is there, aborting any other multipart upload left for
 // its key and reading its first bytes to recognize its type.
 type Objects interface {
-	Complete(ctx context.Context, bucket, key, uploadID string, parts []s3store.Part, size int64) (string, error)
+	Complete(ctx context.Context, bucket, key, uploadID string, checksummed bool, parts []s3store.Part, size int64, sum uint32) (string, error)
 	AbortStrays(ctx context.Context, bucket, key, keep string) ([]string, error)
 	FirstBytes(ctx context.Context, bucket, key string, n int64) ([]byte, error)
 }
@@ -40,7 +40,7 @@ var _ Objects = (*s3store.Store)(nil)
 type Store interface {
 	Now() time.Time
 	Begin(ctx context.Context, id, token string, lease time.Duration) (uploads.Begin, error)
-	Parts(ctx context.Context, id string, total uint32) ([]uploads.Part, error)
+	Snapshot(ctx context.Context, id string, total uint32) (*uploads.Upload, []uploads.Part, error)
 	Finish(ctx context.Context, id, token string, f uploads.Final, ev staging.OutboxEvent, handoff bool) error
 	HandedOff(ctx context.Context, id string) (bool, error)
 	Retry(ctx context.Context, id string, at time.Time) error
@@ -209,10 +209,26 @@ func send(ctx context.Context, work chan<- string, id string) {
 // Complete finalizes upload id if it is ready and no other completer holds it. It is
 // safe to call any number of times, from any number of processes.
 func (c *Completer) Complete(ctx context.Context, id string) error {
+	_, err := c.CompleteUpload(ctx, id)
+	return err
+}
+
+// CompleteUpload is Complete, and returns the upload as it recorded it COMPLETED, or
+// nil when this call did not complete it (not ready, another completer has it, or it
+// was completed before).
+func (c *Completer) CompleteUpload(ctx context.Context, id string) (*uploads.Upload, error) {
+	u, err := c.complete(ctx, id)
+	if err != nil && (u == nil || u.Status != staging.StatusCompleted) {
+		return nil, err
+	}
+	return u, err
+}
+
+func (c *Completer) complete(ctx context.Context, id string) (*uploads.Upload, error) {
 	c.mu.Lock()
 	if c.inflight[id] {
 		c.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	c.inflight[id] = true
 	c.mu.Unlock()
@@ -224,25 +240,26 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 
 	b, err := c.store.Begin(ctx, id, c.token, c.cfg.Lease)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch b.Outcome {
 	case uploads.Finished:
 		if b.HandoffPending {
 			if err := c.handoff(ctx, id, false); err != nil {
-				return c.retryLater(ctx, id, err)
+				return nil, c.retryLater(ctx, id, err)
 			}
 		}
-		return nil
+		return nil, nil
 	case uploads.NotActive, uploads.NotReady, uploads.Guarded:
 		// NotReady: a recorded part or the last chunk will index it again. Guarded:
 		// it is due again when the guard expires.
-		return nil
+		return nil, nil
 	}
 
-	parts, err := c.store.Parts(ctx, id, b.Total)
+	// The upload (for its event) and its parts, in one round trip.
+	u, parts, err := c.store.Snapshot(ctx, id, b.Total)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var size int64
 	var sum uint32
@@ -252,9 +269,9 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 	}
 	etag := parts[0].ETag // a one-chunk upload was a single PutObject
 	if b.MultipartID != "" {
-		etag, err = c.completeMultipart(ctx, b, parts, size)
+		etag, err = c.completeMultipart(ctx, b, parts, size, sum)
 		if err != nil {
-			return c.failed(ctx, id, err)
+			return nil, c.failed(ctx, id, err)
 		}
 	}
 	// The object is final: no other multipart upload for its key can be of use. Done
@@ -264,29 +281,28 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 	c.mu.Lock()
 	delete(c.failures, id)
 	c.mu.Unlock()
-	u, err := c.store.Get(ctx, id)
-	if err != nil {
-		return err
-	}
 	final := uploads.Final{ETag: etag, Size: size, CRC32C: sum}
 	if sniff.Generic(u.ContentType) {
 		if final.DetectedContentType, err = c.detect(ctx, b); err != nil {
-			return c.retryLater(ctx, id, err)
+			return nil, c.retryLater(ctx, id, err)
 		}
 		u.DetectedContentType = final.DetectedContentType
 	}
 	now := c.store.Now()
 	ev, err := events.Completed(u, c.cfg.InstanceID, final, now)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	wants := c.cfg.Handoff != nil && c.cfg.Handoff.Wants(u.EffectiveContentType())
 	if err := c.store.Finish(ctx, id, c.token, final, ev, wants); errors.Is(err, staging.ErrAlreadyCompleted) {
 		c.cfg.Logger.Info("upload completed by another completer first; nothing more to record", "upload_id", id)
-		return nil
+		return nil, nil
 	} else if err != nil {
-		return err
+		return nil, err
 	}
+	// What Finish recorded (the store's clock may differ from now by the round trip).
+	u.Status, u.ETag, u.Size, u.CRC32C, u.HandoffPending = staging.StatusCompleted, etag, size, sum, wants
+	u.Completed, u.Updated = now, now
 	if c.cfg.Metrics != nil {
 		var since time.Duration
 		if !u.FirstChunk.IsZero() {
@@ -301,10 +317,10 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 		// The completion index entry stays until the hand-off is recorded, so a crash
 		// here is recovered by the next sweep (Begin reports it pending).
 		if err := c.handoff(ctx, id, false); err != nil {
-			return c.retryLater(ctx, id, err)
+			return u, c.retryLater(ctx, id, err)
 		}
 	}
-	return nil
+	return u, nil
 }
 
 // detect reads the completed object's first bytes and returns the content type they
@@ -364,7 +380,7 @@ func (c *Completer) retryLater(ctx context.Context, id string, err error) error 
 	return err
 }
 
-func (c *Completer) completeMultipart(ctx context.Context, b uploads.Begin, parts []uploads.Part, size int64) (string, error) {
+func (c *Completer) completeMultipart(ctx context.Context, b uploads.Begin, parts []uploads.Part, size int64, sum uint32) (string, error) {
 	// The guard is not renewed while S3 works: it is what lets another completer take
 	// over from one that hangs. Two completions at once are harmless (S3 completes once;
 	// the fenced finish records one), so the call is only bounded.
@@ -372,9 +388,9 @@ func (c *Completer) completeMultipart(ctx context.Context, b uploads.Begin, part
 	defer cancel()
 	ps := make([]s3store.Part, len(parts))
 	for i, p := range parts {
-		ps[i] = s3store.Part{N: p.N, ETag: p.ETag}
+		ps[i] = s3store.Part{N: p.N, ETag: p.ETag, CRC32C: p.CRC32C}
 	}
-	return c.s3.Complete(ctx, b.Bucket, b.Key, b.MultipartID, ps, size)
+	return c.s3.Complete(ctx, b.Bucket, b.Key, b.MultipartID, b.MultipartChecksummed, ps, size, sum)
 }
 
 // strayTimeout bounds the clean-up of stray multipart uploads after a completion, so a

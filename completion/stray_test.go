@@ -73,7 +73,7 @@ func readyMultipart(t *testing.T, ctx context.Context, store *uploads.Store, s3c
 		t.Fatal(err)
 	}
 	mpu := workerMPU(t, ctx, store, s3c, id, key, false)
-	if got, err := store.Chunks().SetMultipart(ctx, id, mpu); err != nil || got != mpu {
+	if got, _, err := store.Chunks().SetMultipart(ctx, id, mpu, false); err != nil || got != mpu {
 		t.Fatalf("set multipart: %q %v", got, err)
 	}
 	var parts []types.CompletedPart

@@ -25,6 +25,17 @@ type Config struct {
 	// MaxAttempts is the SDK's per-call attempt budget for transient errors
 	// (exponential backoff with jitter). Zero means 3.
 	MaxAttempts int
+	// NoChecksums turns off CRC32C checksums on chunks and objects (see
+	// WithoutChecksums), for S3-compatible stores that refuse them. Zero: checksums on.
+	NoChecksums bool
+}
+
+// StoreOptions are the Store options cfg asks for.
+func (c Config) StoreOptions() []Option {
+	if c.NoChecksums {
+		return []Option{WithoutChecksums()}
+	}
+	return nil
 }
 
 // Validate reports a configuration that cannot work.

@@ -9,15 +9,21 @@ package s3store
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/retry"
 )
 
 // API is the part of the AWS S3 client chunkup uses.
@@ -38,10 +44,36 @@ type API interface {
 var _ API = (*s3.Client)(nil)
 
 // Store does chunkup's S3 operations.
-type Store struct{ api API }
+type Store struct {
+	api       API
+	checksums bool
+}
 
-// New returns a Store calling api.
-func New(api API) *Store { return &Store{api: api} }
+// Option configures a Store.
+type Option func(*Store)
+
+// WithoutChecksums makes the Store send bytes as the S3 client did before chunkup sent
+// checksums: SigV4-signed payloads (SHA-256 of every byte, both sides) and no
+// x-amz-checksum-* headers, for S3-compatible stores that reject checksum headers or
+// full-object multipart checksums.
+func WithoutChecksums() Option { return func(s *Store) { s.checksums = false } }
+
+// New returns a Store calling api. By default every chunk goes to S3 with
+// UNSIGNED-PAYLOAD and its CRC32C in x-amz-checksum-crc32c, so S3 verifies the client's
+// checksum itself instead of both sides hashing every byte with SHA-256 (what the AWS
+// SDK does on a plain-HTTP endpoint); multipart uploads are created as CRC32C
+// FULL_OBJECT and completed with the whole object's CRC32C (docs/s3-checksums.md).
+func New(api API, opts ...Option) *Store {
+	s := &Store{api: api, checksums: true}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Checksums reports whether the Store sends CRC32C checksums (see New): a multipart
+// upload it creates is then a checksummed one (see CreateMultipart).
+func (s *Store) Checksums() bool { return s.checksums }
 
 func contentType(ct string) *string {
 	if ct == "" {
@@ -63,73 +95,155 @@ func (s *Store) EnsureBucket(ctx context.Context, bucket string) error {
 	return nil
 }
 
-// Put stores data as the whole object bucket/key (a one-chunk upload) and returns its
-// ETag.
+// CRC32CHeader is the value of an x-amz-checksum-crc32c header: the base64 of the
+// checksum's four big-endian bytes.
+func CRC32CHeader(sum uint32) string {
+	return base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, sum))
+}
+
+// chunkOptions are the per-call options of a request that carries a chunk's bytes
+// with its checksum:
+//   - UNSIGNED-PAYLOAD instead of the SHA-256 the SDK computes on plain HTTP (on HTTPS
+//     it sends UNSIGNED-PAYLOAD already); the x-amz-checksum-crc32c header is the
+//     integrity check, verified by S3. Per call, not client-wide: an operation without
+//     the payload-hash middleware would fail to build with the swap in its stack.
+//   - no "Expect: 100-continue": Go's transport would wait for the 100 response (a
+//     round trip) before every chunk-sized body.
+var chunkOptions = []func(*s3.Options){
+	s3.WithAPIOptions(v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware),
+	func(o *s3.Options) { o.ContinueHeaderThresholdBytes = -1 },
+}
+
+func (s *Store) callOptions() []func(*s3.Options) {
+	if !s.checksums {
+		return nil
+	}
+	return chunkOptions
+}
+
+// Put stores data as the whole object bucket/key and returns its ETag. It computes the
+// data's CRC32C; PutChunk takes a known one.
 func (s *Store) Put(ctx context.Context, bucket, key, ct string, data []byte) (string, error) {
-	out, err := s.api.PutObject(ctx, &s3.PutObjectInput{
+	return s.PutChunk(ctx, bucket, key, ct, data, crc.Checksum(data))
+}
+
+// PutChunk stores data, whose CRC32C is sum, as the whole object bucket/key (a
+// one-chunk upload) and returns its ETag. S3 verifies sum (unless WithoutChecksums).
+func (s *Store) PutChunk(ctx context.Context, bucket, key, ct string, data []byte, sum uint32) (string, error) {
+	in := &s3.PutObjectInput{
 		Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader(data),
 		ContentLength: aws.Int64(int64(len(data))), ContentType: contentType(ct),
-	})
+	}
+	if s.checksums {
+		in.ChecksumCRC32C = aws.String(CRC32CHeader(sum))
+	}
+	out, err := s.api.PutObject(ctx, in, s.callOptions()...)
 	if err != nil {
-		return "", fmt.Errorf("put object: %w", err)
+		return "", fmt.Errorf("put object: %w", checksumTransient(err))
 	}
 	return aws.ToString(out.ETag), nil
 }
 
-// CreateMultipart starts a multipart upload for bucket/key and returns its id.
-func (s *Store) CreateMultipart(ctx context.Context, bucket, key, ct string) (string, error) {
-	out, err := s.api.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
-		Bucket: aws.String(bucket), Key: aws.String(key), ContentType: contentType(ct),
-	})
-	if err != nil {
-		return "", fmt.Errorf("create multipart upload: %w", err)
+// CreateMultipart starts a multipart upload for bucket/key and returns its id, and
+// whether it is checksummed: created as CRC32C FULL_OBJECT, so that every part must
+// carry its CRC32C and the completion the whole object's (the caller records this with
+// the id, and passes it to UploadPart and Complete, so that a multipart upload made by
+// a process with other settings is finished the way it was begun).
+func (s *Store) CreateMultipart(ctx context.Context, bucket, key, ct string) (id string, checksummed bool, err error) {
+	in := &s3.CreateMultipartUploadInput{Bucket: aws.String(bucket), Key: aws.String(key), ContentType: contentType(ct)}
+	if s.checksums {
+		in.ChecksumAlgorithm, in.ChecksumType = types.ChecksumAlgorithmCrc32c, types.ChecksumTypeFullObject
 	}
-	return aws.ToString(out.UploadId), nil
+	out, err := s.api.CreateMultipartUpload(ctx, in)
+	if err != nil {
+		return "", false, fmt.Errorf("create multipart upload: %w", err)
+	}
+	return aws.ToString(out.UploadId), s.checksums, nil
 }
 
-// UploadPart stores data as part n of multipart upload uploadID and returns its ETag.
-func (s *Store) UploadPart(ctx context.Context, bucket, key, uploadID string, n uint32, data []byte) (string, error) {
-	out, err := s.api.UploadPart(ctx, &s3.UploadPartInput{
+// UploadPart stores data, whose CRC32C is sum, as part n of multipart upload uploadID
+// and returns its ETag. For a checksummed multipart upload S3 verifies sum.
+func (s *Store) UploadPart(ctx context.Context, bucket, key, uploadID string, checksummed bool, n uint32, data []byte, sum uint32) (string, error) {
+	in := &s3.UploadPartInput{
 		Bucket: aws.String(bucket), Key: aws.String(key), UploadId: aws.String(uploadID),
 		PartNumber: aws.Int32(int32(n)), Body: bytes.NewReader(data), ContentLength: aws.Int64(int64(len(data))),
-	})
+	}
+	// The multipart upload decides, not the Store's setting: a checksummed one demands
+	// each part's checksum, and a part of one that is not goes signed (SHA-256), so that
+	// its bytes are checked either way.
+	var opts []func(*s3.Options)
+	if checksummed {
+		in.ChecksumCRC32C = aws.String(CRC32CHeader(sum))
+		opts = chunkOptions
+	}
+	out, err := s.api.UploadPart(ctx, in, opts...)
 	if err != nil {
-		return "", fmt.Errorf("upload part %d: %w", n, err)
+		return "", fmt.Errorf("upload part %d: %w", n, checksumTransient(err))
 	}
 	return aws.ToString(out.ETag), nil
+}
+
+// checksumTransient marks S3's refusal of a chunk's checksum as worth retrying: the
+// sender checked the bytes against the checksum before sending, so a mismatch is
+// corruption on the way (AWS says BadDigest, MinIO XAmzContentChecksumMismatch).
+// Without the mark, a 4xx would count as permanent and fail the upload.
+func checksumTransient(err error) error {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode() {
+		case "BadDigest", "XAmzContentChecksumMismatch", "InvalidDigest":
+			return &retry.TransientError{Err: err}
+		}
+	}
+	return err
 }
 
 // Part is a part of a multipart upload to complete.
 type Part struct {
-	N    uint32
-	ETag string
+	N      uint32
+	ETag   string
+	CRC32C uint32
 }
 
 // Complete completes multipart upload uploadID from parts (in order) and returns the
-// object's ETag. An earlier completer may have completed it and died before recording
+// object's ETag. size and sum are the whole object's size and CRC32C: for a
+// checksummed multipart upload S3 checks both (MpuObjectSize, and the CRC32C it
+// combines from the parts' against sum), so the object carries the client's checksum
+// end to end. An earlier completer may have completed it and died before recording
 // that: when S3 says the multipart upload is gone, the object is accepted if it has
-// the expected size.
-func (s *Store) Complete(ctx context.Context, bucket, key, uploadID string, parts []Part, size int64) (string, error) {
+// the expected size (and, where S3 reports it, the expected CRC32C).
+func (s *Store) Complete(ctx context.Context, bucket, key, uploadID string, checksummed bool, parts []Part, size int64, sum uint32) (string, error) {
 	done := make([]types.CompletedPart, len(parts))
 	for i, p := range parts {
 		done[i] = types.CompletedPart{ETag: aws.String(p.ETag), PartNumber: aws.Int32(int32(p.N))}
+		if checksummed {
+			done[i].ChecksumCRC32C = aws.String(CRC32CHeader(p.CRC32C))
+		}
 	}
-	out, err := s.api.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+	in := &s3.CompleteMultipartUploadInput{
 		Bucket: aws.String(bucket), Key: aws.String(key), UploadId: aws.String(uploadID),
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: done},
-	})
+	}
+	if checksummed {
+		in.ChecksumCRC32C, in.ChecksumType = aws.String(CRC32CHeader(sum)), types.ChecksumTypeFullObject
+		in.MpuObjectSize = aws.Int64(size)
+	}
+	out, err := s.api.CompleteMultipartUpload(ctx, in)
 	if err == nil {
 		return aws.ToString(out.ETag), nil
 	}
 	if !NoSuchUpload(err) {
 		return "", fmt.Errorf("complete multipart upload: %w", err)
 	}
-	head, herr := s.api.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	head, herr := s.api.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), ChecksumMode: types.ChecksumModeEnabled})
 	if herr != nil {
 		return "", fmt.Errorf("complete multipart upload: %w; and the object is not there: %w", err, herr)
 	}
 	if aws.ToInt64(head.ContentLength) != size {
 		return "", fmt.Errorf("complete multipart upload: %w; the object there has %d bytes, want %d", err, aws.ToInt64(head.ContentLength), size)
+	}
+	if got := aws.ToString(head.ChecksumCRC32C); checksummed && got != "" && head.ChecksumType == types.ChecksumTypeFullObject && got != CRC32CHeader(sum) {
+		return "", fmt.Errorf("complete multipart upload: %w; the object there has CRC32C %s, want %s", err, got, CRC32CHeader(sum))
 	}
 	return aws.ToString(head.ETag), nil
 }

@@ -1,8 +1,12 @@
 package s3store_test
 
 import (
+	"bytes"
 	"context"
+	"net/http"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
+	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/retry"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/s3store"
 )
@@ -112,6 +118,111 @@ func TestKeyOwnedBy(t *testing.T) {
 	} {
 		if got := s3store.KeyOwnedBy(tc.key, tc.id); got != tc.want {
 			t.Errorf("KeyOwnedBy(%q, %q) = %v, want %v", tc.key, tc.id, got, tc.want)
+		}
+	}
+}
+
+// headerRecorder records the headers of every request it passes on.
+type headerRecorder struct {
+	next interface {
+		Do(*http.Request) (*http.Response, error)
+	}
+	mu   sync.Mutex
+	seen []http.Header
+}
+
+func (r *headerRecorder) Do(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	r.seen = append(r.seen, req.Header.Clone())
+	r.mu.Unlock()
+	return r.next.Do(req)
+}
+
+// TestChunkChecksums puts a one-chunk object and a multipart object through the real
+// MinIO with their CRC32C, as chunkup sends them: the payload unsigned (no SHA-256 on
+// either side), the checksum verified by MinIO (a wrong one is refused, as a transient
+// error: the bytes were checked before they left), and the objects carry their
+// whole-object CRC32C (FULL_OBJECT), which a wrong whole-object value fails to
+// complete.
+func TestChunkChecksums(t *testing.T) {
+	ctx := testenv.Context(t, time.Minute)
+	minio := testenv.StartMinIO(t)
+	minio.CreateBucket(t, "bkt")
+	plain := minio.Client(t)
+	rec := &headerRecorder{next: plain.Options().HTTPClient}
+	s3c := s3.New(plain.Options(), func(o *s3.Options) { o.HTTPClient = rec })
+	st := s3store.New(s3c)
+	data := bytes.Repeat([]byte("chunkup "), 5<<20/8+3) // a little over 5 MiB
+	sum := crc.Checksum(data)
+
+	if _, err := st.PutChunk(ctx, "bkt", "one", "", data, sum+1); err == nil || retry.Permanent(err) || !strings.Contains(err.Error(), "Checksum") {
+		t.Fatalf("put with a wrong CRC32C: %v; want a transient refusal", err)
+	}
+	if _, err := st.PutChunk(ctx, "bkt", "one", "", data, sum); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range rec.seen {
+		if got := h.Get("X-Amz-Content-Sha256"); got != "UNSIGNED-PAYLOAD" {
+			t.Errorf("x-amz-content-sha256 %q, want UNSIGNED-PAYLOAD", got)
+		}
+		if h.Get("Expect") != "" || h.Get("Content-Encoding") != "" {
+			t.Errorf("chunk request with Expect %q, Content-Encoding %q", h.Get("Expect"), h.Get("Content-Encoding"))
+		}
+	}
+	checkCRC := func(key string, want uint32) {
+		t.Helper()
+		head, err := s3c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("bkt"), Key: aws.String(key), ChecksumMode: types.ChecksumModeEnabled})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := aws.ToString(head.ChecksumCRC32C); got != s3store.CRC32CHeader(want) || head.ChecksumType != types.ChecksumTypeFullObject {
+			t.Errorf("%s: CRC32C %q (%s), want %q (FULL_OBJECT)", key, got, head.ChecksumType, s3store.CRC32CHeader(want))
+		}
+	}
+	checkCRC("one", sum)
+
+	// Two parts; S3 combines their CRC32Cs and checks the whole object's.
+	for _, wrongWhole := range []bool{true, false} {
+		mpu, checksummed, err := st.CreateMultipart(ctx, "bkt", "multi", "")
+		if err != nil || !checksummed {
+			t.Fatalf("create: %v (checksummed %v)", err, checksummed)
+		}
+		var parts []s3store.Part
+		whole := uint32(0)
+		for n, part := range [][]byte{data, data[:1000]} {
+			psum := crc.Checksum(part)
+			if _, err := st.UploadPart(ctx, "bkt", "multi", mpu, true, uint32(n+1), part, psum+1); err == nil || retry.Permanent(err) {
+				t.Fatalf("part with a wrong CRC32C: %v; want a transient refusal", err)
+			}
+			etag, err := st.UploadPart(ctx, "bkt", "multi", mpu, true, uint32(n+1), part, psum)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts = append(parts, s3store.Part{N: uint32(n + 1), ETag: etag, CRC32C: psum})
+			whole = crc.Combine(whole, psum, int64(len(part)))
+		}
+		size := int64(len(data) + 1000)
+		if wrongWhole {
+			if _, err := st.Complete(ctx, "bkt", "multi", mpu, true, parts, size, whole+1); err == nil {
+				t.Fatal("completed with a wrong whole-object CRC32C")
+			}
+			if err := st.Abort(ctx, "bkt", "multi", mpu); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		etag, err := st.Complete(ctx, "bkt", "multi", mpu, true, parts, size, whole)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkCRC("multi", whole)
+		// A second completion (a completer that died after the first) meets NoSuchUpload
+		// and accepts the object by its size and CRC32C.
+		if again, err := st.Complete(ctx, "bkt", "multi", mpu, true, parts, size, whole); err != nil || again != etag {
+			t.Fatalf("completed again: %q, %v; want %q", again, err, etag)
+		}
+		if _, err := st.Complete(ctx, "bkt", "multi", mpu, true, parts, size, whole+1); err == nil {
+			t.Fatal("a retried completion accepted an object with another CRC32C")
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -48,26 +49,37 @@ func (s *UploadService) OpenStream(ctx context.Context) (release func(), err err
 // it waits while Redis is over the staged-bytes budget (as a stream stops reading),
 // checks the chunk against the upload (number, size, last, MaxUploadSize, crc32c),
 // stages it, and returns once it is durable. The caller may reuse data as soon as it
-// returns: the in-process worker's fast path is handed a copy.
+// returns: the in-process worker's fast path is handed a copy. A door's chunks are
+// always staged, never written through: the append lock that fences a door's request
+// is checked by the stage script.
 func (s *UploadService) StageChunk(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (duplicate bool, err error) {
+	began := time.Now()
 	if err := validID(id); err != nil {
 		return false, err
+	}
+	p, err := s.store.Params(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	if p.Tenant != TenantFrom(ctx) {
+		return false, staging.ErrNotFound
 	}
 	if s.local != nil {
 		// The fast path keeps the bytes until the worker has uploaded them, after this
 		// returns; a gRPC message is the stream's to give away, a door's buffer is not.
 		data = bytes.Clone(data)
 	}
-	if err := s.budget.wait(ctx); err != nil {
+	cost := redisCost(int64(len(data)))
+	if err := s.budget.reserve(ctx, cost); err != nil {
 		return false, err
 	}
-	s.budget.received(int64(len(data)))
-	resp, err := s.stage(ctx, &chunkupv1.UploadChunkRequest{UploadId: id, ChunkNumber: n, Data: data, Crc32C: &crc, IsLast: last}, map[string]uploads.Params{})
-	s.budget.done(int64(len(data)), err == nil && !resp.Duplicate)
+	r, err := s.takeChunk(ctx, p, &chunkupv1.UploadChunkRequest{UploadId: id, ChunkNumber: n, Data: data, Crc32C: &crc, IsLast: last}, false)
+	s.budget.settle(cost, r.redisCost)
 	if err != nil {
 		return false, err
 	}
-	return resp.Duplicate, nil
+	s.cfg.Observe.chunkAcked(time.Since(began), int64(len(data)), r.resp.Duplicate)
+	return r.resp.Duplicate, nil
 }
 
 // Abort ends an upload ABORTED with reason, as AbortUpload does, and returns the

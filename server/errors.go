@@ -133,8 +133,10 @@ func toStatus(id string, err error) error {
 		return status.Errorf(codes.FailedPrecondition, "document %s: %v", id, dst)
 	case errors.As(err, &fen):
 		return status.Errorf(codes.Aborted, "document %s: %v", id, fen)
-	case errors.As(err, new(*BudgetError)), errors.As(err, new(*LimitError)):
+	case errors.As(err, new(*BudgetError)), errors.As(err, new(*LimitError)), errors.As(err, new(*MemoryError)):
 		return retryLater(codes.ResourceExhausted, time.Second, "%s%v", on, err)
+	case errors.As(err, new(*IdleError)):
+		return status.Errorf(codes.DeadlineExceeded, "%v", err)
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

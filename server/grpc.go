@@ -32,7 +32,17 @@ func NewGRPCServer(svc *UploadService, logger *slog.Logger, extra ...grpc.Server
 		return status.Error(codes.Internal, "internal error")
 	})
 	opts := append([]grpc.ServerOption{
+		// A message is taken in whole once its length is read, so nothing larger than a
+		// chunk of the largest size an upload may have is accepted (see memoryGate).
 		grpc.MaxRecvMsgSize(svc.cfg.MaxMessageSize()),
+		grpc.ForceServerCodecV2(newChunkCodec()),
+		// Fixed flow-control windows (which turns off gRPC's BDP estimation, whose
+		// windows grow to 16 MiB per stream): what a stream that is not being read can
+		// hold is then its window, so the streams a client keeps waiting under the
+		// limits cost the server at most streamWindow each. Reading a message opens the
+		// window for the whole message at once, so a chunk still flows in one go.
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(
 			recovery.UnaryServerInterceptor(recoverOpt),
@@ -51,6 +61,12 @@ func NewGRPCServer(svc *UploadService, logger *slog.Logger, extra ...grpc.Server
 	reflection.Register(gs)
 	return gs, hs
 }
+
+// Flow-control windows of the gRPC server (see NewGRPCServer).
+const (
+	streamWindow = 1 << 20
+	connWindow   = 16 << 20
+)
 
 // Pinger checks a dependency for readiness.
 type Pinger func(ctx context.Context) error

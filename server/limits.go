@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"sync"
 	"time"
 
@@ -18,6 +19,17 @@ type BudgetError struct {
 
 func (e *BudgetError) Error() string {
 	return fmt.Sprintf("the staged-bytes budget (%d bytes, --staged-bytes-budget) stayed full for %s while workers drain it; retry later", e.Budget, e.Waited)
+}
+
+// MemoryError means the bytes of chunk messages this process holds stayed at their cap
+// (--max-receive-memory) for longer than a stream waits; the client should retry later.
+type MemoryError struct {
+	Limit  int64
+	Waited time.Duration
+}
+
+func (e *MemoryError) Error() string {
+	return fmt.Sprintf("this server holds its limit of %d bytes of chunks being received (--max-receive-memory) and had no room for this stream's next chunk within %s; retry later", e.Limit, e.Waited)
 }
 
 // LimitError is a per-tenant limit that was reached.
@@ -86,12 +98,37 @@ func (c *streamCounter) acquire(tenant string) (func(), error) {
 	}, nil
 }
 
+// redisCost is what staging a chunk of n bytes can add to Redis' used_memory, which
+// the staged-bytes budget measures: the string itself, which jemalloc rounds up to its
+// size class (n plus a few bytes of header: up to 25% more, e.g. 10 MiB for an 8 MiB
+// chunk), and as much again for the query buffer Redis keeps on the connection that
+// sent it, sized for a next argument as large (it shrinks after a second or two idle).
+// Counting both over-estimates a connection that stages chunk after chunk, until the
+// next measurement corrects it.
+func redisCost(n int64) int64 { return 2 * sizeClass(n+64) }
+
+// sizeClass is jemalloc's allocation for n bytes: above 16 KiB the classes are four per
+// doubling (n in (2^k, 2^(k+1)] rounds up to a multiple of 2^(k-2)).
+func sizeClass(n int64) int64 {
+	if n <= 16<<10 {
+		return n
+	}
+	k := bits.Len64(uint64(n-1)) - 1
+	step := int64(1) << (k - 2)
+	return (n + step - 1) / step * step
+}
+
 // budgetGate holds streams back while Redis is over the staged-bytes budget. Before a
-// stream reads its next chunk it waits until Redis' memory as last measured, plus what
-// this process staged since, plus what it has received and not yet staged, is under the
-// budget. Not reading makes gRPC's flow control push back on the client. So staged
-// bytes exceed the budget by at most one chunk per stream (plus what other processes
-// staged within one measurement interval).
+// stream reads its next chunk it reserves what staging that chunk can cost Redis (see
+// redisCost; the stream's last chunk size, its first read the default chunk size): the
+// reservation is granted when Redis' memory as last measured, plus what this process
+// staged since, plus what is reserved, plus it, stays under the budget. A chunk that
+// turns out larger reserves the difference before it is staged. Not reading makes
+// gRPC's flow control push back on the client. So the bytes this process stages exceed
+// the budget only by what the measurement has not seen yet (what other processes staged
+// within one interval), and by one chunk when a single chunk is larger than the room
+// there is: a reservation is always granted when nothing else is reserved, so that a
+// chunk larger than the budget's free room cannot wait for ever.
 type budgetGate struct {
 	budget  int64
 	maxWait time.Duration
@@ -101,12 +138,13 @@ type budgetGate struct {
 	mu       sync.Mutex
 	used     int64 // at the last measurement
 	since    int64 // staged by this process since then
-	inflight int64 // received by this process, not yet staged: no measurement sees it
+	reserved int64 // reserved by streams, not yet staged: no measurement sees it
 	measured time.Time
 }
 
-func (g *budgetGate) wait(ctx context.Context) error {
-	if g == nil {
+// reserve waits until n bytes fit under the budget, and reserves them.
+func (g *budgetGate) reserve(ctx context.Context, n int64) error {
+	if g == nil || n <= 0 {
 		return nil
 	}
 	start := time.Now()
@@ -120,9 +158,13 @@ func (g *budgetGate) wait(ctx context.Context) error {
 			}
 			g.used, g.since, g.measured = used, 0, time.Now()
 		}
-		under := g.used+g.since+g.inflight < g.budget
+		load := g.used + g.since + g.reserved
+		granted := load+n <= g.budget || (g.reserved == 0 && load < g.budget)
+		if granted {
+			g.reserved += n
+		}
 		g.mu.Unlock()
-		if under {
+		if granted {
 			return nil
 		}
 		if waited := time.Since(start); waited >= g.maxWait {
@@ -138,25 +180,78 @@ func (g *budgetGate) wait(ctx context.Context) error {
 	}
 }
 
-// received counts a chunk read from a stream and about to be staged.
-func (g *budgetGate) received(n int64) {
+// settle ends a reservation of reserved bytes: staged is what the chunk cost Redis (0
+// when it was not staged there: refused, a repeat, or written through to S3).
+func (g *budgetGate) settle(reserved, staged int64) {
 	if g == nil {
 		return
 	}
 	g.mu.Lock()
-	g.inflight += n
+	g.reserved -= reserved
+	g.since += staged
 	g.mu.Unlock()
 }
 
-// done says a received chunk left the stream: staged in Redis (stored) or not.
-func (g *budgetGate) done(n int64, stored bool) {
-	if g == nil {
+// memoryGate caps the bytes held in chunk messages being received or processed by this
+// process (Config.MaxReceiveMemory). A stream reserves the largest message it may be
+// sent before it reads the next one (gRPC takes in a whole message once it has read
+// its length, so nothing less bounds what the read will hold), keeps the message's own
+// size once it has arrived, and gives that back when the chunk is staged or stored. A
+// stream that cannot reserve within maxWait fails with RESOURCE_EXHAUSTED and retry
+// advice; meanwhile it does not read, so flow control holds its client back.
+type memoryGate struct {
+	limit   int64
+	maxWait time.Duration
+
+	mu      sync.Mutex
+	held    int64
+	changed chan struct{} // closed and replaced when held goes down
+}
+
+func newMemoryGate(limit int64, maxWait time.Duration) *memoryGate {
+	return &memoryGate{limit: limit, maxWait: maxWait, changed: make(chan struct{})}
+}
+
+// reserve waits until n more bytes fit under the limit, and reserves them. A
+// reservation is granted when nothing is held, so that one larger than the limit
+// cannot wait for ever.
+func (g *memoryGate) reserve(ctx context.Context, n int64) error {
+	timer := time.NewTimer(g.maxWait)
+	defer timer.Stop()
+	for {
+		g.mu.Lock()
+		if g.held+n <= g.limit || g.held == 0 {
+			g.held += n
+			g.mu.Unlock()
+			return nil
+		}
+		ch := g.changed
+		g.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			return &MemoryError{Limit: g.limit, Waited: g.maxWait}
+		case <-ch:
+		}
+	}
+}
+
+// release gives back n reserved bytes.
+func (g *memoryGate) release(n int64) {
+	if n == 0 {
 		return
 	}
 	g.mu.Lock()
-	g.inflight -= n
-	if stored {
-		g.since += n
-	}
+	g.held -= n
+	close(g.changed)
+	g.changed = make(chan struct{})
 	g.mu.Unlock()
+}
+
+// Held is the number of bytes reserved now (for tests and metrics).
+func (g *memoryGate) Held() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held
 }

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"sync"
@@ -23,7 +22,6 @@ import (
 
 	"github.com/chunkup/chunkup/events"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
-	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/outbox"
@@ -41,6 +39,7 @@ type Store interface {
 	Get(ctx context.Context, id string) (*uploads.Upload, error)
 	InProgress(ctx context.Context, tenant, cursor string, limit int) ([]*uploads.Upload, string, error)
 	StagedBytes(ctx context.Context) (int64, error)
+	Now() time.Time
 }
 
 var _ Store = (*uploads.Store)(nil)
@@ -84,16 +83,34 @@ type Config struct {
 	// MaxWatchesPerTenant caps the WatchUpload streams one tenant has open on this
 	// process. Zero means 1,000; -1 means no cap.
 	MaxWatchesPerTenant int
-	// MaxStreamsPerTenant caps the upload streams one tenant has open on this process.
-	// Zero means no cap.
+	// MaxStreamsPerTenant caps the upload streams one tenant has open on this process;
+	// past it a stream is refused with RESOURCE_EXHAUSTED. Zero means 64; negative, no
+	// cap.
 	MaxStreamsPerTenant int
 	// StagedBytesBudget caps the bytes staged in Redis (measured as Redis' used_memory):
-	// over it, streams stop reading chunks until workers drain Redis. Zero means no budget.
+	// over it, streams stop reading chunks until workers drain Redis (see budgetGate).
+	// Zero means no budget.
 	StagedBytesBudget int64
-	// BudgetWait is how long a stream waits for the budget before it fails with
-	// RESOURCE_EXHAUSTED. Zero means 30 s.
+	// BudgetWait is how long a stream waits for the staged-bytes budget, or for room
+	// under MaxReceiveMemory, before it fails with RESOURCE_EXHAUSTED. Zero means 30 s.
 	BudgetWait time.Duration
-	Logger     *slog.Logger
+	// MaxReceiveMemory caps the bytes this process holds in chunk messages being
+	// received or processed: a stream reserves the largest message it may be sent
+	// (MaxMessageSize) before it reads one, and keeps the message's size until the chunk
+	// is staged or stored (see memoryGate). With the rest of the process it bounds the
+	// server's memory under any load (docs/limits.md). Zero means 1 GiB; it must hold
+	// at least two of the largest messages.
+	MaxReceiveMemory int64
+	// StreamIdleTimeout closes an upload stream on which no chunk arrived, and none was
+	// being processed, for this long, with DEADLINE_EXCEEDED; the upload stays
+	// resumable. Zero means 2 min; negative, never.
+	StreamIdleTimeout time.Duration
+	// Staging is how chunks reach S3: StagingAdaptive writes a chunk straight through
+	// to S3 when this process's worker has a free upload slot and S3 keeps pace, and
+	// stages it in Redis otherwise; StagingAlways stages every chunk. Zero means
+	// StagingAdaptive. Write-through needs the worker role in the process (Deps.Through).
+	Staging string
+	Logger  *slog.Logger
 	// Observe sets up metrics and tracing of the API (see observe.go). Zero: none.
 	Observe Observability
 }
@@ -121,7 +138,60 @@ type Deps struct {
 	// from the bytes the stream received, instead of reading them back from Redis (which
 	// keeps the durable copy). Nil: every chunk goes through Redis.
 	Local LocalWorker
+	// Through, when set, is a worker in this process that writes chunks straight
+	// through to S3 while it keeps pace (Config.Staging adaptive). Nil: every chunk is
+	// staged.
+	Through Through
+	// Completer, when set, completes an upload at once in this process when a chunk
+	// written through gave it its last part, so that the chunk's acknowledgement says
+	// COMPLETED (UploadChunkResponse.completed) and the client needs no WatchUpload.
+	// Nil: the completer role finishes it as any other.
+	Completer Completer
 }
+
+// Through writes chunks straight through to S3 (see chunkworker.Worker.WriteThrough,
+// which the assembly adapts).
+type Through interface {
+	// WriteThrough stores chunk ref in S3 now if it can; last says it is the upload's
+	// last chunk; with wake, an upload it makes ready goes to the in-process completer.
+	WriteThrough(ctx context.Context, ref staging.ChunkRef, data []byte, crc uint32, last, wake bool) (Written, error)
+}
+
+// Written is what Through.WriteThrough did with a chunk.
+type Written struct {
+	// Stored: the chunk is in S3 and recorded; Duplicate: the same bytes had been
+	// recorded meanwhile. Ready: the upload has every part now.
+	Stored, Duplicate, Ready bool
+	// HandOver, when the chunk is not stored: called once it is staged, as the function
+	// LocalWorker.Expect returns (its part upload is under way).
+	HandOver func(data []byte, crc uint32)
+	// InUse: the chunk's bytes are still being read (an upload goes on); the caller
+	// must not reuse them.
+	InUse bool
+}
+
+// Completer completes an upload whose parts are all recorded, and returns it as it
+// recorded it COMPLETED, or nil when it did not complete it (see
+// completion.Completer.CompleteUpload).
+type Completer interface {
+	CompleteUpload(ctx context.Context, id string) (*uploads.Upload, error)
+}
+
+// Staging modes (Config.Staging).
+const (
+	StagingAdaptive = "adaptive"
+	StagingAlways   = "always"
+)
+
+// Defaults of the receive-path limits.
+const (
+	DefaultMaxStreamsPerTenant = 64
+	DefaultMaxReceiveMemory    = 1 << 30
+	DefaultStreamIdleTimeout   = 2 * time.Minute
+	// messageFraming is what a message may hold besides a chunk's bytes: its other
+	// fields, and a create request (bounded by ValidateCreate to a few KiB).
+	messageFraming = 64 << 10
+)
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
@@ -140,11 +210,19 @@ func (c Config) Validate() error {
 	if c.MaxWatchesPerTenant < -1 {
 		return errors.New("server: the watch limit must be -1 (none), 0 (the default) or a positive number")
 	}
-	if c.MaxUploadSize < 0 || c.MaxStreamsPerTenant < 0 || c.StagedBytesBudget < 0 || c.BudgetWait < 0 {
+	if c.MaxUploadSize < 0 || c.StagedBytesBudget < 0 || c.BudgetWait < 0 || c.MaxReceiveMemory < 0 {
 		return errors.New("server: limits must not be negative")
 	}
 	if c.StagedBytesBudget > 0 && c.StagedBytesBudget < 2*MinPartSize {
 		return errors.New("server: the staged-bytes budget must be at least 10 MiB (two minimal chunks)")
+	}
+	if c.MaxReceiveMemory > 0 && c.MaxReceiveMemory < 2*int64(c.MaxMessageSize()) {
+		return fmt.Errorf("server: the receive memory cap must hold at least two of the largest messages (2 × %d bytes, from --max-chunk-size)", c.MaxMessageSize())
+	}
+	switch c.Staging {
+	case "", StagingAdaptive, StagingAlways:
+	default:
+		return fmt.Errorf("server: staging %q: use %s or %s", c.Staging, StagingAdaptive, StagingAlways)
 	}
 	if c.KeyTemplate != "" {
 		if _, err := ParseKeyTemplate(c.KeyTemplate); err != nil {
@@ -170,33 +248,50 @@ func (c *Config) setDefaults() {
 	if c.BudgetWait == 0 {
 		c.BudgetWait = 30 * time.Second
 	}
+	if c.MaxStreamsPerTenant == 0 {
+		c.MaxStreamsPerTenant = DefaultMaxStreamsPerTenant
+	}
+	if c.MaxReceiveMemory == 0 {
+		c.MaxReceiveMemory = DefaultMaxReceiveMemory
+	}
+	if c.StreamIdleTimeout == 0 {
+		c.StreamIdleTimeout = DefaultStreamIdleTimeout
+	}
+	if c.Staging == "" {
+		c.Staging = StagingAdaptive
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 }
 
-// MaxMessageSize is the largest gRPC message the server must accept for cfg: one chunk
-// plus framing.
+// MaxMessageSize is the largest gRPC message the server accepts for cfg: a chunk of the
+// largest size an upload may have (MaxChunkSize), plus the message's other fields.
 func (c Config) MaxMessageSize() int {
-	c.setDefaults()
-	return int(c.MaxChunkSize) + 1<<20
+	if c.MaxChunkSize == 0 {
+		c.MaxChunkSize = max64(64<<20, c.ChunkSize)
+	}
+	return int(c.MaxChunkSize) + messageFraming
 }
 
 // UploadService implements chunkupv1.UploadServiceServer.
 type UploadService struct {
 	chunkupv1.UnimplementedUploadServiceServer
-	cfg      Config
-	store    Store
-	progress Progress
-	ender    Ender
-	local    LocalWorker
-	objects  Objects
-	keys     *KeyTemplate // nil: default keys
-	streams  *streamCounter
-	watches  *streamCounter
-	budget   *budgetGate
-	draining chan struct{}
-	drain    sync.Once
+	cfg       Config
+	store     Store
+	progress  Progress
+	ender     Ender
+	local     LocalWorker
+	objects   Objects
+	keys      *KeyTemplate // nil: default keys
+	through   Through
+	completer Completer
+	streams   *streamCounter
+	watches   *streamCounter
+	budget    *budgetGate
+	memory    *memoryGate
+	draining  chan struct{}
+	drain     sync.Once
 }
 
 var _ chunkupv1.UploadServiceServer = (*UploadService)(nil)
@@ -213,9 +308,13 @@ func NewUploadService(d Deps, cfg Config) (*UploadService, error) {
 	store := d.Store
 	s := &UploadService{cfg: cfg, store: store, progress: d.Progress, ender: d.Ender, local: d.Local, objects: d.Objects, draining: make(chan struct{}),
 		streams: &streamCounter{what: "upload streams", flag: "--max-streams-per-tenant", limit: cfg.MaxStreamsPerTenant, open: map[string]int{}},
-		watches: &streamCounter{what: "watches", flag: "--max-watches-per-tenant", limit: cfg.MaxWatchesPerTenant, open: map[string]int{}}}
+		watches: &streamCounter{what: "watches", flag: "--max-watches-per-tenant", limit: cfg.MaxWatchesPerTenant, open: map[string]int{}},
+		memory:  newMemoryGate(cfg.MaxReceiveMemory, cfg.BudgetWait), completer: d.Completer}
 	if cfg.KeyTemplate != "" {
 		s.keys, _ = ParseKeyTemplate(cfg.KeyTemplate) // checked by Validate
+	}
+	if cfg.Staging == StagingAdaptive {
+		s.through = d.Through
 	}
 	if cfg.StagedBytesBudget > 0 {
 		s.budget = &budgetGate{budget: cfg.StagedBytesBudget, maxWait: cfg.BudgetWait,
@@ -305,7 +404,7 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 		ID: id, Bucket: s.cfg.Bucket, Key: key,
 		ChunkSize: chunkSize, ExpectedSize: expected, InstanceID: s.cfg.InstanceID, Name: req.Name,
 		ContentType: req.ContentType, ClientNodeID: req.ClientNodeId, Metadata: req.Metadata,
-		CorrelationID: CorrelationID(ctx), Tenant: tenant, Document: doc,
+		CorrelationID: CorrelationID(ctx), Tenant: tenant, Document: doc, At: s.store.Now(),
 	}
 	if expected >= 0 {
 		nu.Total = staging.TotalChunks(expected, chunkSize)
@@ -314,22 +413,27 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 	if err != nil {
 		return nil, err
 	}
+	if created {
+		s.cfg.Observe.uploadCreated()
+		// The node index is written once the upload exists (a reader that finds it
+		// finds the upload).
+		up := nu.Created() // what was just stored: no need to read it back
+		if err := s.store.IndexNode(ctx, tenant, up.NodeID, id, up.Created, s.store.NodeTTL()); err != nil {
+			return nil, err
+		}
+		return toProto(up), nil
+	}
 	up, err := s.get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if !created {
-		// The client_node_id names an upload already: the same request again gets it
-		// back; another request under the same id is refused, not silently merged.
-		if field := differingField(up, nu, req.ChunkSize, given); field != "" {
-			return nil, &ConflictError{ClientNodeID: req.ClientNodeId, UploadID: id, Field: field}
-		}
-	} else {
-		s.cfg.Observe.uploadCreated()
+	// The client_node_id names an upload already: the same request again gets it back;
+	// another request under the same id is refused, not silently merged.
+	if field := differingField(up, nu, req.ChunkSize, given); field != "" {
+		return nil, &ConflictError{ClientNodeID: req.ClientNodeId, UploadID: id, Field: field}
 	}
-	// The node index is written once the upload exists (a reader that finds it finds
-	// the upload); a create repeated after a crash right here writes it then, and the
-	// document's creation writes it again.
+	// A create repeated after a crash before the node index was written writes it now
+	// (the document's creation writes it again).
 	if err := s.store.IndexNode(ctx, tenant, up.NodeID, id, up.Created, s.store.NodeTTL()); err != nil {
 		return nil, err
 	}
@@ -410,160 +514,6 @@ func (s *UploadService) get(ctx context.Context, id string) (*uploads.Upload, er
 		return nil, staging.ErrNotFound
 	}
 	return up, nil
-}
-
-// UploadChunk implements UploadService.UploadChunk. Each chunk is validated against
-// the upload's parameters, checked against its CRC32C, staged, and acknowledged. The
-// first invalid chunk ends the stream with its status; chunks acknowledged before it
-// stay.
-func (s *UploadService) UploadChunk(stream chunkupv1.UploadService_UploadChunkServer) error {
-	ctx := stream.Context()
-	release, err := s.streams.acquire(TenantFrom(ctx))
-	if err != nil {
-		return toStatus("", err)
-	}
-	defer release()
-
-	// The receiver reads the next message while the current one is staged, but only
-	// when the staged-bytes budget allows: while it does not, the stream is not read and
-	// gRPC's flow control holds the client back.
-	msgs := make(chan *chunkupv1.UploadChunkRequest)
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			if err := s.budget.wait(ctx); err != nil {
-				recvErr <- err
-				return
-			}
-			req, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			s.budget.received(int64(len(req.Data)))
-			select {
-			case msgs <- req:
-			case <-ctx.Done():
-				s.budget.done(int64(len(req.Data)), false)
-				return
-			}
-		}
-	}()
-
-	params := map[string]uploads.Params{} // immutable per upload, read once per stream
-	first := true
-	created := "" // the upload a create request on this stream made
-	for {
-		var req *chunkupv1.UploadChunkRequest
-		select {
-		case <-s.draining:
-			return errDraining
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		case err := <-recvErr:
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return toStatus("", err)
-		case req = <-msgs:
-		}
-		switch {
-		case req.Create != nil:
-			if err := s.createOnStream(ctx, stream, req, first); err != nil {
-				s.budget.done(int64(len(req.Data)), false)
-				return err
-			}
-			created = req.UploadId
-			first = false
-			if req.ChunkNumber == 0 && len(req.Data) == 0 {
-				continue
-			}
-		case created != "" && req.UploadId == "":
-			req.UploadId = created
-		case created != "" && req.UploadId != created:
-			s.budget.done(int64(len(req.Data)), false)
-			return toStatus(created, invalidf("this stream created upload %s and carries only its chunks; send chunks of upload %s on a stream of their own", created, quote(req.UploadId)))
-		}
-		first = false
-		resp, err := s.stage(ctx, req, params)
-		s.budget.done(int64(len(req.Data)), err == nil && !resp.Duplicate)
-		if err != nil {
-			return toStatus(req.UploadId, err)
-		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-	}
-}
-
-// createOnStream handles a create request on a stream: it must be the stream's first
-// message; the response carries the new upload, and req then names it.
-func (s *UploadService) createOnStream(ctx context.Context, stream chunkupv1.UploadService_UploadChunkServer, req *chunkupv1.UploadChunkRequest, first bool) error {
-	if !first {
-		return status.Error(codes.InvalidArgument, "create is allowed only in the first message of a stream")
-	}
-	if req.UploadId != "" {
-		return status.Error(codes.InvalidArgument, "a message with create must not name an upload_id")
-	}
-	up, err := s.create(ctx, req.Create)
-	if err != nil {
-		return toStatus("", err)
-	}
-	if err := stream.Send(&chunkupv1.UploadChunkResponse{UploadId: up.UploadId, Upload: up}); err != nil {
-		return err
-	}
-	req.UploadId = up.UploadId
-	return nil
-}
-
-func (s *UploadService) stage(ctx context.Context, req *chunkupv1.UploadChunkRequest, params map[string]uploads.Params) (*chunkupv1.UploadChunkResponse, error) {
-	id := req.UploadId
-	if err := validID(id); err != nil {
-		return nil, err
-	}
-	p, ok := params[id]
-	if !ok {
-		var err error
-		if p, err = s.store.Params(ctx, id); err != nil {
-			return nil, err
-		}
-		if p.Tenant != TenantFrom(ctx) {
-			return nil, staging.ErrNotFound
-		}
-		if len(params) > 64 {
-			clear(params)
-		}
-		params[id] = p
-	}
-	n := req.ChunkNumber
-	if err := ValidateChunk(p, n, int64(len(req.Data)), req.IsLast); err != nil {
-		return nil, err
-	}
-	if max := s.cfg.MaxUploadSize; max > 0 && n > 0 && int64(n-1)*p.ChunkSize+int64(len(req.Data)) > max {
-		return nil, &LimitError{Msg: fmt.Sprintf("chunk %d takes the upload past this server's maximum upload size of %d bytes (--max-upload-size)", n, max)}
-	}
-	sum := crc.Checksum(req.Data)
-	if req.Crc32C != nil && *req.Crc32C != sum {
-		return nil, &ChecksumError{N: n, Got: sum, Want: *req.Crc32C}
-	}
-	last := req.IsLast || (p.Total > 0 && n == p.Total)
-	var handOver func([]byte, uint32)
-	if s.local != nil {
-		handOver = s.local.Expect(staging.ChunkRef{UploadID: id, N: n})
-	}
-	res, err := s.store.Stage(ctx, id, n, req.Data, sum, last)
-	if handOver != nil {
-		if err == nil && !res.Duplicate {
-			handOver(req.Data, sum) // the stream lets go of req after this
-		} else {
-			handOver(nil, 0)
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	s.cfg.Observe.chunkStaged(res.Duplicate)
-	return &chunkupv1.UploadChunkResponse{UploadId: id, ChunkNumber: n, Crc32C: sum, Duplicate: res.Duplicate}, nil
 }
 
 // CorrelationIDHeader is the request header whose value ties an upload to the caller's

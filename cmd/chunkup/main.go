@@ -33,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -193,6 +194,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	lease := fs.Duration("lease", "CHUNKUP_LEASE", 0, "chunk claim lease; a dead worker's chunks wait this long (default 30s)")
 	sweep := fs.Duration("sweep-interval", "CHUNKUP_SWEEP_INTERVAL", 0, "how often lost wake-ups and expired leases are swept (default 1s)")
 	complLease := fs.Duration("completer-lease", "CHUNKUP_COMPLETER_LEASE", 0, "completion guard lease (default 60s)")
+	s3Checksums := fs.Bool("s3-checksums", "CHUNKUP_S3_CHECKSUMS", true, "send chunks with UNSIGNED-PAYLOAD and their CRC32C, and complete multipart uploads with the object's CRC32C (false: SigV4-signed payloads, no checksums, for stores that refuse them)")
 	s3Attempts := fs.Int("s3-max-attempts", "CHUNKUP_S3_MAX_ATTEMPTS", 3, "attempts per S3 call on transient errors")
 	s3Timeout := fs.Duration("s3-timeout", "CHUNKUP_S3_TIMEOUT", 0, "bound on one chunk's S3 calls, retries included; a hung call is abandoned and retried (default 2m)")
 	s3GiveUp := fs.Duration("s3-give-up-after", "CHUNKUP_S3_GIVE_UP_AFTER", 0, "fail an upload whose chunk S3 keeps refusing this long (0: retry until the chunk's bytes expire)")
@@ -210,8 +212,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	tlsKey := fs.String("tls-key", "CHUNKUP_TLS_KEY", "", "the certificate's key (PEM)")
 	tlsClientCA := fs.String("tls-client-ca", "CHUNKUP_TLS_CLIENT_CA", "", "require client certificates from this CA (mutual TLS)")
 	maxUpload := fs.Size("max-upload-size", "CHUNKUP_MAX_UPLOAD_SIZE", 0, "largest upload accepted (0: 10,000 chunks of --max-chunk-size)")
-	maxStreams := fs.Int("max-streams-per-tenant", "CHUNKUP_MAX_STREAMS_PER_TENANT", 0, "upload streams one tenant may have open on this process (0: no limit)")
+	maxStreams := fs.Int("max-streams-per-tenant", "CHUNKUP_MAX_STREAMS_PER_TENANT", server.DefaultMaxStreamsPerTenant, "upload streams one tenant may have open on this process (negative: no limit)")
 	maxWatches := fs.Int("max-watches-per-tenant", "CHUNKUP_MAX_WATCHES_PER_TENANT", 1000, "WatchUpload and WatchDocument streams one tenant may have open on this process (-1: no limit)")
+	maxReceive := fs.Size("max-receive-memory", "CHUNKUP_MAX_RECEIVE_MEMORY", server.DefaultMaxReceiveMemory, "cap on the bytes held in chunk messages being received or processed; a stream waiting for a message counts the largest one (--max-chunk-size + 64KiB)")
+	idleTimeout := fs.Duration("stream-idle-timeout", "CHUNKUP_STREAM_IDLE_TIMEOUT", server.DefaultStreamIdleTimeout, "close an upload stream that sent no chunk for this long (DEADLINE_EXCEEDED; the upload stays resumable; negative: never)")
+	stagingMode := fs.String("staging", "CHUNKUP_STAGING", server.StagingAdaptive, "adaptive: write a chunk straight through to S3 when this process's worker has a free slot and S3 keeps pace, else stage it in Redis; always: stage every chunk in Redis")
+	slowPart := fs.Duration("slow-part", "CHUNKUP_SLOW_PART", time.Second, "an 8MiB part upload slower than this (on average; larger parts proportionally) means S3 is behind: chunks are staged in Redis instead of written through")
 	budget := fs.Size("staged-bytes-budget", "CHUNKUP_STAGED_BYTES_BUDGET", 0, "Redis memory (used_memory) above which streams stop reading chunks until workers drain it (0: no budget)")
 	ratePerTenant := fs.String("rate-limit", "CHUNKUP_RATE_LIMIT", "0", "calls per second per tenant (0: no limit)")
 	rateBurst := fs.Int("rate-burst", "CHUNKUP_RATE_BURST", 0, "burst of calls per tenant (0: twice the rate)")
@@ -238,7 +244,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Auth: authCfg, TLS: server.TLSConfig{CertFile: *tlsCert, KeyFile: *tlsKey, ClientCAFile: *tlsClientCA},
 		RatePerTenant: rate, RateBurst: *rateBurst,
 		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, RedisURL: *redisURL, Bucket: *bucket,
-		S3:         s3store.Config{Endpoint: *s3Endpoint, Region: *s3Region, MaxAttempts: *s3Attempts},
+		S3:         s3store.Config{Endpoint: *s3Endpoint, Region: *s3Region, MaxAttempts: *s3Attempts, NoChecksums: !*s3Checksums},
 		InstanceID: cmp.Or(*instanceID, *legacyNodeID), ShutdownTimeout: *shutdown, Logger: logger, Pprof: *pprofOn,
 	}
 	for t := range strings.SplitSeq(*adminTenants, ",") {
@@ -263,6 +269,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.Server.ChunkSize, cfg.Server.MaxChunkSize = *chunkSize, *maxChunk
 	cfg.Server.MaxUploadSize, cfg.Server.MaxStreamsPerTenant, cfg.Server.StagedBytesBudget = *maxUpload, *maxStreams, *budget
 	cfg.Server.MaxWatchesPerTenant = *maxWatches
+	if *maxStreams < 0 {
+		cfg.Server.MaxStreamsPerTenant = -1
+	}
+	cfg.Server.MaxReceiveMemory, cfg.Server.StreamIdleTimeout, cfg.Server.Staging = *maxReceive, *idleTimeout, *stagingMode
+	cfg.Worker.SlowPart = *slowPart
 	cfg.Worker.Concurrency, cfg.Worker.Lease, cfg.Worker.SweepInterval = *workers, *lease, *sweep
 	cfg.Worker.S3Timeout = *s3Timeout
 	cfg.Worker.GiveUpAfter = *s3GiveUp

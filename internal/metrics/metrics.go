@@ -35,6 +35,9 @@ const Namespace = "chunkup"
 const (
 	StagedNew       = "new"
 	StagedDuplicate = "duplicate"
+	// StagedWrittenThrough: stored in S3 before the acknowledgement (adaptive staging),
+	// not staged in Redis.
+	StagedWrittenThrough = "written_through"
 )
 
 // Outcomes of a completion (label outcome of chunkup_completions_total).
@@ -96,7 +99,7 @@ func New(opts Options) *Set {
 	))
 	s.chunksStaged = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "chunks_staged_total",
-		Help: "Chunks acknowledged to clients, by outcome: new (staged in Redis) or duplicate (a repeat acknowledged again, not staged twice).",
+		Help: "Chunks acknowledged to clients, by outcome: new (staged in Redis), written_through (stored in S3 before the acknowledgement, never staged) or duplicate (a repeat acknowledged again, not staged or stored twice).",
 	}, []string{"outcome"})
 	s.chunkAck = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: Namespace, Name: "chunk_ack_duration_seconds",
@@ -248,6 +251,19 @@ func (s *Set) UploadCreated() {
 		return
 	}
 	s.created.Inc()
+}
+
+// ChunkWrittenThrough records a chunk acknowledged to a client once written through to
+// S3; duplicate when it had been recorded meanwhile.
+func (s *Set) ChunkWrittenThrough(duplicate bool) {
+	if s == nil {
+		return
+	}
+	if duplicate {
+		s.chunksStaged.WithLabelValues(StagedDuplicate).Inc()
+	} else {
+		s.chunksStaged.WithLabelValues(StagedWrittenThrough).Inc()
+	}
 }
 
 // ChunkClaimed records a won claim; reclaimed when it replaced another worker's

@@ -17,16 +17,29 @@ type PermanentError struct{ Err error }
 func (e *PermanentError) Error() string { return e.Err.Error() }
 func (e *PermanentError) Unwrap() error { return e.Err }
 
+// TransientError marks an error as worth retrying although S3 answered with a 4xx
+// status: a chunk whose checksum S3 refused was checked before it was sent, so the
+// bytes were corrupted on the way and the next attempt carries them intact.
+type TransientError struct{ Err error }
+
+func (e *TransientError) Error() string { return e.Err.Error() }
+func (e *TransientError) Unwrap() error { return e.Err }
+
 var retryables = awsretry.IsErrorRetryables(awsretry.DefaultRetryables)
 
 // Permanent reports whether an error will not go away by retrying: it is marked
-// PermanentError, or the AWS SDK's own classifier says it is not retryable and S3
-// answered with a 4xx status (a missing bucket or multipart upload, denied access, a
-// malformed request). Network errors, throttling and 5xx answers are transient.
+// PermanentError, or, unless it is marked TransientError, the AWS SDK's own classifier
+// says it is not retryable and S3 answered with a 4xx status (a missing bucket or
+// multipart upload, denied access, a malformed request). Network errors, throttling and
+// 5xx answers are transient.
 func Permanent(err error) bool {
 	var pe *PermanentError
 	if errors.As(err, &pe) {
 		return true
+	}
+	var te *TransientError
+	if errors.As(err, &te) {
+		return false
 	}
 	if retryables.IsErrorRetryable(err) == aws.TrueTernary {
 		return false

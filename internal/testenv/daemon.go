@@ -1,6 +1,9 @@
 package testenv
 
-import "sync"
+import (
+	"sync"
+	"syscall"
+)
 
 // daemon is a server process that a test can stop, kill and start again: the part
 // Redis and MinIO share.
@@ -30,6 +33,7 @@ func (d *daemon) Stop() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.p != nil {
+		_ = d.p.signal(syscall.SIGCONT) // a paused server could not handle SIGTERM
 		d.p.stop(stopGrace)
 		d.p = nil
 	}
@@ -54,4 +58,26 @@ func (d *daemon) Pid() int {
 		return 0
 	}
 	return d.p.pid()
+}
+
+// Pause stops the server with SIGSTOP, as a process that hangs would: its connections
+// stay open and its listening socket takes new ones, but nothing is answered until
+// Resume. It does nothing if the server is not running.
+func (d *daemon) Pause() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.p == nil {
+		return nil
+	}
+	return d.p.signal(syscall.SIGSTOP)
+}
+
+// Resume lets a paused server go on (SIGCONT).
+func (d *daemon) Resume() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.p == nil {
+		return nil
+	}
+	return d.p.signal(syscall.SIGCONT)
 }

@@ -52,8 +52,11 @@ type Claim struct {
 	Size        int64
 	Total       uint32
 	MultipartID string
-	Bucket, Key string
-	ContentType string
+	// MultipartChecksummed: the multipart upload was created as CRC32C FULL_OBJECT, so
+	// its parts must carry their CRC32C.
+	MultipartChecksummed bool
+	Bucket, Key          string
+	ContentType          string
 	// Reclaimed: the claim replaced another worker's expired lease (that worker died
 	// or stalled).
 	Reclaimed bool
@@ -82,12 +85,13 @@ const missingRecheck = 30 * time.Second
 //	ARGV[4] lease duration (ms)
 //
 // Returns {"ok", received "crc:size", total, s3_upload_id, bucket, key, content_type,
-// reclaimed} (reclaimed is "1" when the claim replaced another worker's expired lease),
+// reclaimed, mpu_crc32c} (reclaimed is "1" when the claim replaced another worker's
+// expired lease; mpu_crc32c "1" when the multipart upload is checksummed),
 // {"done", ready} when the part is already recorded, {"busy", lease expiry},
 // {"missing"} when no bytes are staged, {"expired"} when bytes were received but have
 // expired from Redis, or {"gone", status} when the upload is not active.
 var claimScript = rdb.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key')
+local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key', 'mpu_crc32c')
 if not st[1] then return {'gone', ''} end
 if st[1] ~= 'ACTIVE' then return {'gone', st[1]} end
 if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then
@@ -111,7 +115,7 @@ end
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[2] .. '|' .. (now + tonumber(ARGV[4])))
 local rec = redis.call('HGET', KEYS[2], ARGV[1])
 local ct = redis.call('HGET', KEYS[6], 'content_type') or ''
-return {'ok', rec, st[2], st[4] or '', st[5], st[6], ct, reclaimed}
+return {'ok', rec, st[2], st[4] or '', st[5], st[6], ct, reclaimed, st[7] or '0'}
 `)
 
 // renewScript extends a lease held by the caller.
@@ -143,20 +147,23 @@ redis.call('HDEL', KEYS[1], ARGV[1])
 return 1
 `)
 
-// setMultipartScript records the S3 multipart upload id, first writer wins.
+// setMultipartScript records the S3 multipart upload id, first writer wins, with
+// whether it is checksummed (created as CRC32C FULL_OBJECT: its parts and completion
+// must carry checksums, whatever the settings of the process that sends them).
 //
 //	KEYS[1] state hash
 //	ARGV[1] S3 multipart upload id
+//	ARGV[2] "1" when it is checksummed, else "0"
 //
-// Returns {"ok", id} with the id now recorded (the caller's or an earlier one), or
-// {"gone", status} when the upload is not active.
+// Returns {"ok", id, checksummed} with the id now recorded (the caller's or an earlier
+// one), or {"gone", status} when the upload is not active.
 var setMultipartScript = rdb.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'status', 's3_upload_id')
+local st = redis.call('HMGET', KEYS[1], 'status', 's3_upload_id', 'mpu_crc32c')
 if not st[1] then return {'gone', ''} end
 if st[1] ~= 'ACTIVE' then return {'gone', st[1]} end
-if st[2] and st[2] ~= '' then return {'ok', st[2]} end
-redis.call('HSET', KEYS[1], 's3_upload_id', ARGV[1])
-return {'ok', ARGV[1]}
+if st[2] and st[2] ~= '' then return {'ok', st[2], st[3] or '0'} end
+redis.call('HSET', KEYS[1], 's3_upload_id', ARGV[1], 'mpu_crc32c', ARGV[2])
+return {'ok', ARGV[1], ARGV[2]}
 `)
 
 // recordScript records a part's ETag and only then drops the staged bytes.
@@ -247,6 +254,7 @@ func (c *Chunks) Claim(ctx context.Context, ref staging.ChunkRef, token string, 
 		cl.Total, cl.MultipartID, cl.Bucket, cl.Key = rdb.U32(res[2]), rdb.Str(res[3]), rdb.Str(res[4]), rdb.Str(res[5])
 		cl.ContentType = rdb.Str(res[6])
 		cl.Reclaimed = len(res) > 7 && rdb.Str(res[7]) == "1"
+		cl.MultipartChecksummed = len(res) > 8 && rdb.Str(res[8]) == "1"
 		return cl, nil
 	case "done":
 		cl.Outcome = AlreadyDone
@@ -330,17 +338,25 @@ func (c *Chunks) NoteMultipartAttempt(ctx context.Context, id string) error {
 	return noteMultipartScript.Run(ctx, c.s.c, []string{rdb.StateKey(id)}).Err()
 }
 
-// SetMultipart records the upload's S3 multipart id unless one is recorded already, and
-// returns the recorded one.
-func (c *Chunks) SetMultipart(ctx context.Context, id, multipartID string) (string, error) {
-	res, err := setMultipartScript.Run(ctx, c.s.c, []string{rdb.StateKey(id)}, multipartID).Slice()
+// SetMultipart records the upload's S3 multipart id, and whether it is checksummed,
+// unless one is recorded already, and returns the recorded one.
+func (c *Chunks) SetMultipart(ctx context.Context, id, multipartID string, checksummed bool) (string, bool, error) {
+	res, err := setMultipartScript.Run(ctx, c.s.c, []string{rdb.StateKey(id)}, multipartID, flag(checksummed)).Slice()
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if res[0].(string) == "gone" {
-		return "", &staging.StateError{Status: staging.Status(rdb.Str(res[1]))}
+		return "", false, &staging.StateError{Status: staging.Status(rdb.Str(res[1]))}
 	}
-	return rdb.Str(res[1]), nil
+	return rdb.Str(res[1]), rdb.Str(res[2]) == "1", nil
+}
+
+// flag is a boolean as scripts take it.
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // RecordOutcome says what recording a part did.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/internal/rdb"
 	"github.com/chunkup/chunkup/staging/outbox"
@@ -29,11 +31,11 @@ type Completions struct{ s *Store }
 //	ARGV[3] guard lease (ms)
 //	ARGV[4] state TTL (ms), so the guard never outlives the upload
 //
-// Returns {"ok", total, s3_upload_id, bucket, key, multipart_attempts}, {"done", handoff} when already
-// completed (handoff is "pending" while the hand-off has not happened),
-// {"notready"}, {"busy", expiry}, or {"gone", status}.
+// Returns {"ok", total, s3_upload_id, bucket, key, multipart_attempts, mpu_crc32c},
+// {"done", handoff} when already completed (handoff is "pending" while the hand-off has
+// not happened), {"notready"}, {"busy", expiry}, or {"gone", status}.
 var beginCompleteScript = rdb.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key', 'mpu_attempts')
+local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key', 'mpu_attempts', 'mpu_crc32c')
 if not st[1] then return {'gone', ''} end
 if st[1] == 'COMPLETED' then return {'done', redis.call('HGET', KEYS[1], 'handoff') or ''} end
 if st[1] ~= 'ACTIVE' and st[1] ~= 'COMPLETING' then return {'gone', st[1]} end
@@ -47,7 +49,7 @@ if g then
 end
 redis.call('SET', KEYS[2], ARGV[1] .. '|' .. (now + tonumber(ARGV[3])), 'PX', ARGV[4])
 redis.call('HSET', KEYS[1], 'status', 'COMPLETING', 'updated_ms', ARGV[2])
-return {'ok', st[2], st[4] or '', st[5], st[6], st[7] or '0'}
+return {'ok', st[2], st[4] or '', st[5], st[6], st[7] or '0', st[8] or '0'}
 `)
 
 // finishCompleteScript marks an upload completed, if the caller still holds the guard,
@@ -130,9 +132,12 @@ type Begin struct {
 	// than the recorded ids (one, or none for a one-chunk upload) means one may have
 	// been left behind by a worker that died.
 	MultipartAttempts int
-	Bucket, Key       string
-	Until             time.Time
-	Status            staging.Status
+	// MultipartChecksummed: the multipart upload is CRC32C FULL_OBJECT; its completion
+	// carries the parts' and the whole object's CRC32C.
+	MultipartChecksummed bool
+	Bucket, Key          string
+	Until                time.Time
+	Status               staging.Status
 	// For Finished: the upload still has to be handed off.
 	HandoffPending bool
 }
@@ -150,7 +155,7 @@ func (c *Completions) Begin(ctx context.Context, id, token string, lease time.Du
 	case "ok":
 		attempts, _ := strconv.Atoi(rdb.Str(res[5]))
 		return Begin{Outcome: Begun, Total: rdb.U32(res[1]), MultipartID: rdb.Str(res[2]), Bucket: rdb.Str(res[3]), Key: rdb.Str(res[4]),
-			MultipartAttempts: attempts}, nil
+			MultipartAttempts: attempts, MultipartChecksummed: len(res) > 6 && rdb.Str(res[6]) == "1"}, nil
 	case "done":
 		b = Begin{Outcome: Finished, HandoffPending: rdb.Str(res[1]) == "pending"}
 		if b.HandoffPending {
@@ -184,6 +189,21 @@ func (c *Completions) Parts(ctx context.Context, id string, total uint32) ([]Par
 	if err != nil {
 		return nil, err
 	}
+	return parseParts(id, h, total)
+}
+
+// Snapshot reads the upload and its recorded parts 1..total (as Get and Parts) in one
+// round trip.
+func (c *Completions) Snapshot(ctx context.Context, id string, total uint32) (*Upload, []Part, error) {
+	u, h, err := c.s.get(ctx, id, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	parts, err := parseParts(id, h, total)
+	return u, parts, err
+}
+
+func parseParts(id string, h map[string]string, total uint32) ([]Part, error) {
 	parts := make([]Part, total)
 	for i := range parts {
 		n := uint32(i + 1)
@@ -246,12 +266,25 @@ func (c *Completions) Finish(ctx context.Context, id, token string, f Final, ev 
 	}
 	switch code {
 	case "ok":
-		_ = s.active.Done(ctx, id, id) // a hint; a stale entry is dropped when visited
-		s.forget(ctx, id, rdb.Str(res[1]), rdb.I64(res[2]))
+		// The hints (active index, the tenant's list, and the completion index unless
+		// the upload waits for its handoff) go in one round trip; a stale one is
+		// dropped when visited.
+		var done *redis.IntCmd
+		_, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			s.active.DoneIn(ctx, p, id, id)
+			p.ZRem(ctx, rdb.TenantUploadsKey(rdb.Str(res[1])), rdb.TenantUploadsMember(rdb.I64(res[2]), id))
+			if !handoff {
+				done = s.completions.DoneIn(ctx, p, id, id)
+			}
+			return nil
+		})
 		if handoff {
 			return nil
 		}
-		return s.completions.Done(ctx, id, id)
+		if done != nil && done.Err() == nil {
+			return nil
+		}
+		return err
 	case "done":
 		if err := s.completions.Done(ctx, id, id); err != nil {
 			return err

@@ -86,6 +86,9 @@ type NewUpload struct {
 	CorrelationID, Tenant           string
 	Metadata                        map[string]string
 	Document
+	// At is the creation time recorded; zero means the store's clock now. A caller
+	// that sets it can describe the new upload (Created) without reading it back.
+	At time.Time
 }
 
 // Document is an upload's document identity and place: its node id (a UUID, always
@@ -93,6 +96,17 @@ type NewUpload struct {
 type Document struct {
 	NodeID, ConnectorID, ParentID, Path, Drive string
 	CustomMetadata                             string
+}
+
+// Created is the upload u describes, as Create stores it (for a caller that set At).
+func (u NewUpload) Created() *Upload {
+	at := time.UnixMilli(u.At.UnixMilli())
+	return &Upload{
+		ID: u.ID, Status: staging.StatusActive, Bucket: u.Bucket, Key: u.Key, ChunkSize: u.ChunkSize,
+		ExpectedSize: u.ExpectedSize, Total: u.Total, InstanceID: u.InstanceID, Name: u.Name, ContentType: u.ContentType,
+		ClientNodeID: u.ClientNodeID, CorrelationID: u.CorrelationID, Tenant: u.Tenant, Metadata: u.Metadata,
+		Document: u.Document, ReceivedChunks: []uint32{}, Created: at, Updated: at,
+	}
 }
 
 // ClaimClientNodeID binds tenant's clientNodeID to id unless it is bound already, and
@@ -137,7 +151,11 @@ return {'ok'}
 
 // Create stores a new upload. It reports false if the id exists already.
 func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
-	nowMs := s.c.NowMs()
+	at := u.At
+	if at.IsZero() {
+		at = s.c.Now()
+	}
+	nowMs := at.UnixMilli()
 	now := strconv.FormatInt(nowMs, 10)
 	state := []any{
 		"status", string(staging.StatusActive), "bucket", u.Bucket, "key", u.Key,
@@ -166,10 +184,12 @@ func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
 	args = append(args, meta...)
 	// The active index and the tenant's list are hints added first: a crash before the
 	// script leaves entries that lead to no upload, dropped when they are visited.
-	if err := s.active.Add(ctx, u.ID, u.ID, s.c.Now().Add(s.c.Cfg.StateTTL)); err != nil {
-		return false, err
-	}
-	if err := s.c.Client.ZAddNX(ctx, rdb.TenantUploadsKey(u.Tenant), redis.Z{Member: rdb.TenantUploadsMember(nowMs, u.ID)}).Err(); err != nil {
+	// Both go in one round trip.
+	if _, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		s.active.AddIn(ctx, p, u.ID, u.ID, at.Add(s.c.Cfg.StateTTL))
+		p.ZAddNX(ctx, rdb.TenantUploadsKey(u.Tenant), redis.Z{Member: rdb.TenantUploadsMember(nowMs, u.ID)})
+		return nil
+	}); err != nil {
 		return false, err
 	}
 	res, err := createScript.Run(ctx, s.c, []string{rdb.StateKey(u.ID), rdb.MetaKey(u.ID)}, args...).StringSlice()
@@ -265,21 +285,42 @@ type ChunkInfo struct {
 
 // Get reads an upload in one round trip.
 func (s *Store) Get(ctx context.Context, id string) (*Upload, error) {
-	var st, meta, rec *redis.MapStringStringCmd
-	var parts *redis.StringSliceCmd
+	u, _, err := s.get(ctx, id, false)
+	return u, err
+}
+
+// get reads an upload in one round trip, and with withParts its parts hash (N →
+// "etag|crc|size") too.
+func (s *Store) get(ctx context.Context, id string, withParts bool) (*Upload, map[string]string, error) {
+	var st, meta, rec, partsAll *redis.MapStringStringCmd
+	var partKeys *redis.StringSliceCmd
 	_, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		st = p.HGetAll(ctx, rdb.StateKey(id))
 		meta = p.HGetAll(ctx, rdb.MetaKey(id))
 		rec = p.HGetAll(ctx, rdb.ReceivedKey(id))
-		parts = p.HKeys(ctx, rdb.PartsKey(id))
+		if withParts {
+			partsAll = p.HGetAll(ctx, rdb.PartsKey(id))
+		} else {
+			partKeys = p.HKeys(ctx, rdb.PartsKey(id))
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	var parts []string
+	var partsHash map[string]string
+	if withParts {
+		partsHash = partsAll.Val()
+		for k := range partsHash {
+			parts = append(parts, k)
+		}
+	} else {
+		parts = partKeys.Val()
 	}
 	h := st.Val()
 	if len(h) == 0 {
-		return nil, staging.ErrNotFound
+		return nil, nil, staging.ErrNotFound
 	}
 	m := meta.Val()
 	u := &Upload{
@@ -299,11 +340,11 @@ func (s *Store) Get(ctx context.Context, id string) (*Upload, error) {
 	}
 	if md := m["metadata"]; md != "" {
 		if err := json.Unmarshal([]byte(md), &u.Metadata); err != nil {
-			return nil, fmt.Errorf("staging: upload %s metadata: %w", id, err)
+			return nil, nil, fmt.Errorf("staging: upload %s metadata: %w", id, err)
 		}
 	}
-	stored := make(map[string]bool, len(parts.Val()))
-	for _, k := range parts.Val() {
+	stored := make(map[string]bool, len(parts))
+	for _, k := range parts {
 		stored[k] = true
 	}
 	for k, v := range rec.Val() {
@@ -316,7 +357,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Upload, error) {
 	for i, c := range u.Chunks {
 		u.ReceivedChunks[i] = c.N
 	}
-	return u, nil
+	return u, partsHash, nil
 }
 
 // StagedBytes returns Redis' used_memory: an upper bound of the bytes staged there

@@ -72,7 +72,9 @@ func waitTrigger(t *testing.T, ch <-chan struct{}, u *upload, what string) {
 // SDK streams an upload to it, and starts it again on the same address. The same
 // Upload call finishes; no chunk acknowledged before the kill is sent again; the
 // chunks the dead process's worker held are taken over after their lease.
-func TestServerKilledMidStream(t *testing.T) {
+func TestServerKilledMidStream(t *testing.T) { bothModes(t, testServerKilledMidStream) }
+
+func testServerKilledMidStream(t *testing.T) {
 	c := newCluster(t)
 	srv := c.startNode(t, "server", allRoles)
 	cc := testenv.NewChunkCounter()
@@ -119,7 +121,9 @@ func TestServerKilledMidStream(t *testing.T) {
 // traffic goes through a paused proxy, so it hangs with chunk leases held; kills it
 // (-9); and starts another worker, which takes the chunks over once their leases run
 // out.
-func TestWorkerKilledHoldingClaims(t *testing.T) {
+func TestWorkerKilledHoldingClaims(t *testing.T) { bothModes(t, testWorkerKilledHoldingClaims) }
+
+func testWorkerKilledHoldingClaims(t *testing.T) {
 	c := newCluster(t)
 	api := c.startNode(t, "api", "api,completer,publisher,cleanup")
 	proxy := testenv.StartProxy(t, c.minio.Addr)
@@ -178,7 +182,9 @@ func TestWorkerKilledHoldingClaims(t *testing.T) {
 //   - after S3 completed the object (the proxy forwards the request but holds MinIO's
 //     reply, so the completer never reads the answer): the second completer gets
 //     NoSuchUpload, finds the object with HeadObject, and records the completion.
-func TestCompleterKilledMidCompletion(t *testing.T) {
+func TestCompleterKilledMidCompletion(t *testing.T) { bothModes(t, testCompleterKilledMidCompletion) }
+
+func testCompleterKilledMidCompletion(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		s3Completed bool
@@ -264,7 +270,9 @@ func TestCompleterKilledMidCompletion(t *testing.T) {
 // streams an upload, once with SIGTERM and once with SIGKILL, and keeps it down for 3 s:
 // every chunk acknowledged before Redis went down is still there afterwards, the SDK
 // and the workers ride out the outage, and the upload completes.
-func TestRedisRestartedMidUpload(t *testing.T) {
+func TestRedisRestartedMidUpload(t *testing.T) { bothModes(t, testRedisRestartedMidUpload) }
+
+func testRedisRestartedMidUpload(t *testing.T) {
 	const redisOutage = 3 * time.Second
 	for _, tc := range []struct {
 		name string
@@ -324,7 +332,9 @@ func TestRedisRestartedMidUpload(t *testing.T) {
 // TestMinIOStoppedMidUpload stops MinIO for 20 s while an upload is under way: part
 // uploads fail and are retried (S3 client attempts, then the worker's backoff) without
 // failing the upload, and it completes, exact, once MinIO is back.
-func TestMinIOStoppedMidUpload(t *testing.T) {
+func TestMinIOStoppedMidUpload(t *testing.T) { bothModes(t, testMinIOStoppedMidUpload) }
+
+func testMinIOStoppedMidUpload(t *testing.T) {
 	const outage = 20 * time.Second
 	c := newCluster(t)
 	srv := c.startNode(t, "server", allRoles, flags("--s3-max-attempts", "5"))
@@ -379,6 +389,10 @@ func TestMinIOStoppedMidUpload(t *testing.T) {
 // events wait in Redis outboxes), and starts the broker again: every completion's
 // event arrives, with one stable event id.
 func TestKafkaStoppedWhileUploadsComplete(t *testing.T) {
+	bothModes(t, testKafkaStoppedWhileUploadsComplete)
+}
+
+func testKafkaStoppedWhileUploadsComplete(t *testing.T) {
 	c := newCluster(t)
 	srv := c.startNode(t, "server", allRoles)
 	cl := dial(t, srv.GRPCAddr, nil)
@@ -432,7 +446,9 @@ func TestKafkaStoppedWhileUploadsComplete(t *testing.T) {
 // (a paused proxy) without killing it, starts a second completer, which takes the guard
 // once its lease is over and completes the upload, and then lets the first one's
 // request through: it must not record a second completion or a second event.
-func TestCompleterStalledPastItsLease(t *testing.T) {
+func TestCompleterStalledPastItsLease(t *testing.T) { bothModes(t, testCompleterStalledPastItsLease) }
+
+func testCompleterStalledPastItsLease(t *testing.T) {
 	c := newCluster(t)
 	api := c.startNode(t, "api", "api,worker,publisher,cleanup")
 	proxy := testenv.StartProxy(t, c.minio.Addr)
@@ -485,7 +501,9 @@ func TestCompleterStalledPastItsLease(t *testing.T) {
 // open, nothing moves) while it holds chunk leases, without killing it, and runs a
 // second, healthy worker. The upload must complete: a worker whose S3 call hangs must
 // not keep renewing its leases for ever.
-func TestWorkerS3Hangs(t *testing.T) {
+func TestWorkerS3Hangs(t *testing.T) { bothModes(t, testWorkerS3Hangs) }
+
+func testWorkerS3Hangs(t *testing.T) {
 	const bound = 90 * time.Second
 	c := newCluster(t)
 	api := c.startNode(t, "api", "api,completer,publisher,cleanup")

@@ -102,11 +102,32 @@ func flags(args ...string) nodeOption {
 	return func(nc *nodeConfig) { nc.Flags = append(nc.Flags, args...) }
 }
 
-// startNode runs `chunkup serve --roles roles` on the cluster (see harness.StartNode).
+// Staging modes (chunkup serve --staging): every scenario runs in both.
+var stagingModes = []string{"adaptive", "always"}
+
+// bothModes runs test once per staging mode, as subtests named after the mode.
+func bothModes(t *testing.T, test func(*testing.T)) {
+	for _, mode := range stagingModes {
+		t.Run(mode, test)
+	}
+}
+
+// stagingMode is the staging mode of the bothModes subtest t runs in.
+func stagingMode(t *testing.T) string {
+	for seg := range strings.SplitSeq(t.Name(), "/") {
+		if slices.Contains(stagingModes, seg) {
+			return seg
+		}
+	}
+	return "adaptive"
+}
+
+// startNode runs `chunkup serve --roles roles` on the cluster (see harness.StartNode),
+// with the staging mode of the subtest t runs in.
 func (c *cluster) startNode(t *testing.T, name, roles string, opts ...nodeOption) *harness.Node {
 	t.Helper()
 	nc := nodeConfig{Name: name, Roles: roles, RedisURL: c.redis.URL(), MinIO: c.minio, Bucket: bucket,
-		KafkaAddr: c.kafka.Addr, Topic: topic}
+		KafkaAddr: c.kafka.Addr, Topic: topic, Flags: []string{"--staging", stagingMode(t)}}
 	for _, o := range opts {
 		o(&nc)
 	}

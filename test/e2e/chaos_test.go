@@ -7,13 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/chunkup/chunkup/cleanup"
 	"github.com/chunkup/chunkup/completion"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
@@ -169,14 +168,14 @@ func TestCompleterDiesMidway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var done []types.CompletedPart
+	var done []s3store.Part
+	var size int64
+	var whole uint32
 	for _, p := range parts {
-		done = append(done, types.CompletedPart{ETag: aws.String(p.ETag), PartNumber: aws.Int32(int32(p.N))})
+		done = append(done, s3store.Part{N: p.N, ETag: p.ETag, CRC32C: p.CRC32C})
+		size, whole = size+p.Size, crc.Combine(whole, p.CRC32C, p.Size)
 	}
-	if _, err := e.s3.CompleteMultipartUpload(ctx(t), &s3.CompleteMultipartUploadInput{
-		Bucket: aws.String(b.Bucket), Key: aws.String(b.Key), UploadId: aws.String(b.MultipartID),
-		MultipartUpload: &types.CompletedMultipartUpload{Parts: done},
-	}); err != nil {
+	if _, err := s3store.New(e.s3).Complete(ctx(t), b.Bucket, b.Key, b.MultipartID, b.MultipartChecksummed, done, size, whole); err != nil {
 		t.Fatal(err)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chunkup/chunkup/internal/testenv"
+	"github.com/chunkup/chunkup/server"
 )
 
 // shared is the Redis Cluster of the running TestOnCluster.
@@ -29,7 +30,9 @@ func clusterFor(t testing.TB) *testenv.RedisCluster {
 // masters and three replicas: under it, newEnv hands out the cluster instead of a
 // single redis-server, and chunkup connects with a redis+cluster:// URL (so the store
 // shards its global indexes and uses sharded pub/sub). The tests share the cluster;
-// each works on its own uploads.
+// each works on its own uploads. They run once per staging mode (the subtests
+// adaptive/… and always/…; see stagingFor), since writing chunks through to S3 and
+// staging them meet at the same records on a cluster as on a single Redis.
 func TestOnCluster(t *testing.T) {
 	c := testenv.StartRedisCluster(t)
 	shared.mu.Lock()
@@ -40,7 +43,7 @@ func TestOnCluster(t *testing.T) {
 		shared.cluster = nil
 		shared.mu.Unlock()
 	})
-	for _, tc := range []struct {
+	tests := []struct {
 		name string
 		test func(*testing.T)
 	}{
@@ -68,9 +71,25 @@ func TestOnCluster(t *testing.T) {
 		{"HTTPConcurrentAppends", TestHTTPConcurrentAppends},
 		// Several API and worker processes, no affinity, one worker killed.
 		{"ManyReplicas", testManyReplicas},
-	} {
-		t.Run(tc.name, tc.test)
 	}
+	for _, mode := range []string{server.StagingAdaptive, server.StagingAlways} {
+		t.Run(mode, func(t *testing.T) {
+			for _, tc := range tests {
+				t.Run(tc.name, tc.test)
+			}
+		})
+	}
+}
+
+// stagingFor is the staging mode of the processes test t starts: the mode a
+// TestOnCluster subtest names (…/always/…), else the default.
+func stagingFor(t testing.TB) string {
+	for seg := range strings.SplitSeq(t.Name(), "/") {
+		if seg == server.StagingAlways || seg == server.StagingAdaptive {
+			return seg
+		}
+	}
+	return server.StagingAdaptive
 }
 
 // testWokenByShardedPubSub runs the API and the workers in separate processes, with

@@ -17,6 +17,7 @@ import (
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/testenv"
+	"github.com/chunkup/chunkup/server"
 	"github.com/chunkup/chunkup/test/harness"
 )
 
@@ -25,6 +26,7 @@ const bucket = "chunkup-test"
 // env is one Redis (or, under TestOnCluster, one Redis Cluster) and one MinIO shared
 // by a test's processes.
 type env struct {
+	t       testing.TB            // the test it is for (see stagingFor)
 	redis   *testenv.Redis        // nil on a cluster
 	cluster *testenv.RedisCluster // nil on a single Redis
 	minio   *testenv.MinIO
@@ -33,7 +35,7 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{minio: testenv.StartMinIO(t)}
+	e := &env{t: t, minio: testenv.StartMinIO(t)}
 	if e.cluster = clusterFor(t); e.cluster == nil {
 		e.redis = testenv.StartRedis(t)
 	} else {
@@ -87,6 +89,7 @@ func (e *env) config(roles ...string) app.Config {
 	return app.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RedisURL: e.redisURL(),
 		S3: e.minio.S3Config(), Bucket: bucket, Roles: roles, ShutdownTimeout: 5 * time.Second,
+		Server:    server.Config{Staging: stagingFor(e.t)},
 		Worker:    workerCfg(),
 		Completer: completerCfg(),
 		Logger:    testLogger(),
@@ -148,7 +151,7 @@ var waitFor = harness.Eventually
 func (e *env) serveProcess(t testing.TB, k *testenv.Kafka, name, roles string, extra ...string) *harness.Node {
 	t.Helper()
 	cfg := harness.NodeConfig{Name: name, Roles: roles, RedisURL: e.redisURL(), MinIO: e.minio, Bucket: bucket,
-		Flags: append([]string{"--lease", "2s", "--completer-lease", "2s", "--log-level", "warn"}, extra...)}
+		Flags: append([]string{"--lease", "2s", "--completer-lease", "2s", "--log-level", "warn", "--staging", stagingFor(t)}, extra...)}
 	if k != nil {
 		cfg.KafkaAddr, cfg.Topic = k.Addr, topic
 	}

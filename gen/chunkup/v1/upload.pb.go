@@ -803,7 +803,16 @@ type UploadChunkResponse struct {
 	// True when the chunk had been received before and was not staged again.
 	Duplicate bool `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	// Set in the response to a create request.
-	Upload        *Upload `protobuf:"bytes,5,opt,name=upload,proto3" json:"upload,omitempty"`
+	Upload *Upload `protobuf:"bytes,5,opt,name=upload,proto3" json:"upload,omitempty"`
+	// True when the chunk was stored in S3 as its part (or as the whole object) before
+	// this acknowledgement, rather than staged for a worker to store: the server wrote it
+	// straight through because S3 kept pace. Either way an acknowledged chunk is durable.
+	Stored bool `protobuf:"varint,6,opt,name=stored,proto3" json:"stored,omitempty"`
+	// Set when this chunk completed the upload: its last part was stored by the server
+	// that received it, which then finalized the object at once. It is the COMPLETED
+	// upload (size, etag, crc32c), so the client needs no WatchUpload or GetUpload. Unset
+	// does not mean the upload is not complete: another server may finish it.
+	Completed     *Upload `protobuf:"bytes,7,opt,name=completed,proto3" json:"completed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -869,6 +878,20 @@ func (x *UploadChunkResponse) GetDuplicate() bool {
 func (x *UploadChunkResponse) GetUpload() *Upload {
 	if x != nil {
 		return x.Upload
+	}
+	return nil
+}
+
+func (x *UploadChunkResponse) GetStored() bool {
+	if x != nil {
+		return x.Stored
+	}
+	return false
+}
+
+func (x *UploadChunkResponse) GetCompleted() *Upload {
+	if x != nil {
+		return x.Completed
 	}
 	return nil
 }
@@ -1655,13 +1678,15 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\x06crc32c\x18\x04 \x01(\rH\x00R\x06crc32c\x88\x01\x01\x12\x17\n" +
 	"\ais_last\x18\x05 \x01(\bR\x06isLast\x127\n" +
 	"\x06create\x18\x06 \x01(\v2\x1f.chunkup.v1.CreateUploadRequestR\x06createB\t\n" +
-	"\a_crc32c\"\xb7\x01\n" +
+	"\a_crc32c\"\x81\x02\n" +
 	"\x13UploadChunkResponse\x12\x1b\n" +
 	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12!\n" +
 	"\fchunk_number\x18\x02 \x01(\rR\vchunkNumber\x12\x16\n" +
 	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\x12\x1c\n" +
 	"\tduplicate\x18\x04 \x01(\bR\tduplicate\x12*\n" +
-	"\x06upload\x18\x05 \x01(\v2\x12.chunkup.v1.UploadR\x06upload\"/\n" +
+	"\x06upload\x18\x05 \x01(\v2\x12.chunkup.v1.UploadR\x06upload\x12\x16\n" +
+	"\x06stored\x18\x06 \x01(\bR\x06stored\x120\n" +
+	"\tcompleted\x18\a \x01(\v2\x12.chunkup.v1.UploadR\tcompleted\"/\n" +
 	"\x10GetUploadRequest\x12\x1b\n" +
 	"\tupload_id\x18\x01 \x01(\tR\buploadId\"?\n" +
 	"\x11GetUploadResponse\x12*\n" +
@@ -1781,32 +1806,33 @@ var file_chunkup_v1_upload_proto_depIdxs = []int32{
 	1,  // 9: chunkup.v1.CreateUploadResponse.upload:type_name -> chunkup.v1.Upload
 	3,  // 10: chunkup.v1.UploadChunkRequest.create:type_name -> chunkup.v1.CreateUploadRequest
 	1,  // 11: chunkup.v1.UploadChunkResponse.upload:type_name -> chunkup.v1.Upload
-	1,  // 12: chunkup.v1.GetUploadResponse.upload:type_name -> chunkup.v1.Upload
-	1,  // 13: chunkup.v1.AbortUploadResponse.upload:type_name -> chunkup.v1.Upload
-	1,  // 14: chunkup.v1.ListUploadsResponse.uploads:type_name -> chunkup.v1.Upload
-	1,  // 15: chunkup.v1.ReadObjectResponse.upload:type_name -> chunkup.v1.Upload
-	17, // 16: chunkup.v1.WatchUploadResponse.progress:type_name -> chunkup.v1.UploadProgress
-	0,  // 17: chunkup.v1.UploadProgress.state:type_name -> chunkup.v1.UploadState
-	20, // 18: chunkup.v1.UploadProgress.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 19: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
-	5,  // 20: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
-	7,  // 21: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
-	9,  // 22: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
-	15, // 23: chunkup.v1.UploadService.WatchUpload:input_type -> chunkup.v1.WatchUploadRequest
-	11, // 24: chunkup.v1.UploadService.ListUploads:input_type -> chunkup.v1.ListUploadsRequest
-	13, // 25: chunkup.v1.UploadService.ReadObject:input_type -> chunkup.v1.ReadObjectRequest
-	4,  // 26: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
-	6,  // 27: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
-	8,  // 28: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
-	10, // 29: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
-	16, // 30: chunkup.v1.UploadService.WatchUpload:output_type -> chunkup.v1.WatchUploadResponse
-	12, // 31: chunkup.v1.UploadService.ListUploads:output_type -> chunkup.v1.ListUploadsResponse
-	14, // 32: chunkup.v1.UploadService.ReadObject:output_type -> chunkup.v1.ReadObjectResponse
-	26, // [26:33] is the sub-list for method output_type
-	19, // [19:26] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	1,  // 12: chunkup.v1.UploadChunkResponse.completed:type_name -> chunkup.v1.Upload
+	1,  // 13: chunkup.v1.GetUploadResponse.upload:type_name -> chunkup.v1.Upload
+	1,  // 14: chunkup.v1.AbortUploadResponse.upload:type_name -> chunkup.v1.Upload
+	1,  // 15: chunkup.v1.ListUploadsResponse.uploads:type_name -> chunkup.v1.Upload
+	1,  // 16: chunkup.v1.ReadObjectResponse.upload:type_name -> chunkup.v1.Upload
+	17, // 17: chunkup.v1.WatchUploadResponse.progress:type_name -> chunkup.v1.UploadProgress
+	0,  // 18: chunkup.v1.UploadProgress.state:type_name -> chunkup.v1.UploadState
+	20, // 19: chunkup.v1.UploadProgress.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 20: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
+	5,  // 21: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
+	7,  // 22: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
+	9,  // 23: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
+	15, // 24: chunkup.v1.UploadService.WatchUpload:input_type -> chunkup.v1.WatchUploadRequest
+	11, // 25: chunkup.v1.UploadService.ListUploads:input_type -> chunkup.v1.ListUploadsRequest
+	13, // 26: chunkup.v1.UploadService.ReadObject:input_type -> chunkup.v1.ReadObjectRequest
+	4,  // 27: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
+	6,  // 28: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
+	8,  // 29: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
+	10, // 30: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
+	16, // 31: chunkup.v1.UploadService.WatchUpload:output_type -> chunkup.v1.WatchUploadResponse
+	12, // 32: chunkup.v1.UploadService.ListUploads:output_type -> chunkup.v1.ListUploadsResponse
+	14, // 33: chunkup.v1.UploadService.ReadObject:output_type -> chunkup.v1.ReadObjectResponse
+	27, // [27:34] is the sub-list for method output_type
+	20, // [20:27] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_chunkup_v1_upload_proto_init() }

@@ -39,7 +39,8 @@ const (
 // be exactly `chunk_size` bytes: the size the client proposed in the create request, or
 // else the one the server chose, returned in `Upload` (see
 // CreateUploadRequest.chunk_size for the rule). Each chunk is acknowledged once it is
-// durably staged; acknowledged chunks are never lost. To resume after a broken stream,
+// durable: staged for upload to S3, or already stored there (UploadChunkResponse.stored);
+// acknowledged chunks are never lost. To resume after a broken stream,
 // call GetUpload and send the chunks that are not in `received_chunks`; `chunks` gives
 // the size and CRC32C of each chunk the server holds, so a client can check that its
 // input is the one it is resuming before it skips them.
@@ -48,9 +49,13 @@ type UploadServiceClient interface {
 	// request under the same id returns the same upload; another request under it is
 	// ALREADY_EXISTS, naming the first field that differs.
 	CreateUpload(ctx context.Context, in *CreateUploadRequest, opts ...grpc.CallOption) (*CreateUploadResponse, error)
-	// UploadChunk streams chunks and returns one acknowledgement per chunk. Chunks may
-	// arrive out of order and on several streams at once; a repeated chunk with the same
-	// checksum is acknowledged again without being staged twice.
+	// UploadChunk streams chunks and returns one acknowledgement per chunk. The server
+	// works on several chunks of a stream at once, so acknowledgements come in the order
+	// the chunks are done, which need not be the order they were sent. Chunks may arrive
+	// out of order and on several streams at once; a repeated chunk with the same
+	// checksum is acknowledged again without being staged twice. A stream on which no
+	// chunk arrives for a while (the server's --stream-idle-timeout) is closed with
+	// DEADLINE_EXCEEDED; the upload stays resumable.
 	UploadChunk(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UploadChunkRequest, UploadChunkResponse], error)
 	// GetUpload returns the upload's state, with enough detail to resume it.
 	GetUpload(ctx context.Context, in *GetUploadRequest, opts ...grpc.CallOption) (*GetUploadResponse, error)
@@ -182,7 +187,8 @@ type UploadService_ReadObjectClient = grpc.ServerStreamingClient[ReadObjectRespo
 // be exactly `chunk_size` bytes: the size the client proposed in the create request, or
 // else the one the server chose, returned in `Upload` (see
 // CreateUploadRequest.chunk_size for the rule). Each chunk is acknowledged once it is
-// durably staged; acknowledged chunks are never lost. To resume after a broken stream,
+// durable: staged for upload to S3, or already stored there (UploadChunkResponse.stored);
+// acknowledged chunks are never lost. To resume after a broken stream,
 // call GetUpload and send the chunks that are not in `received_chunks`; `chunks` gives
 // the size and CRC32C of each chunk the server holds, so a client can check that its
 // input is the one it is resuming before it skips them.
@@ -191,9 +197,13 @@ type UploadServiceServer interface {
 	// request under the same id returns the same upload; another request under it is
 	// ALREADY_EXISTS, naming the first field that differs.
 	CreateUpload(context.Context, *CreateUploadRequest) (*CreateUploadResponse, error)
-	// UploadChunk streams chunks and returns one acknowledgement per chunk. Chunks may
-	// arrive out of order and on several streams at once; a repeated chunk with the same
-	// checksum is acknowledged again without being staged twice.
+	// UploadChunk streams chunks and returns one acknowledgement per chunk. The server
+	// works on several chunks of a stream at once, so acknowledgements come in the order
+	// the chunks are done, which need not be the order they were sent. Chunks may arrive
+	// out of order and on several streams at once; a repeated chunk with the same
+	// checksum is acknowledged again without being staged twice. A stream on which no
+	// chunk arrives for a while (the server's --stream-idle-timeout) is closed with
+	// DEADLINE_EXCEEDED; the upload stays resumable.
 	UploadChunk(grpc.BidiStreamingServer[UploadChunkRequest, UploadChunkResponse]) error
 	// GetUpload returns the upload's state, with enough detail to resume it.
 	GetUpload(context.Context, *GetUploadRequest) (*GetUploadResponse, error)

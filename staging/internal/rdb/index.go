@@ -87,6 +87,11 @@ func (x *Index) Done(ctx context.Context, id, member string) error {
 	return x.c.Client.ZRem(ctx, x.key(id), member).Err()
 }
 
+// DoneIn queues Done in pipeline p.
+func (x *Index) DoneIn(ctx context.Context, p redis.Pipeliner, id, member string) *redis.IntCmd {
+	return p.ZRem(ctx, x.key(id), member)
+}
+
 // Due returns up to limit members due at or before now, earliest first, across the
 // shards (one round trip per node).
 func (x *Index) Due(ctx context.Context, limit int64) ([]string, error) {

@@ -15,11 +15,11 @@ func upKey(id, suffix string) string { return Prefix + "up:{" + id + "}:" + suff
 
 // StateKey is an upload's state hash: status, bucket, key, chunk_size, expected_size
 // (-1 unknown), total (0 until known), max_received, received, received_bytes,
-// uploaded, uploaded_bytes, s3_upload_id, mpu_attempts, instance_id (the process that
-// created it; records made before the document fields have it as node_id), tenant,
-// created_ms, first_ms (first chunk staged or part recorded), updated_ms, completed_ms,
-// etag, size, crc32c, detected_ct (content type found in the object's first bytes),
-// error, handoff.
+// uploaded, uploaded_bytes, s3_upload_id, mpu_crc32c ("1": the multipart upload is
+// CRC32C FULL_OBJECT), mpu_attempts, instance_id (the process that created it; records
+// made before the document fields have it as node_id), tenant, created_ms, first_ms
+// (first chunk staged or part recorded), updated_ms, completed_ms, etag, size, crc32c,
+// detected_ct (content type found in the object's first bytes), error, handoff.
 func StateKey(id string) string { return upKey(id, "state") }
 
 // MetaKey is an upload's metadata hash: name, content_type, client_node_id,

@@ -1,0 +1,439 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/uploads"
+)
+
+// streamInflight is how many chunks of one stream are worked on at once. A chunk
+// written through to S3 takes a part upload's time, so one at a time would make a
+// client's window of unacknowledged chunks useless; the receive memory cap bounds
+// what all of them hold.
+const streamInflight = 8
+
+// IdleError closes a stream on which nothing happened for StreamIdleTimeout.
+type IdleError struct{ Idle time.Duration }
+
+func (e *IdleError) Error() string {
+	return fmt.Sprintf("stream closed after %s without a chunk (--stream-idle-timeout); the upload stays resumable: GetUpload lists the chunks the server holds, send the others on a new stream", e.Idle.Round(time.Second))
+}
+
+// UploadChunk implements UploadService.UploadChunk. Each chunk is validated against
+// the upload's parameters, checked against its CRC32C, written through to S3 or staged,
+// and acknowledged. A stream's chunks are worked on concurrently, so acknowledgements
+// may come in another order than the chunks. The first invalid chunk ends the stream
+// with its status; chunks acknowledged before it stay.
+func (s *UploadService) UploadChunk(stream chunkupv1.UploadService_UploadChunkServer) error {
+	release, err := s.streams.acquire(TenantFrom(stream.Context()))
+	if err != nil {
+		return toStatus("", err)
+	}
+	defer release()
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	cs := &chunkStream{s: s, stream: stream, ctx: ctx, cancel: cancel, params: map[string]uploads.Params{},
+		slots: make(chan struct{}, streamInflight)}
+	cs.expect.Store(s.cfg.ChunkSize)
+	cs.touch()
+	return cs.run()
+}
+
+// chunkStream is one UploadChunk stream.
+type chunkStream struct {
+	s      *UploadService
+	stream chunkupv1.UploadService_UploadChunkServer
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	sendMu sync.Mutex
+
+	paramsMu sync.Mutex
+	params   map[string]uploads.Params // immutable per upload, read once per stream
+	created  string                    // the upload a create request on this stream made
+
+	inflight sync.WaitGroup
+	slots    chan struct{} // chunks being worked on
+	active   atomic.Int32
+	// waiting is true while the receiver waits for the client's next message (not for
+	// the budget or memory): the only time the stream can be idle.
+	waiting atomic.Bool
+	last    atomic.Int64 // unix ns of the last message or acknowledgement
+	// expect is the size of the stream's chunks (its last one), for the budget
+	// reservation of its next read.
+	expect atomic.Int64
+
+	failOnce sync.Once
+	failErr  error
+}
+
+// message is a received request with what it holds under the limits.
+type message struct {
+	req    *chunkupv1.UploadChunkRequest
+	memory int64 // under the receive memory cap
+	budget int64 // reserved under the staged-bytes budget
+}
+
+func (cs *chunkStream) touch() { cs.last.Store(time.Now().UnixNano()) }
+
+// fail ends the stream with err (the first failure wins) and cancels its other work.
+func (cs *chunkStream) fail(err error) {
+	if err == nil {
+		return
+	}
+	cs.failOnce.Do(func() {
+		cs.failErr = err
+		cs.cancel(err)
+	})
+}
+
+func (cs *chunkStream) send(r *chunkupv1.UploadChunkResponse) error {
+	cs.sendMu.Lock()
+	defer cs.sendMu.Unlock()
+	cs.touch()
+	return cs.stream.Send(r)
+}
+
+// release gives back what m holds: its memory, and its budget reservation (staged is
+// what staging it cost Redis, 0 when it was not staged there).
+func (cs *chunkStream) release(m message, staged int64) {
+	cs.s.memory.release(m.memory)
+	cs.s.budget.settle(m.budget, staged)
+}
+
+func (cs *chunkStream) run() error {
+	msgs := make(chan message)
+	recvErr := make(chan error, 1)
+	go cs.receive(msgs, recvErr)
+
+	idleAfter := cs.s.cfg.StreamIdleTimeout
+	var idleTimer *time.Timer
+	var idle <-chan time.Time
+	if idleAfter > 0 {
+		idleTimer = time.NewTimer(idleAfter)
+		defer idleTimer.Stop()
+		idle = idleTimer.C
+	}
+	first := true
+	for {
+		select {
+		case <-cs.s.draining:
+			return cs.finish(errDraining)
+		case <-cs.ctx.Done():
+			return cs.finish(nil)
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return cs.finish(nil)
+			}
+			return cs.finish(toStatus("", err))
+		case <-idle:
+			// Idle means the client sent nothing and has nothing to wait for: the receiver
+			// waits for its next message and no chunk is being worked on.
+			since := time.Since(time.Unix(0, cs.last.Load()))
+			if cs.waiting.Load() && cs.active.Load() == 0 && since >= idleAfter {
+				return cs.finish(toStatus("", &IdleError{Idle: idleAfter}))
+			}
+			idleTimer.Reset(max(idleAfter-since, idleAfter/8))
+		case m := <-msgs:
+			if err := cs.handle(m, first); err != nil {
+				return cs.finish(err)
+			}
+			first = false
+		}
+	}
+}
+
+// finish waits for the chunks being worked on (their acknowledgements go out first),
+// and returns the stream's status: the first chunk's failure, else err, else the
+// context's end (nil after the client's last message).
+func (cs *chunkStream) finish(err error) error {
+	cs.inflight.Wait()
+	cs.fail(err)   // keeps an earlier chunk's failure
+	cs.cancel(nil) // the receiver stops; a message it holds is released
+	if cs.failErr != nil {
+		return cs.failErr
+	}
+	if err := cs.stream.Context().Err(); err != nil {
+		return status.FromContextError(err).Err()
+	}
+	return nil
+}
+
+// receive reads the stream's messages, each only once the limits have room for it:
+// first the staged-bytes budget's reservation for a chunk of the stream's size (not
+// reading while Redis is over its budget makes gRPC's flow control hold the client
+// back), then the receive memory cap's for the largest message there may be.
+func (cs *chunkStream) receive(msgs chan<- message, recvErr chan<- error) {
+	s := cs.s
+	largest := int64(s.cfg.MaxMessageSize())
+	for {
+		var want int64
+		if s.budget != nil {
+			want = redisCost(cs.expect.Load())
+			if err := s.budget.reserve(cs.ctx, want); err != nil {
+				recvErr <- err
+				return
+			}
+		}
+		if err := s.memory.reserve(cs.ctx, largest); err != nil {
+			s.budget.settle(want, 0)
+			recvErr <- err
+			return
+		}
+		cs.waiting.Store(true)
+		req, err := cs.stream.Recv()
+		cs.waiting.Store(false)
+		if err != nil {
+			s.memory.release(largest)
+			s.budget.settle(want, 0)
+			recvErr <- err
+			return
+		}
+		cs.touch()
+		size := int64(len(req.Data))
+		m := message{req: req, memory: size + 1<<10, budget: want}
+		s.memory.release(largest - m.memory)
+		if size > 0 && !req.IsLast {
+			cs.expect.Store(size)
+		}
+		if s.budget != nil {
+			// A chunk larger than reserved for waits for the rest before it can be staged;
+			// one smaller gives the difference back at once.
+			if cost := redisCost(size); cost > want {
+				if err := s.budget.reserve(cs.ctx, cost-want); err != nil {
+					cs.release(m, 0)
+					recvErr <- err
+					return
+				}
+				m.budget = cost
+			} else {
+				s.budget.settle(want-cost, 0)
+				m.budget = cost
+			}
+		}
+		select {
+		case msgs <- m:
+		case <-cs.ctx.Done():
+			cs.release(m, 0)
+			chunkBuffers.put(req.Data)
+			return
+		}
+	}
+}
+
+// handle takes one message: a create is made at once, a chunk is worked on in a
+// goroutine of its own (at most streamInflight at a time).
+func (cs *chunkStream) handle(m message, first bool) error {
+	req := m.req
+	switch {
+	case req.Create != nil:
+		if err := cs.createOnStream(req, first); err != nil {
+			cs.release(m, 0)
+			return err
+		}
+		if req.ChunkNumber == 0 && len(req.Data) == 0 {
+			cs.release(m, 0)
+			return nil
+		}
+	case cs.created != "" && req.UploadId == "":
+		req.UploadId = cs.created
+	case cs.created != "" && req.UploadId != cs.created:
+		cs.release(m, 0)
+		return toStatus(cs.created, invalidf("this stream created upload %s and carries only its chunks; send chunks of upload %s on a stream of their own", cs.created, quote(req.UploadId)))
+	}
+	select {
+	case cs.slots <- struct{}{}:
+	case <-cs.ctx.Done():
+		cs.release(m, 0)
+		return nil
+	}
+	cs.inflight.Add(1)
+	cs.active.Add(1)
+	go func() {
+		defer cs.inflight.Done()
+		defer func() { <-cs.slots }()
+		defer cs.active.Add(-1)
+		r, err := cs.chunk(req)
+		cs.release(m, r.redisCost)
+		if !r.keep {
+			chunkBuffers.put(req.Data)
+		}
+		if err != nil {
+			cs.fail(toStatus(req.UploadId, err))
+			return
+		}
+		if err := cs.send(r.resp); err != nil {
+			cs.fail(err)
+		}
+	}()
+	return nil
+}
+
+// createOnStream handles a create request on a stream: it must be the stream's first
+// message; the response carries the new upload, and req then names it.
+func (cs *chunkStream) createOnStream(req *chunkupv1.UploadChunkRequest, first bool) error {
+	if !first {
+		return status.Error(codes.InvalidArgument, "create is allowed only in the first message of a stream")
+	}
+	if req.UploadId != "" {
+		return status.Error(codes.InvalidArgument, "a message with create must not name an upload_id")
+	}
+	up, err := cs.s.create(cs.ctx, req.Create)
+	if err != nil {
+		return toStatus("", err)
+	}
+	if err := cs.send(&chunkupv1.UploadChunkResponse{UploadId: up.UploadId, Upload: up}); err != nil {
+		return err
+	}
+	req.UploadId, cs.created = up.UploadId, up.UploadId
+	p := uploads.Params{ChunkSize: up.ChunkSize, ExpectedSize: up.ExpectedSize, Total: up.TotalChunks, Tenant: up.Tenant}
+	if p.ExpectedSize >= 0 {
+		p.Total = staging.TotalChunks(p.ExpectedSize, p.ChunkSize)
+	}
+	cs.paramsMu.Lock()
+	cs.params[up.UploadId] = p
+	cs.paramsMu.Unlock()
+	return nil
+}
+
+// paramsFor reads upload id's parameters once per stream, for its caller's tenant.
+func (cs *chunkStream) paramsFor(id string) (uploads.Params, error) {
+	cs.paramsMu.Lock()
+	p, ok := cs.params[id]
+	cs.paramsMu.Unlock()
+	if ok {
+		return p, nil
+	}
+	p, err := cs.s.store.Params(cs.ctx, id)
+	if err != nil {
+		return uploads.Params{}, err
+	}
+	if p.Tenant != TenantFrom(cs.ctx) {
+		return uploads.Params{}, staging.ErrNotFound
+	}
+	cs.paramsMu.Lock()
+	if len(cs.params) > 64 {
+		clear(cs.params)
+	}
+	cs.params[id] = p
+	cs.paramsMu.Unlock()
+	return p, nil
+}
+
+// chunkResult is what became of a chunk.
+type chunkResult struct {
+	resp *chunkupv1.UploadChunkResponse
+	// redisCost is what staging it cost Redis (0: not staged there).
+	redisCost int64
+	// keep: the bytes were handed on (to this process's worker) and must not be reused.
+	keep bool
+}
+
+// chunk validates a chunk and writes it through to S3 or stages it.
+func (cs *chunkStream) chunk(req *chunkupv1.UploadChunkRequest) (chunkResult, error) {
+	if err := validID(req.UploadId); err != nil {
+		return chunkResult{}, err
+	}
+	p, err := cs.paramsFor(req.UploadId)
+	if err != nil {
+		return chunkResult{}, err
+	}
+	return cs.s.takeChunk(cs.ctx, p, req, true)
+}
+
+// takeChunk checks chunk req of an upload with parameters p, and writes it through to
+// S3 (when throughOK and S3 keeps pace) or stages it. Every door takes chunks here.
+func (s *UploadService) takeChunk(ctx context.Context, p uploads.Params, req *chunkupv1.UploadChunkRequest, throughOK bool) (chunkResult, error) {
+	id := req.UploadId
+	n := req.ChunkNumber
+	if err := ValidateChunk(p, n, int64(len(req.Data)), req.IsLast); err != nil {
+		return chunkResult{}, err
+	}
+	if max := s.cfg.MaxUploadSize; max > 0 && n > 0 && int64(n-1)*p.ChunkSize+int64(len(req.Data)) > max {
+		return chunkResult{}, &LimitError{Msg: fmt.Sprintf("chunk %d takes the upload past this server's maximum upload size of %d bytes (--max-upload-size)", n, max)}
+	}
+	sum := crc.Checksum(req.Data)
+	if req.Crc32C != nil && *req.Crc32C != sum {
+		return chunkResult{}, &ChecksumError{N: n, Got: sum, Want: *req.Crc32C}
+	}
+	last := req.IsLast || (p.Total > 0 && n == p.Total)
+	ref := staging.ChunkRef{UploadID: id, N: n}
+	ack := &chunkupv1.UploadChunkResponse{UploadId: id, ChunkNumber: n, Crc32C: sum}
+
+	var handOver func([]byte, uint32)
+	if s.through != nil && throughOK {
+		w, err := s.through.WriteThrough(ctx, ref, req.Data, sum, last, s.completer == nil)
+		if err != nil {
+			return chunkResult{keep: w.InUse}, err
+		}
+		if w.Stored {
+			s.cfg.Observe.chunkWrittenThrough(w.Duplicate)
+			ack.Stored, ack.Duplicate = true, w.Duplicate
+			if w.Ready && s.completer != nil {
+				ack.Completed = s.completeNow(ctx, id)
+			}
+			return chunkResult{resp: ack}, nil
+		}
+		handOver = w.HandOver
+	}
+	if handOver == nil && s.local != nil {
+		handOver = s.local.Expect(ref)
+	}
+	res, err := s.store.Stage(ctx, id, n, req.Data, sum, last)
+	r := chunkResult{keep: handOver != nil}
+	if handOver != nil {
+		if err == nil && !res.Duplicate {
+			handOver(req.Data, sum)
+		} else {
+			handOver(nil, 0)
+		}
+	}
+	if err != nil {
+		return r, err
+	}
+	s.cfg.Observe.chunkStaged(res.Duplicate)
+	if !res.Duplicate {
+		r.redisCost = redisCost(int64(len(req.Data)))
+	}
+	ack.Duplicate = res.Duplicate
+	r.resp = ack
+	return r, nil
+}
+
+// completeNow completes upload id in this process, now that a chunk written through
+// gave it its last part, and returns it if it is COMPLETED. It returns nil when another
+// completer has it, or completing failed (the completion is indexed: the completer
+// role retries it).
+func (s *UploadService) completeNow(ctx context.Context, id string) *chunkupv1.Upload {
+	// Not cut short by the stream: the object is final before the acknowledgement.
+	ctx = context.WithoutCancel(ctx)
+	up, err := s.completer.CompleteUpload(ctx, id)
+	if err != nil {
+		s.cfg.Logger.Warn("complete upload at once; the completer will retry", "upload_id", id, "err", err)
+	}
+	if up == nil {
+		if err != nil {
+			return nil
+		}
+		// Completed before, or by another completer now: say so if it is done.
+		if up, err = s.store.Get(ctx, id); err != nil {
+			return nil
+		}
+	}
+	if up.Status != staging.StatusCompleted {
+		return nil
+	}
+	return toProto(up)
+}
