@@ -119,7 +119,7 @@ func TestWriteThroughStoresAtOnce(t *testing.T) {
 	}
 	ps := []s3store.Part{{N: 1, ETag: parts[0].ETag, CRC32C: parts[0].CRC32C}, {N: 2, ETag: parts[1].ETag, CRC32C: parts[1].CRC32C}}
 	whole := crc.Combine(parts[0].CRC32C, parts[1].CRC32C, parts[1].Size)
-	if _, err := s3store.New(r.s3).Complete(ctx, throughBucket, id, up.MultipartID, true, ps, up.UploadedBytes, whole); err != nil {
+	if _, err := s3store.New(r.s3).Complete(ctx, throughBucket, id, up.MultipartID, true, ps, up.UploadedBytes, whole, s3store.Owner{}); err != nil {
 		t.Fatal(err)
 	}
 	out, err := r.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(throughBucket), Key: aws.String(id)})

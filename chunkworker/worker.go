@@ -25,8 +25,8 @@ import (
 
 // Objects is the part of the S3 store a worker uses.
 type Objects interface {
-	PutChunk(ctx context.Context, bucket, key, ct string, data []byte, sum uint32) (string, error)
-	CreateMultipart(ctx context.Context, bucket, key, ct string) (id string, checksummed bool, err error)
+	PutChunk(ctx context.Context, bucket, key, ct string, o s3store.Owner, data []byte, sum uint32) (string, error)
+	CreateMultipart(ctx context.Context, bucket, key, ct string, o s3store.Owner) (id string, checksummed bool, err error)
 	UploadPart(ctx context.Context, bucket, key, uploadID string, checksummed bool, n uint32, data []byte, sum uint32) (string, error)
 	Abort(ctx context.Context, bucket, key, uploadID string) error
 	Delete(ctx context.Context, bucket, key string) error
@@ -481,7 +481,7 @@ func (w *Worker) upload(ctx context.Context, c uploads.Claim, local *localChunk,
 	s3ctx, cancelS3 := context.WithTimeout(ctx, w.cfg.S3Timeout)
 	defer cancelS3()
 	if singleObject(c) {
-		etag, err := w.s3.PutChunk(s3ctx, c.Bucket, c.Key, c.ContentType, data, c.CRC32C)
+		etag, err := w.s3.PutChunk(s3ctx, c.Bucket, c.Key, c.ContentType, owner(c), data, c.CRC32C)
 		return etag, withCause(ctx, err)
 	}
 	mpu, checksummed := c.MultipartID, c.MultipartChecksummed
@@ -496,6 +496,11 @@ func (w *Worker) upload(ctx context.Context, c uploads.Claim, local *localChunk,
 }
 
 var errLeaseLost = errors.New("chunk lease lost")
+
+// owner is the upload a claimed chunk's object is written for.
+func owner(c uploads.Claim) s3store.Owner {
+	return s3store.Owner{UploadID: c.Ref.UploadID, IfAbsent: c.IfAbsent}
+}
 
 // singleObject reports whether a claimed chunk is a whole one-chunk upload, stored with
 // a single PutObject rather than as a part.
@@ -524,7 +529,7 @@ func (w *Worker) createMultipart(ctx context.Context, c uploads.Claim) (id strin
 	if err := w.store.NoteMultipartAttempt(ctx, c.Ref.UploadID); err != nil {
 		return "", false, fmt.Errorf("count multipart attempt: %w", err)
 	}
-	mine, mineChecksummed, err := w.s3.CreateMultipart(ctx, c.Bucket, c.Key, c.ContentType)
+	mine, mineChecksummed, err := w.s3.CreateMultipart(ctx, c.Bucket, c.Key, c.ContentType, owner(c))
 	if err != nil {
 		return "", false, err
 	}

@@ -80,6 +80,11 @@ func WithMetadata(md map[string]string) UploadOption {
 	return func(u *uploadConfig) { u.create.Metadata = md }
 }
 
+// WithIfAbsent refuses to replace an object at the key: the upload fails with
+// codes.AlreadyExists when one is there at the start, and ends FAILED (naming the key)
+// if one appears there before it completes; the other object is left as it was.
+func WithIfAbsent() UploadOption { return func(u *uploadConfig) { u.create.IfAbsent = true } }
+
 // WithClientNodeID makes the create idempotent under id. Without it Upload picks a
 // random one, so that its own retries of the create never make two uploads.
 func WithClientNodeID(id string) UploadOption {

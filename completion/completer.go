@@ -29,7 +29,7 @@ import (
 // upload, and, once the object is there, aborting any other multipart upload left for
 // its key and reading its first bytes to recognize its type.
 type Objects interface {
-	Complete(ctx context.Context, bucket, key, uploadID string, checksummed bool, parts []s3store.Part, size int64, sum uint32) (string, error)
+	Complete(ctx context.Context, bucket, key, uploadID string, checksummed bool, parts []s3store.Part, size int64, sum uint32, o s3store.Owner) (string, error)
 	AbortStrays(ctx context.Context, bucket, key, keep string) ([]string, error)
 	FirstBytes(ctx context.Context, bucket, key string, n int64) ([]byte, error)
 }
@@ -269,7 +269,7 @@ func (c *Completer) complete(ctx context.Context, id string) (*uploads.Upload, e
 	}
 	etag := parts[0].ETag // a one-chunk upload was a single PutObject
 	if b.MultipartID != "" {
-		etag, err = c.completeMultipart(ctx, b, parts, size, sum)
+		etag, err = c.completeMultipart(ctx, id, b, parts, size, sum)
 		if err != nil {
 			return nil, c.failed(ctx, id, err)
 		}
@@ -380,7 +380,7 @@ func (c *Completer) retryLater(ctx context.Context, id string, err error) error 
 	return err
 }
 
-func (c *Completer) completeMultipart(ctx context.Context, b uploads.Begin, parts []uploads.Part, size int64, sum uint32) (string, error) {
+func (c *Completer) completeMultipart(ctx context.Context, id string, b uploads.Begin, parts []uploads.Part, size int64, sum uint32) (string, error) {
 	// The guard is not renewed while S3 works: it is what lets another completer take
 	// over from one that hangs. Two completions at once are harmless (S3 completes once;
 	// the fenced finish records one), so the call is only bounded.
@@ -390,7 +390,8 @@ func (c *Completer) completeMultipart(ctx context.Context, b uploads.Begin, part
 	for i, p := range parts {
 		ps[i] = s3store.Part{N: p.N, ETag: p.ETag, CRC32C: p.CRC32C}
 	}
-	return c.s3.Complete(ctx, b.Bucket, b.Key, b.MultipartID, b.MultipartChecksummed, ps, size, sum)
+	return c.s3.Complete(ctx, b.Bucket, b.Key, b.MultipartID, b.MultipartChecksummed, ps, size, sum,
+		s3store.Owner{UploadID: id, IfAbsent: b.IfAbsent})
 }
 
 // strayTimeout bounds the clean-up of stray multipart uploads after a completion, so a

@@ -28,14 +28,23 @@ type Config struct {
 	// NoChecksums turns off CRC32C checksums on chunks and objects (see
 	// WithoutChecksums), for S3-compatible stores that refuse them. Zero: checksums on.
 	NoChecksums bool
+	// NoConditionalWrites makes uploads with if_absent look at their key before writing
+	// instead of writing with If-None-Match (see WithoutConditionalWrites), for stores
+	// that ignore the header. Zero: conditional writes (a store that answers 501 to them
+	// is looked at from then on).
+	NoConditionalWrites bool
 }
 
 // StoreOptions are the Store options cfg asks for.
 func (c Config) StoreOptions() []Option {
+	var opts []Option
 	if c.NoChecksums {
-		return []Option{WithoutChecksums()}
+		opts = append(opts, WithoutChecksums())
 	}
-	return nil
+	if c.NoConditionalWrites {
+		opts = append(opts, WithoutConditionalWrites())
+	}
+	return opts
 }
 
 // Validate reports a configuration that cannot work.

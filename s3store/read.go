@@ -23,6 +23,8 @@ type ObjectInfo struct {
 	// full-object checksum, or the checksum of an object put in one piece.
 	CRC32C    uint32
 	HasCRC32C bool
+	// UploadID is the chunkup upload that wrote it ("" when unknown).
+	UploadID string
 }
 
 // Head returns what S3 says of object bucket/key, its whole-object CRC32C included when
@@ -33,7 +35,7 @@ func (s *Store) Head(ctx context.Context, bucket, key string) (ObjectInfo, error
 	if err != nil {
 		return ObjectInfo{}, fmt.Errorf("head object: %w", err)
 	}
-	info := ObjectInfo{Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag)}
+	info := ObjectInfo{Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag), UploadID: out.Metadata[MetaUploadID]}
 	// A composite checksum ("…-N") is a checksum of the parts' checksums, not the
 	// object's; only a full-object one, or one of an object put whole, is.
 	if c := aws.ToString(out.ChecksumCRC32C); c != "" && !strings.Contains(c, "-") &&

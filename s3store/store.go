@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
@@ -47,6 +48,8 @@ var _ API = (*s3.Client)(nil)
 type Store struct {
 	api       API
 	checksums bool
+	// conditional: the store supports If-None-Match on writes (see Owner.IfAbsent).
+	conditional atomic.Bool
 }
 
 // Option configures a Store.
@@ -65,6 +68,7 @@ func WithoutChecksums() Option { return func(s *Store) { s.checksums = false } }
 // FULL_OBJECT and completed with the whole object's CRC32C (docs/s3-checksums.md).
 func New(api API, opts ...Option) *Store {
 	s := &Store{api: api, checksums: true}
+	s.conditional.Store(true)
 	for _, o := range opts {
 		o(s)
 	}
@@ -124,24 +128,30 @@ func (s *Store) callOptions() []func(*s3.Options) {
 // Put stores data as the whole object bucket/key and returns its ETag. It computes the
 // data's CRC32C; PutChunk takes a known one.
 func (s *Store) Put(ctx context.Context, bucket, key, ct string, data []byte) (string, error) {
-	return s.PutChunk(ctx, bucket, key, ct, data, crc.Checksum(data))
+	return s.PutChunk(ctx, bucket, key, ct, Owner{}, data, crc.Checksum(data))
 }
 
 // PutChunk stores data, whose CRC32C is sum, as the whole object bucket/key (a
-// one-chunk upload) and returns its ETag. S3 verifies sum (unless WithoutChecksums).
-func (s *Store) PutChunk(ctx context.Context, bucket, key, ct string, data []byte, sum uint32) (string, error) {
-	in := &s3.PutObjectInput{
-		Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader(data),
-		ContentLength: aws.Int64(int64(len(data))), ContentType: contentType(ct),
-	}
-	if s.checksums {
-		in.ChecksumCRC32C = aws.String(CRC32CHeader(sum))
-	}
-	out, err := s.api.PutObject(ctx, in, s.callOptions()...)
-	if err != nil {
-		return "", fmt.Errorf("put object: %w", checksumTransient(err))
-	}
-	return aws.ToString(out.ETag), nil
+// one-chunk upload) for o, and returns its ETag. S3 verifies sum (unless
+// WithoutChecksums). With o.IfAbsent, another object at the key is an *ExistsError.
+func (s *Store) PutChunk(ctx context.Context, bucket, key, ct string, o Owner, data []byte, sum uint32) (string, error) {
+	return s.ifAbsent(ctx, bucket, key, o, int64(len(data)), func(cond bool) (string, error) {
+		in := &s3.PutObjectInput{
+			Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader(data),
+			ContentLength: aws.Int64(int64(len(data))), ContentType: contentType(ct), Metadata: ownerMetadata(o),
+		}
+		if s.checksums {
+			in.ChecksumCRC32C = aws.String(CRC32CHeader(sum))
+		}
+		if cond {
+			in.IfNoneMatch = ifNoneMatchAny
+		}
+		out, err := s.api.PutObject(ctx, in, s.callOptions()...)
+		if err != nil {
+			return "", fmt.Errorf("put object: %w", checksumTransient(err))
+		}
+		return aws.ToString(out.ETag), nil
+	})
 }
 
 // CreateMultipart starts a multipart upload for bucket/key and returns its id, and
@@ -149,8 +159,10 @@ func (s *Store) PutChunk(ctx context.Context, bucket, key, ct string, data []byt
 // carry its CRC32C and the completion the whole object's (the caller records this with
 // the id, and passes it to UploadPart and Complete, so that a multipart upload made by
 // a process with other settings is finished the way it was begun).
-func (s *Store) CreateMultipart(ctx context.Context, bucket, key, ct string) (id string, checksummed bool, err error) {
-	in := &s3.CreateMultipartUploadInput{Bucket: aws.String(bucket), Key: aws.String(key), ContentType: contentType(ct)}
+// The object it makes carries o's upload id (MetaUploadID).
+func (s *Store) CreateMultipart(ctx context.Context, bucket, key, ct string, o Owner) (id string, checksummed bool, err error) {
+	in := &s3.CreateMultipartUploadInput{Bucket: aws.String(bucket), Key: aws.String(key), ContentType: contentType(ct),
+		Metadata: ownerMetadata(o)}
 	if s.checksums {
 		in.ChecksumAlgorithm, in.ChecksumType = types.ChecksumAlgorithmCrc32c, types.ChecksumTypeFullObject
 	}
@@ -211,8 +223,10 @@ type Part struct {
 // combines from the parts' against sum), so the object carries the client's checksum
 // end to end. An earlier completer may have completed it and died before recording
 // that: when S3 says the multipart upload is gone, the object is accepted if it has
-// the expected size (and, where S3 reports it, the expected CRC32C).
-func (s *Store) Complete(ctx context.Context, bucket, key, uploadID string, checksummed bool, parts []Part, size int64, sum uint32) (string, error) {
+// the expected size (and, where S3 reports it, the expected CRC32C) and is not another
+// upload's. With o.IfAbsent the completion is conditional: another object at the key is
+// an *ExistsError, and the multipart upload is left for the caller to abort.
+func (s *Store) Complete(ctx context.Context, bucket, key, uploadID string, checksummed bool, parts []Part, size int64, sum uint32, o Owner) (string, error) {
 	done := make([]types.CompletedPart, len(parts))
 	for i, p := range parts {
 		done[i] = types.CompletedPart{ETag: aws.String(p.ETag), PartNumber: aws.Int32(int32(p.N))}
@@ -228,16 +242,30 @@ func (s *Store) Complete(ctx context.Context, bucket, key, uploadID string, chec
 		in.ChecksumCRC32C, in.ChecksumType = aws.String(CRC32CHeader(sum)), types.ChecksumTypeFullObject
 		in.MpuObjectSize = aws.Int64(size)
 	}
-	out, err := s.api.CompleteMultipartUpload(ctx, in)
-	if err == nil {
+	etag, err := s.ifAbsent(ctx, bucket, key, o, size, func(cond bool) (string, error) {
+		in.IfNoneMatch = nil
+		if cond {
+			in.IfNoneMatch = ifNoneMatchAny
+		}
+		out, err := s.api.CompleteMultipartUpload(ctx, in)
+		if err != nil {
+			return "", err
+		}
 		return aws.ToString(out.ETag), nil
+	})
+	if err == nil {
+		return etag, nil
 	}
-	if !NoSuchUpload(err) {
+	var exists *ExistsError
+	if errors.As(err, &exists) || !NoSuchUpload(err) {
 		return "", fmt.Errorf("complete multipart upload: %w", err)
 	}
 	head, herr := s.api.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), ChecksumMode: types.ChecksumModeEnabled})
 	if herr != nil {
 		return "", fmt.Errorf("complete multipart upload: %w; and the object is not there: %w", err, herr)
+	}
+	if other := head.Metadata[MetaUploadID]; o.UploadID != "" && other != "" && other != o.UploadID {
+		return "", &retry.PermanentError{Err: fmt.Errorf("complete multipart upload: %w; the object there is upload %s's", err, other)}
 	}
 	if aws.ToInt64(head.ContentLength) != size {
 		return "", fmt.Errorf("complete multipart upload: %w; the object there has %d bytes, want %d", err, aws.ToInt64(head.ContentLength), size)

@@ -155,10 +155,10 @@ func TestChunkChecksums(t *testing.T) {
 	data := bytes.Repeat([]byte("chunkup "), 5<<20/8+3) // a little over 5 MiB
 	sum := crc.Checksum(data)
 
-	if _, err := st.PutChunk(ctx, "bkt", "one", "", data, sum+1); err == nil || retry.Permanent(err) || !strings.Contains(err.Error(), "Checksum") {
+	if _, err := st.PutChunk(ctx, "bkt", "one", "", s3store.Owner{}, data, sum+1); err == nil || retry.Permanent(err) || !strings.Contains(err.Error(), "Checksum") {
 		t.Fatalf("put with a wrong CRC32C: %v; want a transient refusal", err)
 	}
-	if _, err := st.PutChunk(ctx, "bkt", "one", "", data, sum); err != nil {
+	if _, err := st.PutChunk(ctx, "bkt", "one", "", s3store.Owner{}, data, sum); err != nil {
 		t.Fatal(err)
 	}
 	for _, h := range rec.seen {
@@ -183,7 +183,7 @@ func TestChunkChecksums(t *testing.T) {
 
 	// Two parts; S3 combines their CRC32Cs and checks the whole object's.
 	for _, wrongWhole := range []bool{true, false} {
-		mpu, checksummed, err := st.CreateMultipart(ctx, "bkt", "multi", "")
+		mpu, checksummed, err := st.CreateMultipart(ctx, "bkt", "multi", "", s3store.Owner{})
 		if err != nil || !checksummed {
 			t.Fatalf("create: %v (checksummed %v)", err, checksummed)
 		}
@@ -203,7 +203,7 @@ func TestChunkChecksums(t *testing.T) {
 		}
 		size := int64(len(data) + 1000)
 		if wrongWhole {
-			if _, err := st.Complete(ctx, "bkt", "multi", mpu, true, parts, size, whole+1); err == nil {
+			if _, err := st.Complete(ctx, "bkt", "multi", mpu, true, parts, size, whole+1, s3store.Owner{}); err == nil {
 				t.Fatal("completed with a wrong whole-object CRC32C")
 			}
 			if err := st.Abort(ctx, "bkt", "multi", mpu); err != nil {
@@ -211,17 +211,17 @@ func TestChunkChecksums(t *testing.T) {
 			}
 			continue
 		}
-		etag, err := st.Complete(ctx, "bkt", "multi", mpu, true, parts, size, whole)
+		etag, err := st.Complete(ctx, "bkt", "multi", mpu, true, parts, size, whole, s3store.Owner{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		checkCRC("multi", whole)
 		// A second completion (a completer that died after the first) meets NoSuchUpload
 		// and accepts the object by its size and CRC32C.
-		if again, err := st.Complete(ctx, "bkt", "multi", mpu, true, parts, size, whole); err != nil || again != etag {
+		if again, err := st.Complete(ctx, "bkt", "multi", mpu, true, parts, size, whole, s3store.Owner{}); err != nil || again != etag {
 			t.Fatalf("completed again: %q, %v; want %q", again, err, etag)
 		}
-		if _, err := st.Complete(ctx, "bkt", "multi", mpu, true, parts, size, whole+1); err == nil {
+		if _, err := st.Complete(ctx, "bkt", "multi", mpu, true, parts, size, whole+1, s3store.Owner{}); err == nil {
 			t.Fatal("a retried completion accepted an object with another CRC32C")
 		}
 	}

@@ -103,7 +103,7 @@ func toStatus(id string, err error) error {
 		return status.Error(codes.OutOfRange, on+rng.Msg)
 	case errors.As(err, &sum):
 		return status.Error(codes.DataLoss, on+sum.Error())
-	case errors.As(err, new(*ConflictError)):
+	case errors.As(err, new(*ConflictError)), errors.As(err, new(*ObjectExistsError)):
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.As(err, new(*NoObjectError)):
 		return status.Errorf(codes.FailedPrecondition, "upload %s %v", id, err)

@@ -23,6 +23,7 @@ import (
 	"github.com/chunkup/chunkup/events"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/ids"
+	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/outbox"
 	"github.com/chunkup/chunkup/staging/uploads"
@@ -372,6 +373,11 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 	if err != nil {
 		return nil, err
 	}
+	if req.IfAbsent {
+		if err := s.keyFree(ctx, key, req.ClientNodeId); err != nil {
+			return nil, err
+		}
+	}
 	if req.ClientNodeId != "" {
 		bound, err := s.store.ClaimClientNodeID(ctx, tenant, req.ClientNodeId, id)
 		if err != nil {
@@ -405,6 +411,7 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 		ChunkSize: chunkSize, ExpectedSize: expected, InstanceID: s.cfg.InstanceID, Name: req.Name,
 		ContentType: req.ContentType, ClientNodeID: req.ClientNodeId, Metadata: req.Metadata,
 		CorrelationID: CorrelationID(ctx), Tenant: tenant, Document: doc, At: s.store.Now(),
+		IfAbsent: req.IfAbsent,
 	}
 	if expected >= 0 {
 		nu.Total = staging.TotalChunks(expected, chunkSize)
@@ -458,6 +465,28 @@ func (s *UploadService) keyFor(tenant, id, nodeID string, req *chunkupv1.CreateU
 	return key, nil
 }
 
+// keyFree checks, for a create with if_absent, that no object is at key: one there is an
+// *ObjectExistsError, unless it is the object of the upload that clientNodeID names (a
+// create repeated after its upload stored the object gets that upload back).
+func (s *UploadService) keyFree(ctx context.Context, key, clientNodeID string) error {
+	if s.objects == nil {
+		return nil // no S3 here: the conditional write still refuses to replace it
+	}
+	info, err := s.objects.Head(ctx, s.cfg.Bucket, key)
+	switch {
+	case s3store.NotFound(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	if clientNodeID != "" && info.UploadID != "" {
+		if up, err := s.get(ctx, info.UploadID); err == nil && up.ClientNodeID == clientNodeID {
+			return nil
+		}
+	}
+	return &ObjectExistsError{Key: key}
+}
+
 // differingField names the first parameter in which a repeated create differs from the
 // upload its client_node_id names, or returns "".
 func differingField(up *uploads.Upload, nu uploads.NewUpload, proposedChunkSize int64, nodeGiven bool) string {
@@ -486,6 +515,8 @@ func differingField(up *uploads.Upload, nu uploads.NewUpload, proposedChunkSize 
 		return "drive"
 	case !sameJSON(up.CustomMetadata, nu.CustomMetadata):
 		return "custom_metadata"
+	case up.IfAbsent != nu.IfAbsent:
+		return "if_absent"
 	}
 	return ""
 }
@@ -609,7 +640,7 @@ func toProto(u *uploads.Upload) *chunkupv1.Upload {
 		CreateTime: ts(u.Created), UpdateTime: ts(u.Updated), CompleteTime: ts(u.Completed),
 		Chunks: receivedChunks(u.Chunks), NodeId: u.NodeID, ConnectorId: u.ConnectorID, ParentId: u.ParentID,
 		Path: u.Path, Drive: u.Drive, CustomMetadata: events.StructOf(u.CustomMetadata),
-		DetectedContentType: u.DetectedContentType,
+		DetectedContentType: u.DetectedContentType, IfAbsent: u.IfAbsent,
 	}
 }
 

@@ -51,6 +51,13 @@ func (e *ConflictError) Error() string {
 	return fmt.Sprintf("client_node_id %s already names upload %s, which was created with another %s; repeat the first request's parameters to get that upload back, or use a new client_node_id for a different upload", quote(e.ClientNodeID), e.UploadID, e.Field)
 }
 
+// ObjectExistsError is a create with if_absent for a key where an object exists.
+type ObjectExistsError struct{ Key string }
+
+func (e *ObjectExistsError) Error() string {
+	return fmt.Sprintf("an object exists at key %s and if_absent was set: nothing was created; delete the object first, upload under another key, or leave if_absent unset to replace it", quote(e.Key))
+}
+
 // RangeError is a chunk number outside the upload.
 type RangeError struct{ Msg string }
 

@@ -194,6 +194,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	lease := fs.Duration("lease", "CHUNKUP_LEASE", 0, "chunk claim lease; a dead worker's chunks wait this long (default 30s)")
 	sweep := fs.Duration("sweep-interval", "CHUNKUP_SWEEP_INTERVAL", 0, "how often lost wake-ups and expired leases are swept (default 1s)")
 	complLease := fs.Duration("completer-lease", "CHUNKUP_COMPLETER_LEASE", 0, "completion guard lease (default 60s)")
+	s3Conditional := fs.Bool("s3-conditional-writes", "CHUNKUP_S3_CONDITIONAL_WRITES", true, "write the objects of uploads made with if_absent with If-None-Match: * (false: look at the key just before writing, for stores that ignore the header)")
 	s3Checksums := fs.Bool("s3-checksums", "CHUNKUP_S3_CHECKSUMS", true, "send chunks with UNSIGNED-PAYLOAD and their CRC32C, and complete multipart uploads with the object's CRC32C (false: SigV4-signed payloads, no checksums, for stores that refuse them)")
 	s3Attempts := fs.Int("s3-max-attempts", "CHUNKUP_S3_MAX_ATTEMPTS", 3, "attempts per S3 call on transient errors")
 	s3Timeout := fs.Duration("s3-timeout", "CHUNKUP_S3_TIMEOUT", 0, "bound on one chunk's S3 calls, retries included; a hung call is abandoned and retried (default 2m)")
@@ -244,7 +245,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Auth: authCfg, TLS: server.TLSConfig{CertFile: *tlsCert, KeyFile: *tlsKey, ClientCAFile: *tlsClientCA},
 		RatePerTenant: rate, RateBurst: *rateBurst,
 		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, RedisURL: *redisURL, Bucket: *bucket,
-		S3:         s3store.Config{Endpoint: *s3Endpoint, Region: *s3Region, MaxAttempts: *s3Attempts, NoChecksums: !*s3Checksums},
+		S3: s3store.Config{Endpoint: *s3Endpoint, Region: *s3Region, MaxAttempts: *s3Attempts, NoChecksums: !*s3Checksums,
+			NoConditionalWrites: !*s3Conditional},
 		InstanceID: cmp.Or(*instanceID, *legacyNodeID), ShutdownTimeout: *shutdown, Logger: logger, Pprof: *pprofOn,
 	}
 	for t := range strings.SplitSeq(*adminTenants, ",") {

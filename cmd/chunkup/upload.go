@@ -63,6 +63,7 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.BoolVar(recursive, "r", false, "short for --recursive")
 	var md metadataFlag
 	fs.Var(&md, "metadata", "custom metadata KEY=VALUE of the object(s); repeat the flag for more")
+	ifAbsent := fs.Bool("if-absent", "", false, "fail instead of replacing an object that exists at the key (S3's conditional write; an object that appears there meanwhile fails the upload and stays)")
 	resume := fs.String("resume", "", "", "continue upload ID with FILE (one file only); chunks the server has are not sent again")
 	noResume := fs.Bool("no-resume", "", false, "start new uploads, even where an upload of the same file to the same place was interrupted")
 	parallel := fs.Int("parallel", "CHUNKUP_PARALLEL", 1, "streams per upload")
@@ -132,6 +133,9 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if len(md.m) > 0 {
 		r.opts = append(r.opts, client.WithMetadata(md.m))
+	}
+	if *ifAbsent {
+		r.opts = append(r.opts, client.WithIfAbsent())
 	}
 	if r.state, err = openResumeState(); err != nil {
 		r.stateTrouble(err)

@@ -401,3 +401,32 @@ func TestAutomaticResume(t *testing.T) {
 		})
 	}
 }
+
+// TestUploadIfAbsent: `upload --if-absent` writes a free key, and refuses one that is
+// taken, saying so, exiting 1, and leaving the object as it was; without the flag the
+// key is replaced, as S3 does.
+func TestUploadIfAbsent(t *testing.T) {
+	clearEnv(t)
+	addr, s3c := startServer(t)
+	first, second := []byte("the first file"), []byte("another file, same key")
+	dir := writeTree(t, "in", map[string][]byte{"first.txt": first, "second.txt": second})
+	upload := func(file string, extra ...string) (int, string) {
+		t.Helper()
+		args := append([]string{"upload", "--server", addr, "--key", "docs/report.txt"}, extra...)
+		code, _, stderr := runCLI(t, append(args, filepath.Join(dir, file))...)
+		return code, stderr
+	}
+	if code, stderr := upload("first.txt", "--if-absent"); code != exitOK {
+		t.Fatalf("upload --if-absent to a free key exited %d: %s", code, stderr)
+	}
+	requireObject(t, s3c, "docs/report.txt", first)
+	code, stderr := upload("second.txt", "--if-absent")
+	if code != exitFailure || !strings.Contains(stderr, "docs/report.txt") || !strings.Contains(stderr, "exists") {
+		t.Fatalf("upload --if-absent to a taken key exited %d, want %d with a message naming the key:\n%s", code, exitFailure, stderr)
+	}
+	requireObject(t, s3c, "docs/report.txt", first)
+	if code, stderr := upload("second.txt"); code != exitOK {
+		t.Fatalf("upload without --if-absent exited %d: %s", code, stderr)
+	}
+	requireObject(t, s3c, "docs/report.txt", second)
+}

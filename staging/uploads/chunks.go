@@ -57,6 +57,8 @@ type Claim struct {
 	MultipartChecksummed bool
 	Bucket, Key          string
 	ContentType          string
+	// IfAbsent: the object must not replace one at its key.
+	IfAbsent bool
 	// Reclaimed: the claim replaced another worker's expired lease (that worker died
 	// or stalled).
 	Reclaimed bool
@@ -85,13 +87,14 @@ const missingRecheck = 30 * time.Second
 //	ARGV[4] lease duration (ms)
 //
 // Returns {"ok", received "crc:size", total, s3_upload_id, bucket, key, content_type,
-// reclaimed, mpu_crc32c} (reclaimed is "1" when the claim replaced another worker's
-// expired lease; mpu_crc32c "1" when the multipart upload is checksummed),
+// reclaimed, mpu_crc32c, if_absent} (reclaimed is "1" when the claim replaced another
+// worker's expired lease; mpu_crc32c "1" when the multipart upload is checksummed;
+// if_absent "1" when the object must not replace one),
 // {"done", ready} when the part is already recorded, {"busy", lease expiry},
 // {"missing"} when no bytes are staged, {"expired"} when bytes were received but have
 // expired from Redis, or {"gone", status} when the upload is not active.
 var claimScript = rdb.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key', 'mpu_crc32c')
+local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key', 'mpu_crc32c', 'if_absent')
 if not st[1] then return {'gone', ''} end
 if st[1] ~= 'ACTIVE' then return {'gone', st[1]} end
 if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then
@@ -115,7 +118,7 @@ end
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[2] .. '|' .. (now + tonumber(ARGV[4])))
 local rec = redis.call('HGET', KEYS[2], ARGV[1])
 local ct = redis.call('HGET', KEYS[6], 'content_type') or ''
-return {'ok', rec, st[2], st[4] or '', st[5], st[6], ct, reclaimed, st[7] or '0'}
+return {'ok', rec, st[2], st[4] or '', st[5], st[6], ct, reclaimed, st[7] or '0', st[8] or '0'}
 `)
 
 // renewScript extends a lease held by the caller.
@@ -255,6 +258,7 @@ func (c *Chunks) Claim(ctx context.Context, ref staging.ChunkRef, token string, 
 		cl.ContentType = rdb.Str(res[6])
 		cl.Reclaimed = len(res) > 7 && rdb.Str(res[7]) == "1"
 		cl.MultipartChecksummed = len(res) > 8 && rdb.Str(res[8]) == "1"
+		cl.IfAbsent = len(res) > 9 && rdb.Str(res[9]) == "1"
 		return cl, nil
 	case "done":
 		cl.Outcome = AlreadyDone

@@ -31,11 +31,12 @@ type Completions struct{ s *Store }
 //	ARGV[3] guard lease (ms)
 //	ARGV[4] state TTL (ms), so the guard never outlives the upload
 //
-// Returns {"ok", total, s3_upload_id, bucket, key, multipart_attempts, mpu_crc32c},
+// Returns {"ok", total, s3_upload_id, bucket, key, multipart_attempts, mpu_crc32c,
+// if_absent},
 // {"done", handoff} when already completed (handoff is "pending" while the hand-off has
 // not happened), {"notready"}, {"busy", expiry}, or {"gone", status}.
 var beginCompleteScript = rdb.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key', 'mpu_attempts', 'mpu_crc32c')
+local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key', 'mpu_attempts', 'mpu_crc32c', 'if_absent')
 if not st[1] then return {'gone', ''} end
 if st[1] == 'COMPLETED' then return {'done', redis.call('HGET', KEYS[1], 'handoff') or ''} end
 if st[1] ~= 'ACTIVE' and st[1] ~= 'COMPLETING' then return {'gone', st[1]} end
@@ -49,7 +50,7 @@ if g then
 end
 redis.call('SET', KEYS[2], ARGV[1] .. '|' .. (now + tonumber(ARGV[3])), 'PX', ARGV[4])
 redis.call('HSET', KEYS[1], 'status', 'COMPLETING', 'updated_ms', ARGV[2])
-return {'ok', st[2], st[4] or '', st[5], st[6], st[7] or '0', st[8] or '0'}
+return {'ok', st[2], st[4] or '', st[5], st[6], st[7] or '0', st[8] or '0', st[9] or '0'}
 `)
 
 // finishCompleteScript marks an upload completed, if the caller still holds the guard,
@@ -136,8 +137,10 @@ type Begin struct {
 	// carries the parts' and the whole object's CRC32C.
 	MultipartChecksummed bool
 	Bucket, Key          string
-	Until                time.Time
-	Status               staging.Status
+	// IfAbsent: the object must not replace one at its key.
+	IfAbsent bool
+	Until    time.Time
+	Status   staging.Status
 	// For Finished: the upload still has to be handed off.
 	HandoffPending bool
 }
@@ -155,7 +158,8 @@ func (c *Completions) Begin(ctx context.Context, id, token string, lease time.Du
 	case "ok":
 		attempts, _ := strconv.Atoi(rdb.Str(res[5]))
 		return Begin{Outcome: Begun, Total: rdb.U32(res[1]), MultipartID: rdb.Str(res[2]), Bucket: rdb.Str(res[3]), Key: rdb.Str(res[4]),
-			MultipartAttempts: attempts, MultipartChecksummed: len(res) > 6 && rdb.Str(res[6]) == "1"}, nil
+			MultipartAttempts: attempts, MultipartChecksummed: len(res) > 6 && rdb.Str(res[6]) == "1",
+			IfAbsent: len(res) > 7 && rdb.Str(res[7]) == "1"}, nil
 	case "done":
 		b = Begin{Outcome: Finished, HandoffPending: rdb.Str(res[1]) == "pending"}
 		if b.HandoffPending {

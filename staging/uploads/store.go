@@ -85,6 +85,8 @@ type NewUpload struct {
 	Name, ContentType, ClientNodeID string
 	CorrelationID, Tenant           string
 	Metadata                        map[string]string
+	// IfAbsent: the object must not replace one at its key (S3's conditional write).
+	IfAbsent bool
 	Document
 	// At is the creation time recorded; zero means the store's clock now. A caller
 	// that sets it can describe the new upload (Created) without reading it back.
@@ -105,7 +107,7 @@ func (u NewUpload) Created() *Upload {
 		ID: u.ID, Status: staging.StatusActive, Bucket: u.Bucket, Key: u.Key, ChunkSize: u.ChunkSize,
 		ExpectedSize: u.ExpectedSize, Total: u.Total, InstanceID: u.InstanceID, Name: u.Name, ContentType: u.ContentType,
 		ClientNodeID: u.ClientNodeID, CorrelationID: u.CorrelationID, Tenant: u.Tenant, Metadata: u.Metadata,
-		Document: u.Document, ReceivedChunks: []uint32{}, Created: at, Updated: at,
+		Document: u.Document, IfAbsent: u.IfAbsent, ReceivedChunks: []uint32{}, Created: at, Updated: at,
 	}
 }
 
@@ -163,6 +165,9 @@ func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
 		"max_received", 0, "received", 0, "received_bytes", 0, "uploaded", 0,
 		"uploaded_bytes", 0, "s3_upload_id", "", "instance_id", u.InstanceID, "tenant", u.Tenant,
 		"created_ms", now, "updated_ms", now,
+	}
+	if u.IfAbsent {
+		state = append(state, "if_absent", "1")
 	}
 	args := []any{s.c.KeysTTL(), len(state) / 2}
 	args = append(args, state...)
@@ -253,6 +258,8 @@ type Upload struct {
 	Tenant            string
 	HandoffPending    bool
 	Metadata          map[string]string
+	// IfAbsent: the object must not replace one at its key.
+	IfAbsent bool
 	Document
 	// DetectedContentType is the type found in the object's first bytes at completion,
 	// when ContentType was empty or generic.
@@ -334,7 +341,7 @@ func (s *Store) get(ctx context.Context, id string, withParts bool) (*Upload, ma
 		CorrelationID: m["correlation_id"], Tenant: h["tenant"], HandoffPending: h["handoff"] == "pending",
 		Created: rdb.MsTime(h["created_ms"]), Updated: rdb.MsTime(h["updated_ms"]),
 		FirstChunk: rdb.MsTime(h["first_ms"]), Completed: rdb.MsTime(h["completed_ms"]),
-		DetectedContentType: h["detected_ct"],
+		DetectedContentType: h["detected_ct"], IfAbsent: h["if_absent"] == "1",
 		Document: Document{NodeID: m["node_id"], ConnectorID: m["connector_id"], ParentID: m["parent_id"],
 			Path: m["path"], Drive: m["drive"], CustomMetadata: m["custom_metadata"]},
 	}

@@ -36,12 +36,13 @@ import (
 //	ARGV[5] "1" when the chunk is the last one
 //	ARGV[6] keys TTL (ms)
 //
-// Returns {"ok", total, s3_upload_id, mpu_crc32c, bucket, key, content_type}; {"stage"}
+// Returns {"ok", total, s3_upload_id, mpu_crc32c, bucket, key, content_type, if_absent};
+// {"stage"}
 // when the chunk is not new (received, stored, or leased: Stage decides what it is);
 // or, as the stage script, {"notfound"}, {"state", status}, {"beyond", total},
 // {"last", total}, {"lastbefore", max_received}.
 var beginThroughScript = rdb.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'max_received', 's3_upload_id', 'mpu_crc32c', 'bucket', 'key')
+local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'max_received', 's3_upload_id', 'mpu_crc32c', 'bucket', 'key', 'if_absent')
 if not st[1] then return {'notfound'} end
 if st[1] ~= 'ACTIVE' then return {'state', st[1]} end
 local n = tonumber(ARGV[1])
@@ -64,7 +65,7 @@ end
 local ct = redis.call('HGET', KEYS[5], 'content_type') or ''
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[2] .. '|' .. (now + tonumber(ARGV[4])))
 redis.call('PEXPIRE', KEYS[4], ARGV[6])
-return {'ok', st[2], st[4] or '', st[5] or '0', st[6], st[7], ct}
+return {'ok', st[2], st[4] or '', st[5] or '0', st[6], st[7], ct, st[8] or '0'}
 `)
 
 // recordThroughScript records a written-through chunk as received and stored at once,
@@ -176,7 +177,7 @@ func (c *Chunks) BeginThrough(ctx context.Context, ref staging.ChunkRef, token s
 	case "ok":
 		cl := Claim{Outcome: Claimed, Ref: ref, Token: token, CRC32C: crc, Size: size,
 			Total: rdb.U32(res[1]), MultipartID: rdb.Str(res[2]), MultipartChecksummed: rdb.Str(res[3]) == "1",
-			Bucket: rdb.Str(res[4]), Key: rdb.Str(res[5]), ContentType: rdb.Str(res[6])}
+			Bucket: rdb.Str(res[4]), Key: rdb.Str(res[5]), ContentType: rdb.Str(res[6]), IfAbsent: len(res) > 7 && rdb.Str(res[7]) == "1"}
 		if last && cl.Total == 0 {
 			cl.Total = ref.N // the total this chunk will record
 		}

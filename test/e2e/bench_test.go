@@ -31,7 +31,7 @@ func BenchmarkUpload256MiB(b *testing.B) {
 // extra capacity.
 func BenchmarkClusterWorkers(b *testing.B) {
 	cluster := testenv.StartRedisCluster(b)
-	e := &env{cluster: cluster, minio: testenv.StartMinIO(b)}
+	e := &env{t: b, cluster: cluster, minio: testenv.StartMinIO(b)}
 	e.s3 = e.minio.Client(b)
 	data := randomBytes(256*MiB, 3)
 	for _, workers := range []int{1, 2} {

@@ -175,7 +175,7 @@ func TestCompleterDiesMidway(t *testing.T) {
 		done = append(done, s3store.Part{N: p.N, ETag: p.ETag, CRC32C: p.CRC32C})
 		size, whole = size+p.Size, crc.Combine(whole, p.CRC32C, p.Size)
 	}
-	if _, err := s3store.New(e.s3).Complete(ctx(t), b.Bucket, b.Key, b.MultipartID, b.MultipartChecksummed, done, size, whole); err != nil {
+	if _, err := s3store.New(e.s3).Complete(ctx(t), b.Bucket, b.Key, b.MultipartID, b.MultipartChecksummed, done, size, whole, s3store.Owner{UploadID: id}); err != nil {
 		t.Fatal(err)
 	}
 

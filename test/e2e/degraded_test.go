@@ -19,7 +19,7 @@ import (
 // UNAVAILABLE, /readyz says why, and when Redis is back (with its AOF) everything
 // resumes by itself: the upload acknowledged before the outage completes.
 func TestRedisDown(t *testing.T) {
-	e := &env{redis: testenv.StartRedis(t, testenv.WithAOF()), minio: testenv.StartMinIO(t)}
+	e := &env{t: t, redis: testenv.StartRedis(t, testenv.WithAOF()), minio: testenv.StartMinIO(t)}
 	e.s3 = e.minio.Client(t)
 	a := e.start(t, e.config())
 	c := e.client(t, a)

@@ -122,7 +122,7 @@ func resumeElsewhere(t *testing.T, a, b *client.Client, data []byte) (*chunkupv1
 // every chunk acknowledged before the kill is still recorded afterwards.
 func TestClusterFailover(t *testing.T) {
 	cluster := testenv.StartRedisCluster(t)
-	e := &env{cluster: cluster, minio: testenv.StartMinIO(t)}
+	e := &env{t: t, cluster: cluster, minio: testenv.StartMinIO(t)}
 	e.s3 = e.minio.Client(t)
 	cfg := e.config("api", "worker", "completer", "cleanup")
 	cfg.Staging.MinReplicas, cfg.Staging.ReplicaTimeout = 1, 2*time.Second
@@ -258,7 +258,7 @@ func (g *gatedReader) Read(p []byte) (int, error) {
 // chunk whose part record, pending entry or completion entry the failover took away.
 func TestFailoverConverges(t *testing.T) {
 	cluster := testenv.StartRedisCluster(t)
-	e := &env{cluster: cluster, minio: testenv.StartMinIO(t)}
+	e := &env{t: t, cluster: cluster, minio: testenv.StartMinIO(t)}
 	e.s3 = e.minio.Client(t)
 	e.minio.CreateBucket(t, bucket)
 	flags := []string{"--redis-min-replicas", "1", "--redis-replica-timeout", "2s", "--reconcile-interval", "2s"}

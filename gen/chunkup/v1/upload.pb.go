@@ -148,8 +148,10 @@ type Upload struct {
 	// generic (application/octet-stream and the like). Set once COMPLETED; empty when
 	// content_type was specific or nothing was recognized. The OCR hand-off uses it.
 	DetectedContentType string `protobuf:"bytes,36,opt,name=detected_content_type,json=detectedContentType,proto3" json:"detected_content_type,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The upload was created with if_absent: its object does not replace another.
+	IfAbsent      bool `protobuf:"varint,37,opt,name=if_absent,json=ifAbsent,proto3" json:"if_absent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Upload) Reset() {
@@ -406,6 +408,13 @@ func (x *Upload) GetDetectedContentType() string {
 	return ""
 }
 
+func (x *Upload) GetIfAbsent() bool {
+	if x != nil {
+		return x.IfAbsent
+	}
+	return false
+}
+
 // ReceivedChunk is what the server holds for one chunk.
 type ReceivedChunk struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -508,6 +517,15 @@ type CreateUploadRequest struct {
 	// more than 10,000 such chunks, expected_size / 10,000 rounded up to a whole MiB.
 	// An upload that fits in one chunk of the chosen size is stored with one PutObject.
 	ChunkSize int64 `protobuf:"varint,7,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
+	// Refuse to replace an object that exists at the key. CreateUpload looks at the key
+	// first and fails with ALREADY_EXISTS, creating nothing, when an object is there. The
+	// object is then written with S3's conditional write (If-None-Match: *), so an
+	// object that appears at the key while the upload is in progress is not replaced
+	// either: the upload ends FAILED, with an error naming the key, and the other object
+	// stays as it was. (On a store without conditional writes, the server looks at the
+	// key again just before it writes.) A create repeated with the same client_node_id
+	// after the upload stored its object returns the upload, not ALREADY_EXISTS.
+	IfAbsent bool `protobuf:"varint,8,opt,name=if_absent,json=ifAbsent,proto3" json:"if_absent,omitempty"`
 	// The document's identity: a UUID in its canonical textual form (e.g. the id a
 	// connector gives the file), stored in lowercase. Empty: the server generates a
 	// UUIDv4. It names the document in events (UploadCompleted.node_id) and may name it in
@@ -609,6 +627,13 @@ func (x *CreateUploadRequest) GetChunkSize() int64 {
 		return x.ChunkSize
 	}
 	return 0
+}
+
+func (x *CreateUploadRequest) GetIfAbsent() bool {
+	if x != nil {
+		return x.IfAbsent
+	}
+	return false
 }
 
 func (x *CreateUploadRequest) GetNodeId() string {
@@ -1603,7 +1628,7 @@ var File_chunkup_v1_upload_proto protoreflect.FileDescriptor
 const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\n" +
 	"\x17chunkup/v1/upload.proto\x12\n" +
-	"chunkup.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\t\n" +
+	"chunkup.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf6\t\n" +
 	"\x06Upload\x12\x1b\n" +
 	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.chunkup.v1.UploadStateR\x05state\x12\x16\n" +
@@ -1640,7 +1665,8 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\x04path\x18! \x01(\tR\x04path\x12\x14\n" +
 	"\x05drive\x18\" \x01(\tR\x05drive\x12@\n" +
 	"\x0fcustom_metadata\x18# \x01(\v2\x17.google.protobuf.StructR\x0ecustomMetadata\x122\n" +
-	"\x15detected_content_type\x18$ \x01(\tR\x13detectedContentType\x1a;\n" +
+	"\x15detected_content_type\x18$ \x01(\tR\x13detectedContentType\x12\x1b\n" +
+	"\tif_absent\x18% \x01(\bR\bifAbsent\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"v\n" +
@@ -1648,7 +1674,7 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\fchunk_number\x18\x01 \x01(\rR\vchunkNumber\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\x12\x16\n" +
-	"\x06stored\x18\x04 \x01(\bR\x06stored\"\xac\x04\n" +
+	"\x06stored\x18\x04 \x01(\bR\x06stored\"\xc9\x04\n" +
 	"\x13CreateUploadRequest\x12$\n" +
 	"\x0eclient_node_id\x18\x01 \x01(\tR\fclientNodeId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -1657,7 +1683,8 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\rexpected_size\x18\x05 \x01(\x03H\x00R\fexpectedSize\x88\x01\x01\x12I\n" +
 	"\bmetadata\x18\x06 \x03(\v2-.chunkup.v1.CreateUploadRequest.MetadataEntryR\bmetadata\x12\x1d\n" +
 	"\n" +
-	"chunk_size\x18\a \x01(\x03R\tchunkSize\x12\x17\n" +
+	"chunk_size\x18\a \x01(\x03R\tchunkSize\x12\x1b\n" +
+	"\tif_absent\x18\b \x01(\bR\bifAbsent\x12\x17\n" +
 	"\anode_id\x18\n" +
 	" \x01(\tR\x06nodeId\x12!\n" +
 	"\fconnector_id\x18\v \x01(\tR\vconnectorId\x12\x1b\n" +
