@@ -26,6 +26,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/chunkup/chunkup/internal/devenv"
 	"github.com/chunkup/chunkup/internal/testenv"
 )
 
@@ -45,10 +46,12 @@ type config struct {
 	Concurrency int     `json:"concurrency"`
 	Budget      int64   `json:"staged_bytes_budget"`
 	AOF         bool    `json:"redis_aof"`
-	ExtraArgs   string  `json:"chunkup_extra_args,omitempty"`
-	CPUProfile  string  `json:"-"`
-	Skip        string  `json:"skip,omitempty"`
-	ExtraEnv    string  `json:"chunkup_env,omitempty"`
+	// MallocConf is the contenders' redis-server MALLOC_CONF ("" for jemalloc's default).
+	MallocConf string `json:"redis_malloc_conf"`
+	ExtraArgs  string `json:"chunkup_extra_args,omitempty"`
+	CPUProfile string `json:"-"`
+	Skip       string `json:"skip,omitempty"`
+	ExtraEnv   string `json:"chunkup_env,omitempty"`
 }
 
 func defaultConfig() config {
@@ -57,6 +60,7 @@ func defaultConfig() config {
 		Large: 1 << 30, SmallCount: 500, SmallSize: MiB, SmallConc: 16,
 		Sizes:    []int64{64 * MiB, 256 * MiB, 1 << 30, 4 << 30},
 		PartSize: 8 * MiB, Concurrency: 4, Budget: 256 * MiB,
+		MallocConf: strings.TrimPrefix(devenv.RedisMallocConf, "MALLOC_CONF="),
 	}
 }
 
@@ -73,6 +77,7 @@ func main() {
 	part := flag.String("part-size", "8MiB", "chunk size for chunkup, part size for the AWS upload manager")
 	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "the SDK's window of unacknowledged chunks; the upload manager's concurrency (chunkup's own part uploads use its --worker-concurrency, default 8, set with -chunkup-args)")
 	budget := flag.String("budget", "256MiB", "chunkup's --staged-bytes-budget")
+	flag.StringVar(&cfg.MallocConf, "redis-malloc-conf", cfg.MallocConf, "MALLOC_CONF of the contenders' redis-server, as README recommends (empty: jemalloc's defaults, which cost Redis far more CPU on staged chunks)")
 	flag.BoolVar(&cfg.AOF, "aof", false, "run Redis with the append-only file (appendfsync everysec), as in production")
 	flag.StringVar(&cfg.ExtraArgs, "chunkup-args", "", "extra `chunkup serve` flags, space-separated (to compare settings)")
 	flag.StringVar(&cfg.ExtraEnv, "chunkup-env", "", "extra environment for `chunkup serve`, space-separated NAME=VALUE (e.g. GOGC=50)")
@@ -218,8 +223,8 @@ type target struct {
 func (r *report) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "chunkup bench, %s, %s\n", r.When.Format(time.RFC3339), r.Machine)
-	fmt.Fprintf(w, "part/chunk %s, concurrency %d, %d rounds (medians), staged-bytes budget %s, Redis AOF %v\n\n",
-		human(r.Config.PartSize), r.Config.Concurrency, r.Config.Rounds, human(r.Config.Budget), r.Config.AOF)
+	fmt.Fprintf(w, "part/chunk %s, concurrency %d, %d rounds (medians), staged-bytes budget %s, Redis AOF %v, Redis MALLOC_CONF %q\n\n",
+		human(r.Config.PartSize), r.Config.Concurrency, r.Config.Rounds, human(r.Config.Budget), r.Config.AOF, r.Config.MallocConf)
 
 	fmt.Fprintln(tw, "comparison\tstaging\tunit\tchunkup\tdirect\tratio\t")
 	large := fmt.Sprintf("large %s", human(r.Config.Large))

@@ -13,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/chunkup/chunkup/app"
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
@@ -61,16 +58,7 @@ func (e *env) serve(t testenv.TB) string {
 
 func (e *env) object(t testing.TB, key string) []byte {
 	t.Helper()
-	out, err := e.minio.Client(t).GetObject(ctxT(t), &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Body.Close()
-	b, err := io.ReadAll(out.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return e.minio.Object(t, bucket, key)
 }
 
 func (e *env) requireExact(t testing.TB, up *chunkupv1.Upload, want []byte) {

@@ -209,22 +209,26 @@ func send(ctx context.Context, work chan<- string, id string) {
 // Complete finalizes upload id if it is ready and no other completer holds it. It is
 // safe to call any number of times, from any number of processes.
 func (c *Completer) Complete(ctx context.Context, id string) error {
-	_, err := c.CompleteUpload(ctx, id)
+	_, err := c.CompleteUpload(ctx, id, nil)
 	return err
 }
 
 // CompleteUpload is Complete, and returns the upload as it recorded it COMPLETED, or
 // nil when this call did not complete it (not ready, another completer has it, or it
 // was completed before).
-func (c *Completer) CompleteUpload(ctx context.Context, id string) (*uploads.Upload, error) {
-	u, err := c.complete(ctx, id)
+//
+// head is the object's first bytes (up to sniff.HeadSize) when the caller has them, as
+// the process that wrote a one-chunk upload through does: content detection then needs
+// no read from S3. nil: they are read from S3 when needed.
+func (c *Completer) CompleteUpload(ctx context.Context, id string, head []byte) (*uploads.Upload, error) {
+	u, err := c.complete(ctx, id, head)
 	if err != nil && (u == nil || u.Status != staging.StatusCompleted) {
 		return nil, err
 	}
 	return u, err
 }
 
-func (c *Completer) complete(ctx context.Context, id string) (*uploads.Upload, error) {
+func (c *Completer) complete(ctx context.Context, id string, head []byte) (*uploads.Upload, error) {
 	c.mu.Lock()
 	if c.inflight[id] {
 		c.mu.Unlock()
@@ -283,7 +287,7 @@ func (c *Completer) complete(ctx context.Context, id string) (*uploads.Upload, e
 	c.mu.Unlock()
 	final := uploads.Final{ETag: etag, Size: size, CRC32C: sum}
 	if sniff.Generic(u.ContentType) {
-		if final.DetectedContentType, err = c.detect(ctx, b); err != nil {
+		if final.DetectedContentType, err = c.detect(ctx, b, head); err != nil {
 			return nil, c.retryLater(ctx, id, err)
 		}
 		u.DetectedContentType = final.DetectedContentType
@@ -323,11 +327,14 @@ func (c *Completer) complete(ctx context.Context, id string) (*uploads.Upload, e
 	return u, nil
 }
 
-// detect reads the completed object's first bytes and returns the content type they
-// show ("" when none is recognized). An object S3 will not give back (a permanent
+// detect returns the content type the completed object's first bytes show ("" when
+// none is recognized): head when the caller has them, else read from S3. An object S3 will not give back (a permanent
 // error) is left undetected, with a warning; a transient error is returned, so the
 // completion is retried.
-func (c *Completer) detect(ctx context.Context, b uploads.Begin) (string, error) {
+func (c *Completer) detect(ctx context.Context, b uploads.Begin, head []byte) (string, error) {
+	if head != nil {
+		return sniff.Detect(head), nil
+	}
 	if c.s3 == nil {
 		return "", nil
 	}

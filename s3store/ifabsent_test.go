@@ -3,7 +3,6 @@ package s3store_test
 import (
 	"bytes"
 	"errors"
-	"io"
 	"testing"
 	"time"
 
@@ -52,7 +51,7 @@ func TestIfAbsent(t *testing.T) {
 				if !errors.As(err, &exists) || exists.Key != key || !retry.Permanent(err) {
 					t.Fatalf("write over %s: %v, want a permanent ExistsError naming the key", key, err)
 				}
-				if got := read(t, s3c, key); !bytes.Equal(got, other) {
+				if got := minio.Object(t, "bkt", key); !bytes.Equal(got, other) {
 					t.Fatalf("%s changed: %d bytes, want the other writer's %d", key, len(got), len(other))
 				}
 			}
@@ -116,7 +115,7 @@ func TestIfAbsent(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := read(t, s3c, key); !bytes.Equal(got, append(bytes.Clone(part1), part2...)) {
+				if got := minio.Object(t, "bkt", key); !bytes.Equal(got, append(bytes.Clone(part1), part2...)) {
 					t.Fatalf("%s has %d bytes, want the parts' %d", key, len(got), size)
 				}
 				// A completer that completed it and died before recording it is followed
@@ -128,18 +127,4 @@ func TestIfAbsent(t *testing.T) {
 			}
 		})
 	}
-}
-
-func read(t *testing.T, s3c *s3.Client, key string) []byte {
-	t.Helper()
-	out, err := s3c.GetObject(t.Context(), &s3.GetObjectInput{Bucket: aws.String("bkt"), Key: aws.String(key)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Body.Close()
-	b, err := io.ReadAll(out.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

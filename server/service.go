@@ -173,9 +173,10 @@ type Written struct {
 
 // Completer completes an upload whose parts are all recorded, and returns it as it
 // recorded it COMPLETED, or nil when it did not complete it (see
-// completion.Completer.CompleteUpload).
+// completion.Completer.CompleteUpload). head is the object's first bytes when the
+// caller has them (nil otherwise), so that the completer need not read them from S3.
 type Completer interface {
-	CompleteUpload(ctx context.Context, id string) (*uploads.Upload, error)
+	CompleteUpload(ctx context.Context, id string, head []byte) (*uploads.Upload, error)
 }
 
 // Staging modes (Config.Staging).

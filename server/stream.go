@@ -14,6 +14,7 @@ import (
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/sniff"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/uploads"
 )
@@ -382,7 +383,11 @@ func (s *UploadService) takeChunk(ctx context.Context, p uploads.Params, req *ch
 			s.cfg.Observe.chunkWrittenThrough(w.Duplicate)
 			ack.Stored, ack.Duplicate = true, w.Duplicate
 			if w.Ready && s.completer != nil {
-				ack.Completed = s.completeNow(ctx, id)
+				var head []byte
+				if n == 1 { // the chunk that completed it begins the object
+					head = req.Data[:min(len(req.Data), sniff.HeadSize)]
+				}
+				ack.Completed = s.completeNow(ctx, id, head)
 			}
 			return chunkResult{resp: ack}, nil
 		}
@@ -416,10 +421,10 @@ func (s *UploadService) takeChunk(ctx context.Context, p uploads.Params, req *ch
 // gave it its last part, and returns it if it is COMPLETED. It returns nil when another
 // completer has it, or completing failed (the completion is indexed: the completer
 // role retries it).
-func (s *UploadService) completeNow(ctx context.Context, id string) *chunkupv1.Upload {
+func (s *UploadService) completeNow(ctx context.Context, id string, head []byte) *chunkupv1.Upload {
 	// Not cut short by the stream: the object is final before the acknowledgement.
 	ctx = context.WithoutCancel(ctx)
-	up, err := s.completer.CompleteUpload(ctx, id)
+	up, err := s.completer.CompleteUpload(ctx, id, head)
 	if err != nil {
 		s.cfg.Logger.Warn("complete upload at once; the completer will retry", "upload_id", id, "err", err)
 	}

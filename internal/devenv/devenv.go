@@ -28,6 +28,11 @@ import (
 )
 
 // Redis modes.
+// RedisMallocConf is the allocator setting for a redis-server that stages chunks: freed
+// pages are kept for reuse (docs/performance.md, "Redis and its allocator"). It is the
+// environment of the redis-server dev spawns, and the setting README recommends.
+const RedisMallocConf = "MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1"
+
 const (
 	RedisAuto     = "auto"     // redis-server from PATH if there is one, else embedded
 	RedisSpawn    = "spawn"    // redis-server from PATH, or fail
@@ -195,6 +200,10 @@ func (e *Env) startRedis(ctx context.Context, cfg Config) error {
 	// thread that started the child; Go ends a thread only when a goroutine locked to it
 	// exits, which nothing in this process does.)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	// Staged chunks are large strings allocated and freed over and over; jemalloc's
+	// default decay hands their pages back to the kernel, and faulting them in again
+	// cost Redis 15 times the CPU (docs/performance.md, "Redis and its allocator").
+	cmd.Env = append(os.Environ(), RedisMallocConf)
 	logf, err := os.Create(filepath.Join(dir, "redis.log"))
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -193,6 +194,23 @@ func (m *MinIO) Restart(t TB) {
 	t.Helper()
 	m.Stop()
 	m.Start(t)
+}
+
+// Object reads object bucket/key back, failing the test if it cannot.
+func (m *MinIO) Object(t TB, bucket, key string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := m.Client(t).GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if err != nil {
+		t.Fatalf("testenv: get object %s: %v", key, err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		t.Fatalf("testenv: read object %s: %v", key, err)
+	}
+	return b
 }
 
 // OpenMultipart lists the ids of the multipart uploads the server holds for exactly

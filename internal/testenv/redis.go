@@ -30,6 +30,7 @@ type Redis struct {
 
 	bin  string
 	args []string
+	env  []string
 
 	daemon
 }
@@ -37,6 +38,7 @@ type Redis struct {
 type redisConfig struct {
 	aof   bool
 	extra []string
+	env   []string
 }
 
 // RedisOption configures StartRedis.
@@ -50,6 +52,12 @@ func WithAOF() RedisOption { return func(c *redisConfig) { c.aof = true } }
 // them: e.g. WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "allkeys-lru").
 func WithArgs(args ...string) RedisOption {
 	return func(c *redisConfig) { c.extra = append(c.extra, args...) }
+}
+
+// WithEnv adds NAME=VALUE pairs to redis-server's environment: e.g.
+// WithEnv("MALLOC_CONF=dirty_decay_ms:-1") to tune its allocator.
+func WithEnv(env ...string) RedisOption {
+	return func(c *redisConfig) { c.env = append(c.env, env...) }
 }
 
 // StartRedis starts a redis-server on a free 127.0.0.1 port with its own directory, no
@@ -90,6 +98,7 @@ func StartRedis(t TB, opts ...RedisOption) *Redis {
 		"--maxmemory-policy", "noeviction",
 	}
 	r.args = append(r.args, cfg.extra...)
+	r.env = cfg.env
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("testenv: redis %s log (last lines):\n%s", r.Addr, tailFile(r.LogFile, 40))
@@ -122,7 +131,7 @@ func (r *Redis) run() (*proc, error) {
 	}
 	defer log.Close() // the child has its own copy
 	args := append([]string{"--port", strconv.Itoa(r.Port)}, r.args...)
-	p, err := startProc(r.bin, args, os.Environ(), log, log)
+	p, err := startProc(r.bin, args, append(os.Environ(), r.env...), log, log)
 	if err != nil {
 		return nil, err
 	}
