@@ -23,6 +23,7 @@ import (
 	"github.com/chunkup/chunkup/app"
 
 	"github.com/chunkup/chunkup/client"
+	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/devenv"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/s3store"
@@ -217,5 +218,51 @@ func TestDataDirLocked(t *testing.T) {
 	c, _ := serve(t, first, "dev")
 	if _, err := c.Upload(ctxT(t), strings.NewReader("still works")); err != nil {
 		t.Fatalf("the first environment after the refused second one: %v", err)
+	}
+}
+
+// TestConditionalWrites: the embedded S3 refuses to replace an object for a write with
+// If-None-Match: *, on PutObject and on CompleteMultipartUpload, as S3 does, so that
+// `chunkup upload --if-absent` keeps its promise in dev too; s3store recognizes its
+// own object on a retried write.
+func TestConditionalWrites(t *testing.T) {
+	env := startEnv(t, t.TempDir(), devenv.RedisEmbedded)
+	s3c, err := s3store.NewClient(ctxT(t), s3store.Config{Endpoint: env.S3Endpoint, AccessKey: "k", SecretKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s3store.New(s3c)
+	other := []byte("someone else's")
+	if _, err := s3c.PutObject(ctxT(t), &s3.PutObjectInput{Bucket: aws.String("dev"), Key: aws.String("taken"), Body: bytes.NewReader(other)}); err != nil {
+		t.Fatal(err)
+	}
+	own := s3store.Owner{UploadID: "UP1", IfAbsent: true}
+	data := randomBytes(5<<20, 9)
+	sum := crc.Checksum(data)
+	var exists *s3store.ExistsError
+	if _, err := st.PutChunk(ctxT(t), "dev", "taken", "", own, data, sum); !errors.As(err, &exists) {
+		t.Fatalf("conditional put over an object: %v, want ExistsError", err)
+	}
+	for _, key := range []string{"free", "taken"} {
+		mpu, checksummed, err := st.CreateMultipart(ctxT(t), "dev", key, "", own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		etag, err := st.UploadPart(ctxT(t), "dev", key, mpu, checksummed, 1, data, sum)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = st.Complete(ctxT(t), "dev", key, mpu, checksummed, []s3store.Part{{N: 1, ETag: etag, CRC32C: sum}}, int64(len(data)), sum, own)
+		if key == "taken" != errors.As(err, &exists) {
+			t.Fatalf("conditional completion at %s: %v", key, err)
+		}
+	}
+	out, err := s3c.GetObject(ctxT(t), &s3.GetObjectInput{Bucket: aws.String("dev"), Key: aws.String("taken")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Body.Close()
+	if got, _ := io.ReadAll(out.Body); !bytes.Equal(got, other) {
+		t.Fatalf("the object at the taken key was replaced: %d bytes", len(got))
 	}
 }

@@ -172,8 +172,20 @@ func (m *multipartETags) handler(next http.Handler) http.Handler {
 }
 
 // complete records the ETag CompleteMultipartUpload answers before the client sees the
-// answer, so a HEAD that follows it reports that ETag.
+// answer, so a HEAD that follows it reports that ETag. It also honours If-None-Match: *
+// (S3's conditional completion, which gofakes3 honours on PutObject only): an object at
+// the key refuses the completion with 412 and leaves the multipart upload as it was.
 func (m *multipartETags) complete(w http.ResponseWriter, r *http.Request, next http.Handler, bucket, key string) {
+	if r.Header.Get("If-None-Match") == "*" {
+		if _, err := m.Backend.HeadObject(bucket, key); err == nil {
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusPreconditionFailed)
+			_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?>`+
+				`<Error><Code>PreconditionFailed</Code><Message>At least one of the pre-conditions you specified did not hold</Message>`+
+				`<Condition>If-None-Match</Condition></Error>`)
+			return
+		}
+	}
 	rec := httptest.NewRecorder()
 	next.ServeHTTP(rec, r)
 	var result struct {
