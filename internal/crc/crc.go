@@ -28,6 +28,11 @@ func Combine(crcA, crcB uint32, lenB int64) uint32 {
 	if lenB <= 0 {
 		return crcA
 	}
+	if crcA == 0 {
+		// The shift below is linear in crcA: zero stays zero. Every running checksum
+		// starts there, and most objects are one piece, so skip building the operator.
+		return crcB
+	}
 	var even, odd [32]uint32
 	odd[0] = castagnoliPoly // operator for one zero bit
 	row := uint32(1)
