@@ -600,14 +600,12 @@ func (u *uploader) stream(ctx context.Context, s *scheduler) (int, error) {
 		if err := stream.Send(&chunkupv1.UploadChunkRequest{
 			UploadId: u.up.UploadId, ChunkNumber: c.n, Data: c.data, Crc32C: &c.crc, IsLast: c.last,
 		}); err != nil {
-			// The stream is broken; Recv reports why.
+			// The stream is broken; Recv reports why, unless it saw only the cancel
+			// that stopped it (then the stream ended, which is worth a retry).
 			cancel()
 			err := <-recvErr
 			requeue()
-			if err == nil {
-				err = status.Error(codes.Unavailable, "stream closed")
-			}
-			return acked, err
+			return acked, orCanceled(err, ctx)
 		}
 		u.update(func(p *Progress) { p.BytesSent += size })
 	}
