@@ -596,8 +596,11 @@ func (w *Worker) failed(ctx context.Context, c uploads.Claim, err error, log *sl
 	if ctx.Err() != nil {
 		retryAt = time.Time{} // shutting down: let another replica take it at once
 	} else {
+		// Other workers get the first go at the retry: this one may be the reason it
+		// failed (its S3 connection hangs), and an idle worker that dropped a wake-up
+		// sweeps at once, so without a margin it would win every retry it failed.
 		w.mu.Lock()
-		w.notBefore[c.Ref] = retryAt
+		w.notBefore[c.Ref] = retryAt.Add(2 * w.cfg.SweepInterval)
 		w.mu.Unlock()
 	}
 	log.Warn("chunk upload failed; will retry", "err", err, "attempt", n, "retry_at", retryAt)
