@@ -39,8 +39,7 @@ var _ Objects = (*s3store.Store)(nil)
 // Store is the part of the uploads store a completer uses.
 type Store interface {
 	Now() time.Time
-	Begin(ctx context.Context, id, token string, lease time.Duration) (uploads.Begin, error)
-	Snapshot(ctx context.Context, id string, total uint32) (*uploads.Upload, []uploads.Part, error)
+	BeginSnapshot(ctx context.Context, id, token string, lease time.Duration) (uploads.Begin, *uploads.Upload, []uploads.Part, error)
 	Finish(ctx context.Context, id, token string, f uploads.Final, ev staging.OutboxEvent, handoff bool) error
 	HandedOff(ctx context.Context, id string) (bool, error)
 	Retry(ctx context.Context, id string, at time.Time) error
@@ -242,7 +241,8 @@ func (c *Completer) complete(ctx context.Context, id string, head []byte) (*uplo
 		c.mu.Unlock()
 	}()
 
-	b, err := c.store.Begin(ctx, id, c.token, c.cfg.Lease)
+	// The guard, the upload (for its event) and its parts, in one round trip.
+	b, u, parts, err := c.store.BeginSnapshot(ctx, id, c.token, c.cfg.Lease)
 	if err != nil {
 		return nil, err
 	}
@@ -260,11 +260,6 @@ func (c *Completer) complete(ctx context.Context, id string, head []byte) (*uplo
 		return nil, nil
 	}
 
-	// The upload (for its event) and its parts, in one round trip.
-	u, parts, err := c.store.Snapshot(ctx, id, b.Total)
-	if err != nil {
-		return nil, err
-	}
 	var size int64
 	var sum uint32
 	for _, p := range parts {

@@ -31,8 +31,9 @@ import (
 
 // Store is the part of the uploads store the service uses.
 type Store interface {
-	ClaimClientNodeID(ctx context.Context, tenant, clientNodeID, id string) (string, error)
+	Reserve(ctx context.Context, tenant, clientNodeID, id string, at time.Time) (string, error)
 	Create(ctx context.Context, u uploads.NewUpload) (bool, error)
+	CreateReserved(ctx context.Context, u uploads.NewUpload) (bool, error)
 	IndexNode(ctx context.Context, tenant, nodeID, id string, created time.Time, ttl time.Duration) error
 	NodeTTL() time.Duration
 	Params(ctx context.Context, id string) (uploads.Params, error)
@@ -379,24 +380,24 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 			return nil, err
 		}
 	}
-	if req.ClientNodeId != "" {
-		bound, err := s.store.ClaimClientNodeID(ctx, tenant, req.ClientNodeId, id)
-		if err != nil {
+	at := s.store.Now()
+	bound, err := s.store.Reserve(ctx, tenant, req.ClientNodeId, id, at)
+	if err != nil {
+		return nil, err
+	}
+	fresh := bound == id
+	if !fresh {
+		// A repeated create: the upload it names keeps the node id it was given
+		// (and the key made from it).
+		id = bound
+		switch prev, err := s.get(ctx, id); {
+		case err == nil && !given:
+			nodeID = prev.NodeID
+		case err != nil && !errors.Is(err, staging.ErrNotFound):
 			return nil, err
 		}
-		if bound != id {
-			// A repeated create: the upload it names keeps the node id it was given
-			// (and the key made from it).
-			id = bound
-			switch prev, err := s.get(ctx, id); {
-			case err == nil && !given:
-				nodeID = prev.NodeID
-			case err != nil && !errors.Is(err, staging.ErrNotFound):
-				return nil, err
-			}
-			if key, err = s.keyFor(tenant, id, nodeID, req); err != nil {
-				return nil, err
-			}
+		if key, err = s.keyFor(tenant, id, nodeID, req); err != nil {
+			return nil, err
 		}
 	}
 	doc := uploads.Document{NodeID: nodeID, ConnectorID: req.ConnectorId, ParentID: req.ParentId, Path: req.Path, Drive: req.Drive}
@@ -411,23 +412,31 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 		ID: id, Bucket: s.cfg.Bucket, Key: key,
 		ChunkSize: chunkSize, ExpectedSize: expected, InstanceID: s.cfg.InstanceID, Name: req.Name,
 		ContentType: req.ContentType, ClientNodeID: req.ClientNodeId, Metadata: req.Metadata,
-		CorrelationID: CorrelationID(ctx), Tenant: tenant, Document: doc, At: s.store.Now(),
+		CorrelationID: CorrelationID(ctx), Tenant: tenant, Document: doc, At: at,
 		IfAbsent: req.IfAbsent,
 	}
 	if expected >= 0 {
 		nu.Total = staging.TotalChunks(expected, chunkSize)
 	}
-	created, err := s.store.Create(ctx, nu)
+	var created bool
+	if fresh {
+		// With its node index, which is written once the upload exists (a reader that
+		// finds it finds the upload).
+		created, err = s.store.CreateReserved(ctx, nu)
+	} else {
+		// An id bound by an attempt that may have died before creating it.
+		created, err = s.store.Create(ctx, nu)
+	}
 	if err != nil {
 		return nil, err
 	}
 	if created {
 		s.cfg.Observe.uploadCreated()
-		// The node index is written once the upload exists (a reader that finds it
-		// finds the upload).
 		up := nu.Created() // what was just stored: no need to read it back
-		if err := s.store.IndexNode(ctx, tenant, up.NodeID, id, up.Created, s.store.NodeTTL()); err != nil {
-			return nil, err
+		if !fresh {
+			if err := s.store.IndexNode(ctx, tenant, up.NodeID, id, up.Created, s.store.NodeTTL()); err != nil {
+				return nil, err
+			}
 		}
 		return toProto(up), nil
 	}

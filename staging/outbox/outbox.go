@@ -71,6 +71,18 @@ func (o *Outbox) Bracket(ctx context.Context, id string, record func() (bool, er
 	return nil
 }
 
+// IndexIn queues, in pipeline p, the index write that Bracket makes before and after
+// recording, for a caller that pipelines its record with them: on one Redis, commands
+// of a pipeline run in order, so the write queued before the record is done before it
+// (and a record refused for memory finds the write before it refused too). The caller
+// calls Recorded once the write after the record is done.
+func (o *Outbox) IndexIn(ctx context.Context, p redis.Pipeliner, id string) *redis.IntCmd {
+	return o.index.AddIn(ctx, p, id, id, o.c.Now())
+}
+
+// Recorded wakes the publisher after an event was recorded with IndexIn's writes.
+func (o *Outbox) Recorded() { o.hub.EventRecorded() }
+
 // Due returns up to limit uploads whose outbox a publisher should drain now.
 func (o *Outbox) Due(ctx context.Context, limit int64) ([]string, error) {
 	return o.index.Due(ctx, limit)
@@ -97,20 +109,39 @@ func (o *Outbox) Events(ctx context.Context, id string) (events []staging.Outbox
 // upload from the outbox index. The entry goes only when the outbox is empty, and
 // comes back if an event arrived meanwhile, so none is left unindexed; the only write
 // that can be refused after a removal (Redis out of memory) is that rare re-add.
+//
+// The removal and the count go in one round trip (one key: in order on any Redis); so
+// do the index removal and the second count on a single Redis, where a pipeline runs in
+// order on one connection (on a cluster the index is on another node, and the count
+// must follow the removal).
 func (o *Outbox) Ack(ctx context.Context, id string, eventIDs ...string) error {
-	if len(eventIDs) > 0 {
-		if err := o.c.Client.HDel(ctx, rdb.OutboxKey(id), eventIDs...).Err(); err != nil {
+	key := rdb.OutboxKey(id)
+	var count *redis.IntCmd
+	if _, err := o.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if len(eventIDs) > 0 {
+			p.HDel(ctx, key, eventIDs...)
+		}
+		count = p.HLen(ctx, key)
+		return nil
+	}); err != nil {
+		return err
+	}
+	if count.Val() > 0 {
+		return nil
+	}
+	if o.c.Cluster {
+		if err := o.index.Done(ctx, id, id); err != nil {
 			return err
 		}
-	}
-	n, err := o.c.Client.HLen(ctx, rdb.OutboxKey(id)).Result()
-	if err != nil || n > 0 {
+		count = o.c.Client.HLen(ctx, key)
+	} else if _, err := o.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		o.index.DoneIn(ctx, p, id, id)
+		count = p.HLen(ctx, key)
+		return nil
+	}); err != nil {
 		return err
 	}
-	if err := o.index.Done(ctx, id, id); err != nil {
-		return err
-	}
-	if n, err = o.c.Client.HLen(ctx, rdb.OutboxKey(id)).Result(); err != nil || n == 0 {
+	if n, err := count.Result(); err != nil || n == 0 {
 		return err
 	}
 	return o.index.Set(ctx, id, id, o.c.Now())

@@ -153,6 +153,41 @@ func (c *Completions) Begin(ctx context.Context, id, token string, lease time.Du
 	if err != nil {
 		return Begin{}, err
 	}
+	return c.begun(ctx, id, res)
+}
+
+// BeginSnapshot is Begin and, when it begins, Snapshot, in one round trip: the reads
+// follow the script on the connection to the upload's slot, so they see the upload as
+// the guard's holder (COMPLETING). u and parts are nil unless b.Outcome is Begun.
+func (c *Completions) BeginSnapshot(ctx context.Context, id, token string, lease time.Duration) (b Begin, u *Upload, parts []Part, err error) {
+	s := c.s
+	var begin *redis.Cmd
+	var read func() (*Upload, map[string]string, error)
+	_, err = s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		begin = beginCompleteScript.Eval(ctx, s.c, p, []string{rdb.StateKey(id), rdb.GuardKey(id)},
+			token, s.c.NowMs(), lease.Milliseconds(), s.c.Cfg.StateTTL.Milliseconds())
+		read = s.getIn(ctx, p, id, true)
+		return nil
+	})
+	res, berr := begin.Slice()
+	if berr != nil {
+		return Begin{}, nil, nil, rdb.Classify(berr)
+	}
+	if b, err = c.begun(ctx, id, res); err != nil || b.Outcome != Begun {
+		return b, nil, nil, err
+	}
+	u, h, err := read()
+	if err != nil {
+		return Begin{}, nil, nil, rdb.Classify(err)
+	}
+	parts, err = parseParts(id, h, b.Total)
+	return b, u, parts, err
+}
+
+// begun is what the begin-complete script's result res says; an upload that is not
+// to be completed now leaves the completion index (or is deferred while guarded).
+func (c *Completions) begun(ctx context.Context, id string, res []any) (Begin, error) {
+	s := c.s
 	var b Begin
 	switch res[0].(string) {
 	case "ok":
@@ -194,17 +229,6 @@ func (c *Completions) Parts(ctx context.Context, id string, total uint32) ([]Par
 		return nil, err
 	}
 	return parseParts(id, h, total)
-}
-
-// Snapshot reads the upload and its recorded parts 1..total (as Get and Parts) in one
-// round trip.
-func (c *Completions) Snapshot(ctx context.Context, id string, total uint32) (*Upload, []Part, error) {
-	u, h, err := c.s.get(ctx, id, true)
-	if err != nil {
-		return nil, nil, err
-	}
-	parts, err := parseParts(id, h, total)
-	return u, parts, err
 }
 
 func parseParts(id string, h map[string]string, total uint32) ([]Part, error) {
@@ -253,49 +277,94 @@ func (c *Completions) Finish(ctx context.Context, id, token string, f Final, ev 
 	if handoff {
 		h = "1"
 	}
-	var code string
-	var res []any
-	err := s.outbox.Bracket(ctx, id, func() (bool, error) {
-		var err error
-		res, err = finishCompleteScript.Run(ctx, s.c, terminalKeys(id), token, f.ETag, f.Size, f.CRC32C, s.c.NowMs(),
-			ev.ID, outbox.Record(ev), h, s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel, id, f.DetectedContentType).Slice()
-		if err != nil {
-			return false, err
+	finish := func(p redis.Scripter) *redis.Cmd {
+		args := []any{token, f.ETag, f.Size, f.CRC32C, s.c.NowMs(), ev.ID, outbox.Record(ev), h,
+			s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel, id, f.DetectedContentType}
+		if pl, ok := p.(redis.Pipeliner); ok {
+			return finishCompleteScript.Eval(ctx, s.c, pl, terminalKeys(id), args...)
 		}
-		code = res[0].(string)
-		return code == "ok", nil
-	})
-	if err != nil {
-		return err
+		return finishCompleteScript.Run(ctx, s.c, terminalKeys(id), args...)
 	}
-	switch code {
-	case "ok":
-		// The hints (active index, the tenant's list, and the completion index unless
-		// the upload waits for its handoff) go in one round trip; a stale one is
-		// dropped when visited.
-		var done *redis.IntCmd
-		_, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			s.active.DoneIn(ctx, p, id, id)
-			p.ZRem(ctx, rdb.TenantUploadsKey(rdb.Str(res[1])), rdb.TenantUploadsMember(rdb.I64(res[2]), id))
-			if !handoff {
-				done = s.completions.DoneIn(ctx, p, id, id)
+	var res []any
+	if s.c.Cluster {
+		// The outbox index is on another node: its write before the record must be done
+		// before the record is sent (Bracket).
+		err := s.outbox.Bracket(ctx, id, func() (bool, error) {
+			var err error
+			if res, err = finish(s.c.Client).Slice(); err != nil {
+				return false, err
 			}
+			return res[0].(string) == "ok", nil
+		})
+		if err != nil {
+			return err
+		}
+		if res[0].(string) == "ok" {
+			return c.finished(ctx, id, res, handoff, nil)
+		}
+	} else {
+		// On one Redis the index write and the record go in one round trip, in order.
+		var index *redis.IntCmd
+		var rec *redis.Cmd
+		_, _ = s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			index = s.outbox.IndexIn(ctx, p, id)
+			rec = finish(p)
 			return nil
 		})
-		if handoff {
-			return nil
+		var err error
+		if res, err = rec.Slice(); err != nil {
+			return rdb.Classify(err)
 		}
-		if done != nil && done.Err() == nil {
-			return nil
+		if res[0].(string) == "ok" {
+			if index.Err() != nil {
+				// Refused while the record was not (memory freed in between): write it
+				// again before anything else, the event is unindexed until then.
+				if err := s.outbox.Bracket(ctx, id, func() (bool, error) { return true, nil }); err != nil {
+					return err
+				}
+			}
+			// The write after the record goes with the hints.
+			return c.finished(ctx, id, res, handoff, s.outbox.IndexIn)
 		}
-		return err
-	case "done":
+	}
+	if res[0].(string) == "done" {
 		if err := s.completions.Done(ctx, id, id); err != nil {
 			return err
 		}
 		return staging.ErrAlreadyCompleted
 	}
 	return staging.ErrGuardLost
+}
+
+// finished drops the hints of an upload Finish recorded COMPLETED (finish's result res):
+// the active index, the tenant's list, and the completion index unless the upload waits
+// for its hand-off, in one round trip; a stale one is dropped when visited. indexOutbox,
+// when not nil, is the outbox index write due after the record, sent with them; the
+// publisher is woken once it is done.
+func (c *Completions) finished(ctx context.Context, id string, res []any, handoff bool, indexOutbox func(context.Context, redis.Pipeliner, string) *redis.IntCmd) error {
+	s := c.s
+	var index, done *redis.IntCmd
+	_, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if indexOutbox != nil {
+			index = indexOutbox(ctx, p, id)
+		}
+		s.active.DoneIn(ctx, p, id, id)
+		p.ZRem(ctx, rdb.TenantUploadsKey(rdb.Str(res[1])), rdb.TenantUploadsMember(rdb.I64(res[2]), id))
+		if !handoff {
+			done = s.completions.DoneIn(ctx, p, id, id)
+		}
+		return nil
+	})
+	if index != nil {
+		if index.Err() != nil {
+			return rdb.Classify(index.Err())
+		}
+		s.outbox.Recorded()
+	}
+	if handoff || (done != nil && done.Err() == nil) {
+		return nil
+	}
+	return err
 }
 
 // HandedOff records that completed upload id was handed off, and drops it from the

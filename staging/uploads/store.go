@@ -111,19 +111,48 @@ func (u NewUpload) Created() *Upload {
 	}
 }
 
-// ClaimClientNodeID binds tenant's clientNodeID to id unless it is bound already, and
-// returns the id it is bound to. Callers create the upload with the returned id, so a
-// retried create finds the same upload even if the first attempt died in between.
-func (s *Store) ClaimClientNodeID(ctx context.Context, tenant, clientNodeID, id string) (string, error) {
-	key := rdb.IdemKey(tenant, clientNodeID)
-	ok, err := s.c.Client.SetNX(ctx, key, id, s.c.Cfg.StateTTL).Result()
-	if err != nil {
-		return "", err
+// Reserve readies a new upload id of tenant, created at at, in one round trip: it adds
+// its hints (the active index and the tenant's list, which lead to nothing until the
+// upload exists and are dropped when visited), and, when clientNodeID is set, binds it
+// to id unless it is bound already. It returns the id clientNodeID is bound to (id when
+// it was free, or when clientNodeID is empty). Callers create the upload with the
+// returned id, so a retried create finds the same upload even if the first attempt died
+// in between: with CreateReserved when it is id, else with Create.
+func (s *Store) Reserve(ctx context.Context, tenant, clientNodeID, id string, at time.Time) (string, error) {
+	var claim *redis.Cmd
+	var hints [2]*redis.IntCmd
+	_, _ = s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if clientNodeID != "" {
+			// NX with GET (Redis 7): the id it is bound to comes back in the same reply.
+			claim = p.Do(ctx, "SET", rdb.IdemKey(tenant, clientNodeID), id, "NX", "GET", "PX", s.c.Cfg.StateTTL.Milliseconds())
+		}
+		hints = s.hintIn(ctx, p, tenant, id, at)
+		return nil
+	})
+	bound := id
+	if claim != nil {
+		switch v, err := claim.Text(); {
+		case errors.Is(err, redis.Nil): // bound now
+		case err != nil:
+			return "", err
+		default:
+			return v, nil // bound before: the hints were for nothing
+		}
 	}
-	if ok {
-		return id, nil
+	for _, h := range hints {
+		if err := h.Err(); err != nil {
+			return "", err
+		}
 	}
-	return s.c.Client.Get(ctx, key).Result()
+	return bound, nil
+}
+
+// hintIn queues the hints of upload id in pipeline p.
+func (s *Store) hintIn(ctx context.Context, p redis.Pipeliner, tenant, id string, at time.Time) [2]*redis.IntCmd {
+	return [2]*redis.IntCmd{
+		s.active.AddIn(ctx, p, id, id, at.Add(s.c.Cfg.StateTTL)),
+		p.ZAddNX(ctx, rdb.TenantUploadsKey(tenant), redis.Z{Member: rdb.TenantUploadsMember(at.UnixMilli(), id)}),
+	}
 }
 
 // createScript creates an upload unless it exists.
@@ -153,11 +182,73 @@ return {'ok'}
 
 // Create stores a new upload. It reports false if the id exists already.
 func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
-	at := u.At
-	if at.IsZero() {
-		at = s.c.Now()
+	if u.At.IsZero() {
+		u.At = s.c.Now()
 	}
-	nowMs := at.UnixMilli()
+	keys, args, err := s.createArgs(u)
+	if err != nil {
+		return false, err
+	}
+	// The active index and the tenant's list are hints added first: a crash before the
+	// script leaves entries that lead to no upload, dropped when they are visited.
+	// Both go in one round trip.
+	if _, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		s.hintIn(ctx, p, u.Tenant, u.ID, u.At)
+		return nil
+	}); err != nil {
+		return false, err
+	}
+	res, err := createScript.Run(ctx, s.c, keys, args...).StringSlice()
+	if err != nil {
+		return false, err
+	}
+	return res[0] == "ok", nil
+}
+
+// CreateReserved stores new upload u, whose id Reserve readied (with u.At as its time,
+// and bound to its client_node_id if it has one), and points its node id at it (see
+// IndexNode): in one round trip on a single Redis, where the node index write follows
+// the script on the same connection (after it, so that a reader that finds the index
+// finds the upload; a script refused for memory finds the write after it refused too);
+// in two on a cluster, where the node index is on another node. It reports false if the
+// id exists already (then the node index is as it was).
+func (s *Store) CreateReserved(ctx context.Context, u NewUpload) (bool, error) {
+	keys, args, err := s.createArgs(u)
+	if err != nil {
+		return false, err
+	}
+	if s.c.Cluster || u.NodeID == "" {
+		res, err := createScript.Run(ctx, s.c, keys, args...).StringSlice()
+		if err != nil || res[0] != "ok" {
+			return false, err
+		}
+		return true, s.IndexNode(ctx, u.Tenant, u.NodeID, u.ID, u.At, s.NodeTTL())
+	}
+	var create, node *redis.Cmd
+	_, _ = s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		create = createScript.Eval(ctx, s.c, p, keys, args...)
+		node = nodeIndexScript.Eval(ctx, s.c, p, []string{rdb.NodeKey(u.Tenant, u.NodeID)}, u.At.UnixMilli(), u.ID, s.NodeTTL().Milliseconds())
+		return nil
+	})
+	res, err := create.StringSlice()
+	if err != nil {
+		return false, rdb.Classify(err)
+	}
+	if res[0] != "ok" {
+		// A fresh id exists only if ids collide; the node index may point at the
+		// upload that has it, which is as if it had been created again now.
+		return false, nil
+	}
+	if err := node.Err(); err != nil {
+		// Refused while the script was not: write it again.
+		return true, s.IndexNode(ctx, u.Tenant, u.NodeID, u.ID, u.At, s.NodeTTL())
+	}
+	return true, nil
+}
+
+// createArgs are the keys and arguments of createScript for u (u.At set).
+func (s *Store) createArgs(u NewUpload) ([]string, []any, error) {
+	nowMs := u.At.UnixMilli()
 	now := strconv.FormatInt(nowMs, 10)
 	state := []any{
 		"status", string(staging.StatusActive), "bucket", u.Bucket, "key", u.Key,
@@ -182,26 +273,12 @@ func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
 	if len(u.Metadata) > 0 {
 		b, err := json.Marshal(u.Metadata)
 		if err != nil {
-			return false, err
+			return nil, nil, err
 		}
 		meta = append(meta, "metadata", string(b))
 	}
 	args = append(args, meta...)
-	// The active index and the tenant's list are hints added first: a crash before the
-	// script leaves entries that lead to no upload, dropped when they are visited.
-	// Both go in one round trip.
-	if _, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		s.active.AddIn(ctx, p, u.ID, u.ID, at.Add(s.c.Cfg.StateTTL))
-		p.ZAddNX(ctx, rdb.TenantUploadsKey(u.Tenant), redis.Z{Member: rdb.TenantUploadsMember(nowMs, u.ID)})
-		return nil
-	}); err != nil {
-		return false, err
-	}
-	res, err := createScript.Run(ctx, s.c, []string{rdb.StateKey(u.ID), rdb.MetaKey(u.ID)}, args...).StringSlice()
-	if err != nil {
-		return false, err
-	}
-	return res[0] == "ok", nil
+	return []string{rdb.StateKey(u.ID), rdb.MetaKey(u.ID)}, args, nil
 }
 
 // Params are an upload's immutable parameters.
@@ -299,22 +376,49 @@ func (s *Store) Get(ctx context.Context, id string) (*Upload, error) {
 // get reads an upload in one round trip, and with withParts its parts hash (N →
 // "etag|crc|size") too.
 func (s *Store) get(ctx context.Context, id string, withParts bool) (*Upload, map[string]string, error) {
-	var st, meta, rec, partsAll *redis.MapStringStringCmd
-	var partKeys *redis.StringSliceCmd
-	_, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		st = p.HGetAll(ctx, rdb.StateKey(id))
-		meta = p.HGetAll(ctx, rdb.MetaKey(id))
-		rec = p.HGetAll(ctx, rdb.ReceivedKey(id))
-		if withParts {
-			partsAll = p.HGetAll(ctx, rdb.PartsKey(id))
-		} else {
-			partKeys = p.HKeys(ctx, rdb.PartsKey(id))
-		}
+	var read func() (*Upload, map[string]string, error)
+	if _, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		read = s.getIn(ctx, p, id, withParts)
 		return nil
-	})
-	if err != nil {
+	}); err != nil {
 		return nil, nil, err
 	}
+	return read()
+}
+
+// getIn queues get's reads in pipeline p; the function it returns reads their replies
+// once p has run.
+func (s *Store) getIn(ctx context.Context, p redis.Pipeliner, id string, withParts bool) func() (*Upload, map[string]string, error) {
+	var partsAll *redis.MapStringStringCmd
+	var partKeys *redis.StringSliceCmd
+	st := p.HGetAll(ctx, rdb.StateKey(id))
+	meta := p.HGetAll(ctx, rdb.MetaKey(id))
+	rec := p.HGetAll(ctx, rdb.ReceivedKey(id))
+	if withParts {
+		partsAll = p.HGetAll(ctx, rdb.PartsKey(id))
+	} else {
+		partKeys = p.HKeys(ctx, rdb.PartsKey(id))
+	}
+	cmds := []redis.Cmder{st, meta, rec}
+	if withParts {
+		cmds = append(cmds, partsAll)
+	} else {
+		cmds = append(cmds, partKeys)
+	}
+	return func() (*Upload, map[string]string, error) {
+		for _, c := range cmds {
+			if err := c.Err(); err != nil {
+				return nil, nil, err
+			}
+		}
+		return parseUpload(id, st.Val(), meta.Val(), rec.Val(), partsAll, partKeys)
+	}
+}
+
+// parseUpload builds an upload from its hashes (state, meta, received) and its parts
+// hash (whole, or its keys).
+func parseUpload(id string, h, m, received map[string]string, partsAll *redis.MapStringStringCmd, partKeys *redis.StringSliceCmd) (*Upload, map[string]string, error) {
+	withParts := partsAll != nil
 	var parts []string
 	var partsHash map[string]string
 	if withParts {
@@ -325,11 +429,9 @@ func (s *Store) get(ctx context.Context, id string, withParts bool) (*Upload, ma
 	} else {
 		parts = partKeys.Val()
 	}
-	h := st.Val()
 	if len(h) == 0 {
 		return nil, nil, staging.ErrNotFound
 	}
-	m := meta.Val()
 	u := &Upload{
 		ID: id, Status: staging.Status(h["status"]), Bucket: h["bucket"], Key: h["key"],
 		ChunkSize: rdb.I64(h["chunk_size"]), ExpectedSize: rdb.I64(h["expected_size"]),
@@ -354,7 +456,7 @@ func (s *Store) get(ctx context.Context, id string, withParts bool) (*Upload, ma
 	for _, k := range parts {
 		stored[k] = true
 	}
-	for k, v := range rec.Val() {
+	for k, v := range received {
 		c := ChunkInfo{N: rdb.U32(k), Stored: stored[k]}
 		c.CRC32C, c.Size, _ = rdb.ParseCRCSize(v)
 		u.Chunks = append(u.Chunks, c)

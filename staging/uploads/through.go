@@ -235,7 +235,8 @@ const (
 //
 // A crash between the record and the completion index must not strand the upload, so
 // the chunk is in the pending index meanwhile, as a staged chunk is until its part is
-// recorded: a sweeper that finds it recorded indexes the completion.
+// recorded: a sweeper that finds it recorded indexes the completion. (A one-chunk
+// upload's completion is indexed before the record instead, see completes.)
 func (c *Chunks) RecordThrough(ctx context.Context, ref staging.ChunkRef, token, etag string, crc uint32, size int64, last, wake bool) (outcome ThroughOutcome, ready bool, err error) {
 	s := c.s
 	id := ref.UploadID
@@ -251,6 +252,12 @@ func (c *Chunks) RecordThrough(ctx context.Context, ref staging.ChunkRef, token,
 		return nil
 	}
 	due := s.c.Now().Add(wakeGrace)
+	// A one-chunk upload that its caller completes itself (not wake) is ready once its
+	// chunk is recorded: on one Redis, its completion is indexed in the record's round
+	// trip, before the record (a pipeline runs in order), instead of the pending entry
+	// and the index write after it. Due after the grace, as the pending entry would be:
+	// a sweeper that came first would find it not ready yet and drop it.
+	completes := last && ref.N == 1 && !wake && !s.c.Cluster
 	if cc, ok := s.c.Client.(*redis.ClusterClient); ok && s.c.Cfg.MinReplicas > 0 {
 		// As in Stage: the record and its WAIT on one connection to the upload's master.
 		if err = s.pending.Add(ctx, id, ref.String(), due); err == nil {
@@ -262,7 +269,11 @@ func (c *Chunks) RecordThrough(ctx context.Context, ref staging.ChunkRef, token,
 		err = rdb.Classify(err)
 	} else {
 		_, err = s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			index = s.pending.AddIn(ctx, p, id, ref.String(), due)
+			if completes {
+				index = s.completions.AddIn(ctx, p, id, id, due)
+			} else {
+				index = s.pending.AddIn(ctx, p, id, ref.String(), due)
+			}
 			return record(p)
 		})
 	}
@@ -286,6 +297,12 @@ func (c *Chunks) RecordThrough(ctx context.Context, ref staging.ChunkRef, token,
 		if code == "dup" {
 			outcome = ThroughDuplicate
 		}
+		if completes && index.Err() == nil {
+			if !ready { // a duplicate of a record that is not complete yet: cannot be, but be sure
+				_ = s.completions.Done(ctx, id, id)
+			}
+			return outcome, ready, nil
+		}
 		if ready {
 			// Retried a little: should the pending entry be missing too (its write failed),
 			// nothing else would index this completion, and a client that resumes finds
@@ -304,18 +321,28 @@ func (c *Chunks) RecordThrough(ctx context.Context, ref staging.ChunkRef, token,
 				s.hub.UploadReady(id)
 			}
 		}
-		// The entry is a hint: one left behind leads a sweeper to a recorded part.
-		_ = s.pending.Done(ctx, id, ref.String())
+		if !completes {
+			// The entry is a hint: one left behind leads a sweeper to a recorded part.
+			_ = s.pending.Done(ctx, id, ref.String())
+		}
 		return outcome, ready, nil
 	case "lost", "stale":
 		// A staged copy holds the pending entry (and needs it); no entry of ours to drop.
+		if completes && index.Val() == 1 {
+			_ = s.completions.Done(ctx, id, id) // ours, and not ready
+		}
 		if code == "lost" {
 			return ThroughLost, false, nil
 		}
 		return ThroughStale, false, nil
 	}
 	if index != nil && index.Val() == 1 {
-		_ = s.pending.Done(ctx, id, ref.String()) // ours, and it leads to nothing
+		// Ours, and it leads to nothing.
+		if completes {
+			_ = s.completions.Done(ctx, id, id)
+		} else {
+			_ = s.pending.Done(ctx, id, ref.String())
+		}
 	}
 	return 0, false, refusal(code, ref.N, res)
 }
