@@ -240,6 +240,7 @@ type meter struct {
 }
 
 func (b *bench) startMeter(ct *contender) *meter {
+	b.settle()
 	ctx, cancel := b.ctx()
 	defer cancel()
 	m := &meter{b: b, ct: ct}
@@ -258,6 +259,48 @@ func (b *bench) startMeter(ct *contender) *meter {
 	m.began = time.Now()
 	return m
 }
+
+// settle waits, up to settleMax, until MinIO and the chunkup servers are idle (under
+// settleQuiet of CPU in each settleStep, three steps in a row) before a measurement
+// starts. The work left over from the one before (MinIO frees deleted objects' space and
+// scans in the background; a contender's sweepers finish up) would otherwise be
+// charged, in time and CPU, to whichever upload comes next, and which one that is
+// rotates with the rounds: in one run it cost the small uploads a third of their
+// speed in the rounds that followed the large ones.
+func (b *bench) settle() {
+	pids := []int{b.minio.Pid()}
+	for _, ct := range b.contenders() {
+		pids = append(pids, ct.server.Pid())
+	}
+	busy := func() float64 {
+		var s float64
+		for _, pid := range pids {
+			s += b.cpu(pid)
+		}
+		return s
+	}
+	began, first := time.Now(), busy()
+	prev := first
+	for quiet := 0; quiet < 3 && time.Since(began) < settleMax; {
+		time.Sleep(settleStep)
+		cur := busy()
+		if cur-prev < settleQuiet {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		prev = cur
+	}
+	if waited := time.Since(began); waited > 2*time.Second {
+		b.tb.Logf("bench: waited %s for MinIO and chunkup to go idle (%.1f CPU s meanwhile)", waited.Round(100*time.Millisecond), prev-first)
+	}
+}
+
+const (
+	settleStep  = 200 * time.Millisecond
+	settleQuiet = 0.02 // CPU seconds per step: one tick of /proc's 10 ms, with slack
+	settleMax   = 30 * time.Second
+)
 
 func (b *bench) cpu(pid int) float64 {
 	s, err := cpuSeconds(pid)
@@ -338,6 +381,7 @@ func (b *bench) viaDirect(n int64) (time.Duration, [2]float64) {
 	defer cancel()
 	start := b.next()
 	key := fmt.Sprintf("direct/large-%d", start)
+	b.settle()
 	minio, cl := b.cpu(b.minio.Pid()), b.cpu(os.Getpid())
 	began := time.Now()
 	_, err := b.direct.Upload(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: b.src.reader(start, n)})
@@ -479,6 +523,7 @@ func (b *bench) smallDirect(count, conc int) (float64, [2]float64) {
 	defer cancel()
 	n := b.cfg.SmallSize
 	objs, data := b.smallInputs(count, "direct/small-")
+	b.settle()
 	minio, cl := b.cpu(b.minio.Pid()), b.cpu(os.Getpid())
 	began := time.Now()
 	errs := b.each(count, conc, func(i int) error {

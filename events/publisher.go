@@ -26,8 +26,8 @@ var _ Writer = (*kafka.Writer)(nil)
 // Outbox is the part of the outbox store the publisher uses.
 type Outbox interface {
 	Due(ctx context.Context, limit int64) ([]string, error)
-	Events(ctx context.Context, id string) ([]staging.OutboxEvent, []string, error)
-	Ack(ctx context.Context, id string, eventIDs ...string) error
+	EventsOf(ctx context.Context, ids []string) (map[string][]staging.OutboxEvent, map[string][]string, error)
+	AckAll(ctx context.Context, acked map[string][]string) error
 }
 
 var _ Outbox = (*outbox.Outbox)(nil)
@@ -144,27 +144,29 @@ func (p *Publisher) Run(ctx context.Context) error {
 }
 
 // Drain publishes every due outbox once, in one write, and acknowledges what the broker
-// accepted.
+// accepted. The outboxes are read in one round trip and acknowledged in two, however
+// many there are.
 func (p *Publisher) Drain(ctx context.Context) error {
 	ids, err := p.store.Due(ctx, p.cfg.Batch)
 	if err != nil || len(ids) == 0 {
 		return err
 	}
+	byUpload, malformed, err := p.store.EventsOf(ctx, ids)
+	if err != nil {
+		return err
+	}
+	// What leaves the outboxes: malformed records (logged and dropped), an empty outbox's
+	// index entry, and below, the events the broker took.
+	acked := map[string][]string{}
 	var msgs []kafka.Message
 	var events []staging.OutboxEvent
 	for _, id := range ids {
-		evs, malformed, err := p.store.Events(ctx, id)
-		if err != nil {
-			return err
+		if bad := malformed[id]; len(bad) > 0 {
+			p.cfg.Logger.Error("dropping malformed outbox records", "upload_id", id, "event_ids", bad)
 		}
-		if len(malformed) > 0 {
-			p.cfg.Logger.Error("dropping malformed outbox records", "upload_id", id, "event_ids", malformed)
-		}
-		if len(evs) == 0 {
-			if err := p.store.Ack(ctx, id, malformed...); err != nil {
-				return err
-			}
-			continue
+		evs := byUpload[id]
+		if len(evs) == 0 || len(malformed[id]) > 0 {
+			acked[id] = malformed[id]
 		}
 		// One upload's events go out in the order they were recorded (they share a
 		// partition, keyed by upload id, so consumers see that order).
@@ -180,41 +182,35 @@ func (p *Publisher) Drain(ctx context.Context) error {
 			})
 		}
 	}
-	if len(msgs) == 0 {
-		return nil
-	}
-	wctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	werr := p.w.WriteMessages(wctx, msgs...)
-	cancel()
+	var werr error
 	var perMsg kafka.WriteErrors
-	if werr != nil && !errors.As(werr, &perMsg) {
-		return fmt.Errorf("write %d events: %w", len(msgs), werr)
+	if len(msgs) > 0 {
+		wctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+		werr = p.w.WriteMessages(wctx, msgs...)
+		cancel()
+		if werr != nil && !errors.As(werr, &perMsg) {
+			werr = fmt.Errorf("write %d events: %w", len(msgs), werr)
+			events = nil // none taken
+		}
 	}
-	acked := map[string][]string{}
+	published := 0
 	for i, ev := range events {
 		if perMsg == nil || perMsg[i] == nil {
 			acked[ev.UploadID] = append(acked[ev.UploadID], ev.ID)
+			published++
 		}
 	}
-	// The acknowledgement uses a context of its own: an event the broker took must
-	// leave the outbox even if shutdown began meanwhile, or it is published twice.
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	for id, eids := range acked {
-		if err := p.store.Ack(actx, id, eids...); err != nil {
+	if len(acked) > 0 {
+		// The acknowledgement uses a context of its own: an event the broker took must
+		// leave the outbox even if shutdown began meanwhile, or it is published twice.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := p.store.AckAll(actx, acked); err != nil {
 			return err
 		}
 	}
-	if werr != nil {
-		return fmt.Errorf("write events: %d of %d failed: %w", len(msgs)-countAcked(acked), len(msgs), werr)
+	if perMsg != nil {
+		return fmt.Errorf("write events: %d of %d failed: %w", len(msgs)-published, len(msgs), werr)
 	}
-	return nil
-}
-
-func countAcked(m map[string][]string) int {
-	n := 0
-	for _, v := range m {
-		n += len(v)
-	}
-	return n
+	return werr
 }

@@ -91,60 +91,106 @@ func (o *Outbox) Due(ctx context.Context, limit int64) ([]string, error) {
 // Events returns the events waiting in upload id's outbox. Malformed records are
 // reported separately so the caller can log and drop them.
 func (o *Outbox) Events(ctx context.Context, id string) (events []staging.OutboxEvent, malformed []string, err error) {
-	h, err := o.c.Client.HGetAll(ctx, rdb.OutboxKey(id)).Result()
-	if err != nil {
+	evs, bad, err := o.EventsOf(ctx, []string{id})
+	return evs[id], bad[id], err
+}
+
+// EventsOf is Events for each of ids, in one round trip (one per node on a cluster).
+func (o *Outbox) EventsOf(ctx context.Context, ids []string) (events map[string][]staging.OutboxEvent, malformed map[string][]string, err error) {
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	if _, err := o.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGetAll(ctx, rdb.OutboxKey(id))
+		}
+		return nil
+	}); err != nil {
 		return nil, nil, err
 	}
-	for eid, rec := range h {
-		if ev, ok := parseRecord(eid, id, rec); ok {
-			events = append(events, ev)
-		} else {
-			malformed = append(malformed, eid)
+	events = make(map[string][]staging.OutboxEvent, len(ids))
+	malformed = map[string][]string{}
+	for i, id := range ids {
+		for eid, rec := range cmds[i].Val() {
+			if ev, ok := parseRecord(eid, id, rec); ok {
+				events[id] = append(events[id], ev)
+			} else {
+				malformed[id] = append(malformed[id], eid)
+			}
 		}
 	}
 	return events, malformed, nil
 }
 
 // Ack removes published events from upload id's outbox and, when it is empty, the
-// upload from the outbox index. The entry goes only when the outbox is empty, and
-// comes back if an event arrived meanwhile, so none is left unindexed; the only write
-// that can be refused after a removal (Redis out of memory) is that rare re-add.
-//
-// The removal and the count go in one round trip (one key: in order on any Redis); so
-// do the index removal and the second count on a single Redis, where a pipeline runs in
-// order on one connection (on a cluster the index is on another node, and the count
-// must follow the removal).
+// upload from the outbox index (see AckAll).
 func (o *Outbox) Ack(ctx context.Context, id string, eventIDs ...string) error {
-	key := rdb.OutboxKey(id)
-	var count *redis.IntCmd
+	return o.AckAll(ctx, map[string][]string{id: eventIDs})
+}
+
+// AckAll removes published events from their outboxes (upload id → event ids) and
+// each outbox that is then empty from the outbox index. An entry goes only when its
+// outbox is empty, and comes back if an event arrived meanwhile, so none is left
+// unindexed; the only write that can be refused after a removal (Redis out of memory)
+// is that rare re-add.
+//
+// The removals and the counts go in one round trip (each count follows its removal on
+// the same key, in order on any Redis); so do the index removals and the second counts
+// on a single Redis, where a pipeline runs in order on one connection (on a cluster the
+// index is on other nodes, and the counts must follow the removals).
+func (o *Outbox) AckAll(ctx context.Context, acked map[string][]string) error {
+	counts := make(map[string]*redis.IntCmd, len(acked))
 	if _, err := o.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		if len(eventIDs) > 0 {
-			p.HDel(ctx, key, eventIDs...)
+		for id, eids := range acked {
+			if len(eids) > 0 {
+				p.HDel(ctx, rdb.OutboxKey(id), eids...)
+			}
+			counts[id] = p.HLen(ctx, rdb.OutboxKey(id))
 		}
-		count = p.HLen(ctx, key)
 		return nil
 	}); err != nil {
 		return err
 	}
-	if count.Val() > 0 {
+	var empty []string
+	for id, c := range counts {
+		if c.Val() == 0 {
+			empty = append(empty, id)
+		}
+	}
+	if len(empty) == 0 {
+		return nil
+	}
+	drop := func(p redis.Pipeliner) error {
+		for _, id := range empty {
+			o.index.DoneIn(ctx, p, id, id)
+		}
+		return nil
+	}
+	recount := func(p redis.Pipeliner) error {
+		for _, id := range empty {
+			counts[id] = p.HLen(ctx, rdb.OutboxKey(id))
+		}
 		return nil
 	}
 	if o.c.Cluster {
-		if err := o.index.Done(ctx, id, id); err != nil {
+		if _, err := o.c.Client.Pipelined(ctx, drop); err != nil {
 			return err
 		}
-		count = o.c.Client.HLen(ctx, key)
+		if _, err := o.c.Client.Pipelined(ctx, recount); err != nil {
+			return err
+		}
 	} else if _, err := o.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		o.index.DoneIn(ctx, p, id, id)
-		count = p.HLen(ctx, key)
-		return nil
+		_ = drop(p)
+		return recount(p)
 	}); err != nil {
 		return err
 	}
-	if n, err := count.Result(); err != nil || n == 0 {
-		return err
+	for _, id := range empty {
+		if counts[id].Val() > 0 {
+			if err := o.index.Set(ctx, id, id, o.c.Now()); err != nil {
+				return err
+			}
+		}
 	}
-	return o.index.Set(ctx, id, id, o.c.Now())
+	return nil
 }
 
 // Defer moves upload id's next publish attempt to at.

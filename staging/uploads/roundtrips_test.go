@@ -188,3 +188,53 @@ func TestOneChunkRecordIndexesCompletion(t *testing.T) {
 		t.Fatalf("a completer's begin after the crash: %+v %v %v", b, parts, err)
 	}
 }
+
+// TestAckAllManyOutboxes: a publisher reads several outboxes in one call and
+// acknowledges them in one; an outbox whose events were all published leaves the
+// index, one with an event left (or a malformed record not dropped) stays, and a
+// malformed record named in the acknowledgement is dropped.
+func TestAckAllManyOutboxes(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := r.Client(t)
+	ob, err := outbox.New(rdb, staging.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := uploads.New(rdb, staging.Config{}, ob, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	end := func(id string) {
+		t.Helper()
+		ev := staging.OutboxEvent{ID: ids.New(), Type: "t", UploadID: id, Created: s.Now(), Payload: []byte("{}")}
+		if _, err := s.Ends().End(ctx, uploads.EndRequest{ID: id, Status: staging.StatusAborted, Reason: "test", Event: ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done, kept, bad := newUpload(t, s, 4, 1), newUpload(t, s, 4, 1), newUpload(t, s, 4, 1)
+	for _, id := range []string{done, kept, bad} {
+		end(id)
+	}
+	if err := rdb.HSet(ctx, "chunkup:up:{"+bad+"}:outbox", "junk", "not a record").Err(); err != nil {
+		t.Fatal(err)
+	}
+	evs, malformed, err := ob.EventsOf(ctx, []string{done, kept, bad})
+	if err != nil || len(evs[done]) != 1 || len(evs[kept]) != 1 || len(evs[bad]) != 1 || len(malformed[bad]) != 1 || malformed[bad][0] != "junk" {
+		t.Fatalf("EventsOf: %v %v %v", evs, malformed, err)
+	}
+	// kept's event is not acknowledged (the broker refused it); bad's malformed record is.
+	acked := map[string][]string{done: {evs[done][0].ID}, bad: {evs[bad][0].ID, "junk"}}
+	if err := ob.AckAll(ctx, acked); err != nil {
+		t.Fatal(err)
+	}
+	due, err := ob.Due(ctx, 10)
+	if err != nil || len(due) != 1 || due[0] != kept {
+		t.Fatalf("outbox index after the acknowledgement: %v %v; want only %s", due, err, kept)
+	}
+	for _, id := range []string{done, bad} {
+		if n, err := rdb.HLen(ctx, "chunkup:up:{"+id+"}:outbox").Result(); err != nil || n != 0 {
+			t.Fatalf("outbox of %s holds %d records (%v); want none", id, n, err)
+		}
+	}
+}
