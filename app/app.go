@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -383,8 +384,15 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	return a, nil
 }
 
-// warnRedisConfig warns when Redis may evict staged chunks or lose them on restart.
+// warnRedisConfig warns when Redis is older than chunkup needs, or may evict staged
+// chunks or lose them on restart.
 func (a *App) warnRedisConfig(ctx context.Context) {
+	if info, err := a.rdb.Info(ctx, "server").Result(); err == nil {
+		if v, old := redisTooOld(info); old {
+			a.log.Error("REDIS IS OLDER THAN 7.0: creating uploads fails (chunkup needs SET with NX and GET, and sharded pub/sub on a cluster)",
+				"redis_version", v)
+		}
+	}
 	if v, err := a.rdb.ConfigGet(ctx, "maxmemory-policy").Result(); err == nil && v["maxmemory-policy"] != "noeviction" {
 		a.log.Warn("REDIS MAY EVICT STAGED CHUNKS: maxmemory-policy is not noeviction; acknowledged chunks can be lost",
 			"maxmemory-policy", v["maxmemory-policy"])
@@ -549,4 +557,17 @@ type writeThrough struct{ w *chunkworker.Worker }
 func (t writeThrough) WriteThrough(ctx context.Context, ref staging.ChunkRef, data []byte, crc uint32, last, wake bool) (server.Written, error) {
 	r, err := t.w.WriteThrough(ctx, ref, data, crc, last, wake)
 	return server.Written{Stored: r.Stored, Duplicate: r.Duplicate, Ready: r.Ready, HandOver: r.HandOver, InUse: r.InUse}, err
+}
+
+// redisTooOld reports the redis_version of an INFO server reply, and whether it is
+// older than 7.0 (a reply without one, or one that does not parse, is not).
+func redisTooOld(info string) (version string, old bool) {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			major, _, _ := strings.Cut(v, ".")
+			n, err := strconv.Atoi(major)
+			return v, err == nil && n < 7
+		}
+	}
+	return "", false
 }

@@ -62,3 +62,20 @@ func TestNewRedisClient(t *testing.T) {
 		})
 	}
 }
+
+func TestRedisTooOld(t *testing.T) {
+	for _, tc := range []struct {
+		info, version string
+		old           bool
+	}{
+		{"# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n", "7.0.15", false},
+		{"# Server\r\nredis_version:6.2.14\r\n", "6.2.14", true},
+		{"# Server\r\nredis_version:10.0.0\r\n", "10.0.0", false},
+		{"# Server\r\nredis_mode:standalone\r\n", "", false}, // a Redis-compatible server that says nothing
+		{"redis_version:x.y\r\n", "x.y", false},
+	} {
+		if v, old := redisTooOld(tc.info); v != tc.version || old != tc.old {
+			t.Errorf("redisTooOld(%q) = %q, %v; want %q, %v", tc.info, v, old, tc.version, tc.old)
+		}
+	}
+}
