@@ -377,6 +377,9 @@ func (s *UploadService) takeChunk(ctx context.Context, p uploads.Params, req *ch
 	if s.through != nil && throughOK {
 		w, err := s.through.WriteThrough(ctx, ref, req.Data, sum, last, s.completer == nil)
 		if err != nil {
+			if a := s.repeatOfCompleted(ctx, req, sum, ack, err); a != nil {
+				return chunkResult{resp: a, keep: w.InUse}, nil
+			}
 			return chunkResult{keep: w.InUse}, err
 		}
 		if w.Stored {
@@ -406,6 +409,9 @@ func (s *UploadService) takeChunk(ctx context.Context, p uploads.Params, req *ch
 		}
 	}
 	if err != nil {
+		if r.resp = s.repeatOfCompleted(ctx, req, sum, ack, err); r.resp != nil {
+			return r, nil
+		}
 		return r, err
 	}
 	s.cfg.Observe.chunkStaged(res.Duplicate)
@@ -415,6 +421,32 @@ func (s *UploadService) takeChunk(ctx context.Context, p uploads.Params, req *ch
 	ack.Duplicate = res.Duplicate
 	r.resp = ack
 	return r, nil
+}
+
+// repeatOfCompleted is the acknowledgement of chunk req (with CRC32C sum) that its
+// upload refused with err, when the upload is COMPLETED with the same bytes for the chunk:
+// a repeat whose first acknowledgement was lost (a one-message upload retried after the
+// server completed it), acknowledged again as for any repeated chunk, with the
+// completed upload. nil for any other refusal or other bytes.
+func (s *UploadService) repeatOfCompleted(ctx context.Context, req *chunkupv1.UploadChunkRequest, sum uint32, ack *chunkupv1.UploadChunkResponse, err error) *chunkupv1.UploadChunkResponse {
+	var se *staging.StateError
+	if !errors.As(err, &se) || se.Status != staging.StatusCompleted {
+		return nil
+	}
+	up, gerr := s.store.Get(ctx, req.UploadId)
+	if gerr != nil || up.Status != staging.StatusCompleted {
+		return nil
+	}
+	for _, c := range up.Chunks {
+		if c.N == req.ChunkNumber {
+			if c.CRC32C != sum || c.Size != int64(len(req.Data)) {
+				return nil
+			}
+			ack.Stored, ack.Duplicate, ack.Completed = true, true, toProto(up)
+			return ack
+		}
+	}
+	return nil
 }
 
 // completeNow completes upload id in this process, now that a chunk written through

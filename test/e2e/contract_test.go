@@ -71,6 +71,61 @@ func TestCreateOnStreamThenChunks(t *testing.T) {
 	e.requireExact(t, up, data)
 }
 
+// TestRepeatedOneMessageUpload: a one-message upload (create and its only chunk) sent
+// again with the same client_node_id after the server completed it, as a client that
+// lost the first answer does, gets the completed upload and its chunk acknowledged as a
+// repeat with the same checksum; the same message with other bytes is refused with
+// FAILED_PRECONDITION and the object stays the first one.
+func TestRepeatedOneMessageUpload(t *testing.T) {
+	e := newEnv(t)
+	a := e.start(t, e.config())
+	api := e.client(t, a).API()
+	data := randomBytes(3000, 43)
+	send := func(t *testing.T, data []byte) (created, ack *chunkupv1.UploadChunkResponse, err error) {
+		t.Helper()
+		stream, err := api.UploadChunk(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&chunkupv1.UploadChunkRequest{
+			Create:      &chunkupv1.CreateUploadRequest{Name: "once.bin", ExpectedSize: proto.Int64(int64(len(data))), ClientNodeId: "once-1"},
+			ChunkNumber: 1, Data: data, IsLast: true,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if created, err = stream.Recv(); err != nil {
+			return nil, nil, err
+		}
+		ack, err = stream.Recv()
+		return created, ack, err
+	}
+	_, first, err := send(t, data)
+	if err != nil || first.GetCompleted().GetState() != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
+		t.Fatalf("first upload: %v %v; want its chunk acknowledged with the COMPLETED upload", first, err)
+	}
+	created, again, err := send(t, data)
+	if err != nil {
+		t.Fatalf("the same upload again: %v; want its chunk acknowledged", err)
+	}
+	id := first.UploadId
+	if created.GetUpload().GetUploadId() != id || created.Upload.State != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
+		t.Fatalf("create repeated: %v; want upload %s, COMPLETED", created, id)
+	}
+	if again.UploadId != id || again.ChunkNumber != 1 || !again.Stored || !again.Duplicate || again.Crc32C != crc.Checksum(data) ||
+		again.GetCompleted().GetState() != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
+		t.Fatalf("chunk repeated: %v; want it acknowledged as a stored repeat with the COMPLETED upload", again)
+	}
+	other := randomBytes(len(data), 44)
+	if _, _, err := send(t, other); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("the same message with other bytes: %v; want FAILED_PRECONDITION", err)
+	}
+	up, err := e.client(t, a).Wait(ctx(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.requireExact(t, up, data)
+}
+
 // TestStreamAfterCreateCarriesOnlyItsUpload: a stream that created an upload refuses a
 // chunk naming another one, and that other upload stays as it was.
 func TestStreamAfterCreateCarriesOnlyItsUpload(t *testing.T) {
