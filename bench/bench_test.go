@@ -11,7 +11,7 @@ import (
 // fails the run), and the report holds a figure for each part.
 func TestRunSmall(t *testing.T) {
 	cfg := defaultConfig()
-	cfg.Rounds, cfg.Large, cfg.SmallCount, cfg.SmallConc = 1, 24*MiB, 8, 4
+	cfg.Rounds, cfg.SmallRounds, cfg.Large, cfg.SmallCount, cfg.SmallConc = 1, 2, 24*MiB, 8, 4
 	cfg.Sizes = []int64{8 * MiB, 16 * MiB}
 	rep := run(t, cfg)
 
@@ -33,6 +33,17 @@ func TestRunSmall(t *testing.T) {
 	}
 	if c := rep.Large.Cost; c.ServerCPUPerGiB <= 0 || c.RedisPeakMiB <= 0 || c.AckP99ms <= 0 {
 		t.Errorf("large upload's costs not measured: %+v", c)
+	}
+	// Every chunk of the always contender is staged; its share, read from the
+	// server's metrics, says so.
+	if got := rep.SmallAlways.Cost.StagedShare; got != 1 {
+		t.Errorf("--staging always: staged share %v, want 1", got)
+	}
+	if got := rep.Small.Cost.StagedShare; got < 0 || got > 1 {
+		t.Errorf("adaptive: staged share %v, want a share", got)
+	}
+	if len(rep.Small.Rounds) != cfg.SmallRounds || rep.Small.PairedRatio <= 0 {
+		t.Errorf("small comparison: %d rounds, paired ratio %v; want %d rounds and a ratio", len(rep.Small.Rounds), rep.Small.PairedRatio, cfg.SmallRounds)
 	}
 	var out bytes.Buffer
 	rep.print(&out)

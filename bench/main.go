@@ -16,11 +16,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -37,6 +39,7 @@ const MiB = 1 << 20
 type config struct {
 	Out         string  `json:"-"`
 	Rounds      int     `json:"rounds"`
+	SmallRounds int     `json:"small_rounds"`
 	Large       int64   `json:"large_bytes"`
 	SmallCount  int     `json:"small_count"`
 	SmallSize   int64   `json:"small_bytes"`
@@ -56,7 +59,7 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		Out: "bench-results.json", Rounds: 3,
+		Out: "bench-results.json", Rounds: 3, SmallRounds: 7,
 		Large: 1 << 30, SmallCount: 500, SmallSize: MiB, SmallConc: 16,
 		Sizes:    []int64{64 * MiB, 256 * MiB, 1 << 30, 4 << 30},
 		PartSize: 8 * MiB, Concurrency: 4, Budget: 256 * MiB,
@@ -70,6 +73,7 @@ func main() {
 	flag.StringVar(&cfg.Out, "out", cfg.Out, "write the results as JSON to this file (empty: do not)")
 	flag.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds of each comparison; each figure is the median")
 	large := flag.String("large", "1GiB", "size of the large upload")
+	flag.IntVar(&cfg.SmallRounds, "small-rounds", cfg.SmallRounds, "rounds of the small comparison: one round of 500 files takes a few seconds, short enough for the machine's drift to move a median of three by 20 %")
 	flag.IntVar(&cfg.SmallCount, "small-count", cfg.SmallCount, "number of small uploads")
 	small := flag.String("small-size", "1MiB", "size of each small upload")
 	flag.IntVar(&cfg.SmallConc, "small-concurrency", cfg.SmallConc, "small uploads at once")
@@ -97,6 +101,9 @@ func main() {
 	cfg.Sizes = nil
 	for s := range strings.SplitSeq(sizes, ",") {
 		cfg.Sizes = append(cfg.Sizes, parse(strings.TrimSpace(s)))
+	}
+	if err == nil && (cfg.Rounds < 1 || cfg.SmallRounds < 1) {
+		err = errors.New("-rounds and -small-rounds must be at least 1")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -170,6 +177,10 @@ type comparison struct {
 	Ratio   float64 `json:"ratio"`
 	// Rounds are each round's figures, chunkup then direct.
 	Rounds [][2]float64 `json:"rounds"`
+	// PairedRatio is the median of the rounds' own ratios (chunkup over the direct
+	// upload of the same round, measured next to it), which drift between rounds moves
+	// less than the ratio of the medians; printed beside Ratio, not a target.
+	PairedRatio float64 `json:"paired_ratio"`
 	// Cost is what chunkup used in its median round.
 	Cost cost `json:"chunkup_cost"`
 	// DirectMinIOCPUPerGiB and DirectClientCPUPerGiB are MinIO's and the client's CPU
@@ -202,6 +213,10 @@ type cost struct {
 	MinIOCPUPerGiB     float64 `json:"minio_cpu_s_per_gib"`
 	ClientCPUPerGiB    float64 `json:"client_cpu_s_per_gib"`
 	ServerAllocsPerGiB float64 `json:"-"`
+	// StagedShare is the share of the new chunks that were staged in Redis (S3 behind,
+	// no free upload slot) rather than written through to S3 before the
+	// acknowledgement, from the server's chunks_staged_total.
+	StagedShare float64 `json:"staged_share"`
 }
 
 // scalingStep is one size of the scaling series.
@@ -223,10 +238,10 @@ type target struct {
 func (r *report) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "chunkup bench, %s, %s\n", r.When.Format(time.RFC3339), r.Machine)
-	fmt.Fprintf(w, "part/chunk %s, concurrency %d, %d rounds (medians), staged-bytes budget %s, Redis AOF %v, Redis MALLOC_CONF %q\n\n",
-		human(r.Config.PartSize), r.Config.Concurrency, r.Config.Rounds, human(r.Config.Budget), r.Config.AOF, r.Config.MallocConf)
+	fmt.Fprintf(w, "part/chunk %s, concurrency %d, %d rounds (medians; small files %d), staged-bytes budget %s, Redis AOF %v, Redis MALLOC_CONF %q\n\n",
+		human(r.Config.PartSize), r.Config.Concurrency, r.Config.Rounds, r.Config.SmallRounds, human(r.Config.Budget), r.Config.AOF, r.Config.MallocConf)
 
-	fmt.Fprintln(tw, "comparison\tstaging\tunit\tchunkup\tdirect\tratio\t")
+	fmt.Fprintln(tw, "comparison\tstaging\tunit\tchunkup\tdirect\tratio\tpaired\t")
 	large := fmt.Sprintf("large %s", human(r.Config.Large))
 	small := fmt.Sprintf("small %d × %s @%d", r.Config.SmallCount, human(r.Config.SmallSize), r.Config.SmallConc)
 	for _, c := range []struct {
@@ -234,7 +249,7 @@ func (r *report) print(w io.Writer) {
 		cmp        comparison
 	}{{large, "adaptive", r.Large}, {large, "always", r.LargeAlways}, {large + " via HTTP (tus)", "adaptive", r.HTTP.comparison}, {small, "adaptive", r.Small}, {small, "always", r.SmallAlways}} {
 		if c.cmp.Unit != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.3f\t\n", c.name, c.mode, c.cmp.Unit, c.cmp.Chunkup, c.cmp.Direct, c.cmp.Ratio)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.3f\t%.3f\t\n", c.name, c.mode, c.cmp.Unit, c.cmp.Chunkup, c.cmp.Direct, c.cmp.Ratio, c.cmp.PairedRatio)
 		}
 	}
 	tw.Flush()
@@ -244,10 +259,10 @@ func (r *report) print(w io.Writer) {
 	}
 
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "chunkup\tMiB/s\ts/GiB\tserver RSS MiB\tRedis peak MiB\tack p50 ms\tack p99 ms\tCPU s/GiB server\tRedis\tMinIO\tclient\t")
+	fmt.Fprintln(tw, "chunkup\tMiB/s\ts/GiB\tserver RSS MiB\tRedis peak MiB\tack p50 ms\tack p99 ms\tCPU s/GiB server\tRedis\tMinIO\tclient\tstaged\t")
 	row := func(name string, mibps, spg float64, c cost) {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.0f\t%.0f\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", name, mibps, spg,
-			c.ServerPeakRSSMiB, c.RedisPeakMiB, c.AckP50ms, c.AckP99ms, c.ServerCPUPerGiB, c.RedisCPUPerGiB, c.MinIOCPUPerGiB, c.ClientCPUPerGiB)
+		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.0f\t%.0f\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f%%\t\n", name, mibps, spg,
+			c.ServerPeakRSSMiB, c.RedisPeakMiB, c.AckP50ms, c.AckP99ms, c.ServerCPUPerGiB, c.RedisCPUPerGiB, c.MinIOCPUPerGiB, c.ClientCPUPerGiB, 100*c.StagedShare)
 	}
 	smallMiBps := func(fps float64) float64 { return fps * float64(r.Config.SmallSize) / MiB }
 	if r.Large.Unit != "" {
@@ -301,6 +316,45 @@ func human(n int64) string {
 	}
 }
 
+// machine describes where the bench ran. Ratios move from one CPU to another (in
+// run F, a CPU with SHA instructions and AVX-512 made every process cheaper, and MinIO's
+// checking of the direct upload's signed SHA-256 payload cheaper still), so the CPU's
+// model and the instruction sets that the hashes on both paths use are part of it.
 func machine() string {
-	return fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
+	s := fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
+	info, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return s
+	}
+	var model string
+	var flags []string
+	for line := range strings.Lines(string(info)) {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "model name":
+			if model == "" {
+				model = strings.TrimSpace(v)
+			}
+		case "flags":
+			if flags == nil {
+				have := strings.Fields(v)
+				flags = []string{}
+				for _, f := range []string{"sse4_2", "pclmulqdq", "avx2", "avx512f", "sha_ni"} {
+					if slices.Contains(have, f) {
+						flags = append(flags, f)
+					}
+				}
+			}
+		}
+	}
+	if model != "" {
+		s += ", " + model
+	}
+	if len(flags) > 0 {
+		s += " (" + strings.Join(flags, " ") + ")"
+	}
+	return s
 }

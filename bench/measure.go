@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -10,10 +11,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/metrics"
 )
 
 // clockTicks is USER_HZ, the unit of /proc/PID/stat's CPU times (100 on every Linux
@@ -188,4 +192,34 @@ func (s *timedStream) RecvMsg(m any) error {
 		}
 	}
 	return err
+}
+
+// chunkOutcomes reads the server's chunkup_chunks_staged_total from its /metrics, by
+// outcome (new, written_through, duplicate).
+func chunkOutcomes(ctx context.Context, httpAddr string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("read chunkup's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parse chunkup's metrics: %w", err)
+	}
+	out := map[string]float64{}
+	if f := families[metrics.Namespace+"_chunks_staged_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" {
+					out[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out, nil
 }

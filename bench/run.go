@@ -237,6 +237,7 @@ type meter struct {
 	began                                    time.Time
 	serverCPU, redisCPU, minioCPU, clientCPU float64
 	stopRedis                                func() float64
+	chunks                                   map[string]float64
 }
 
 func (b *bench) startMeter(ct *contender) *meter {
@@ -256,6 +257,9 @@ func (b *bench) startMeter(ct *contender) *meter {
 		b.tb.Fatalf("bench: redis cpu: %v", err)
 	}
 	m.stopRedis = redisPeak(ct.redis)
+	if m.chunks, err = chunkOutcomes(ctx, ct.httpAddr); err != nil {
+		b.tb.Fatalf("bench: %v", err)
+	}
 	m.began = time.Now()
 	return m
 }
@@ -333,6 +337,14 @@ func (m *meter) stop(n int64) (time.Duration, cost) {
 		b.tb.Fatalf("bench: redis cpu: %v", err)
 	}
 	c.RedisCPUPerGiB = (rc - m.redisCPU) / gib
+	chunks, err := chunkOutcomes(ctx, ct.httpAddr)
+	if err != nil {
+		b.tb.Fatalf("bench: %v", err)
+	}
+	staged, through := chunks["new"]-m.chunks["new"], chunks["written_through"]-m.chunks["written_through"]
+	if staged+through > 0 {
+		c.StagedShare = staged / (staged + through)
+	}
 	return took, c
 }
 
@@ -467,9 +479,12 @@ func summarize(unit string, ch, di []float64, costs []cost, directCPU [][2]float
 	k := c.Cost
 	c.CPUBound = (c.DirectMinIOCPUPerGiB + c.DirectClientCPUPerGiB) /
 		(k.ServerCPUPerGiB + k.RedisCPUPerGiB + k.MinIOCPUPerGiB + k.ClientCPUPerGiB)
+	paired := make([]float64, len(ch))
 	for i := range ch {
 		c.Rounds = append(c.Rounds, [2]float64{ch[i], di[i]})
+		paired[i] = ch[i] / di[i]
 	}
+	c.PairedRatio = paired[median(paired)]
 	return c
 }
 
@@ -581,14 +596,14 @@ func (b *bench) failOn(errs []error, who string) {
 	}
 }
 
-// compareSmall alternates the small uploads through each contender and direct, Rounds
+// compareSmall alternates the small uploads through each contender and direct, SmallRounds
 // times.
 func (b *bench) compareSmall() (adaptive, always comparison) {
 	var di []float64
 	var directCPU [][2]float64
 	speeds := map[*contender][]float64{}
 	costs := map[*contender][]cost{}
-	for r := range b.cfg.Rounds {
+	for r := range b.cfg.SmallRounds {
 		for _, ct := range b.order(r) {
 			if ct == nil {
 				fps, cpu := b.smallDirect(b.cfg.SmallCount, b.cfg.SmallConc)
