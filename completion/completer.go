@@ -287,7 +287,10 @@ func (c *Completer) complete(ctx context.Context, id string, head []byte) (*uplo
 		}
 		u.DetectedContentType = final.DetectedContentType
 	}
-	now := c.store.Now()
+	// One instant, in Redis' millisecond precision, for the record, the event and the
+	// answer, so that a client comparing them sees one completion time.
+	now := c.store.Now().Truncate(time.Millisecond)
+	final.Completed = now
 	ev, err := events.Completed(u, c.cfg.InstanceID, final, now)
 	if err != nil {
 		return nil, err
@@ -299,7 +302,7 @@ func (c *Completer) complete(ctx context.Context, id string, head []byte) (*uplo
 	} else if err != nil {
 		return nil, err
 	}
-	// What Finish recorded (the store's clock may differ from now by the round trip).
+	// What Finish recorded.
 	u.Status, u.ETag, u.Size, u.CRC32C, u.HandoffPending = staging.StatusCompleted, etag, size, sum, wants
 	u.Completed, u.Updated = now, now
 	if c.cfg.Metrics != nil {

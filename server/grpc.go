@@ -19,6 +19,17 @@ import (
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 )
 
+// codeToLevel is the level a finished call is logged at: the middleware's default, but
+// DATA_LOSS, which chunkup answers only to a chunk whose bytes do not match the checksum
+// its client sent (the client's bytes were damaged on the way, nothing of the server's
+// was lost), is a warning, so that a broken or hostile client cannot fill the error log.
+func codeToLevel(code codes.Code) logging.Level {
+	if code == codes.DataLoss {
+		return logging.LevelWarn
+	}
+	return logging.DefaultServerCodeToLevel(code)
+}
+
 // NewGRPCServer returns a gRPC server serving svc, the standard health service (which
 // the caller flips with the returned *health.Server) and server reflection (so grpcurl
 // works without the proto files).
@@ -26,7 +37,8 @@ func NewGRPCServer(svc *UploadService, logger *slog.Logger, extra ...grpc.Server
 	logFn := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		logger.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
-	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithFieldsFromContext(logFields)}
+	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithFieldsFromContext(logFields),
+		logging.WithLevels(codeToLevel)}
 	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		logger.ErrorContext(ctx, "panic in gRPC handler", "panic", p)
 		return status.Error(codes.Internal, "internal error")

@@ -5,10 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -73,4 +75,23 @@ func TestNoObservabilityStillCorrelates(t *testing.T) {
 		t.Fatalf("%d server options without metrics and tracing, want 2", len(opts))
 	}
 	Observability{}.chunkStaged(true) // no metrics: no panic
+}
+
+// TestCodeToLevel: what a client did wrong is not the server's error. A chunk damaged
+// on its way (DATA_LOSS) is a warning; the server's own failures stay errors.
+func TestCodeToLevel(t *testing.T) {
+	for _, tc := range []struct {
+		code codes.Code
+		want logging.Level
+	}{
+		{codes.DataLoss, logging.LevelWarn},
+		{codes.InvalidArgument, logging.LevelInfo},
+		{codes.FailedPrecondition, logging.LevelWarn},
+		{codes.Internal, logging.LevelError},
+		{codes.Unknown, logging.LevelError},
+	} {
+		if got := codeToLevel(tc.code); got != tc.want {
+			t.Errorf("%v is logged at %v, want %v", tc.code, got, tc.want)
+		}
+	}
 }

@@ -341,16 +341,19 @@ func (s *UploadService) CreateUpload(ctx context.Context, req *chunkupv1.CreateU
 	return &chunkupv1.CreateUploadResponse{Upload: u}, nil
 }
 
-func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadRequest) (*chunkupv1.Upload, error) {
+// plan validates create request req and returns the parameters the upload it makes
+// will have (Tenant unset): what a chunk sent with the create is checked against before
+// anything is created.
+func (s *UploadService) plan(req *chunkupv1.CreateUploadRequest) (uploads.Params, error) {
 	if err := ValidateCreate(req); err != nil {
-		return nil, err
+		return uploads.Params{}, err
 	}
 	expected := int64(-1)
 	if req.ExpectedSize != nil {
 		expected = *req.ExpectedSize
 	}
 	if s.cfg.MaxUploadSize > 0 && expected > s.cfg.MaxUploadSize {
-		return nil, invalidf("expected_size %d exceeds this server's maximum upload size of %d bytes (--max-upload-size)", expected, s.cfg.MaxUploadSize)
+		return uploads.Params{}, invalidf("expected_size %d exceeds this server's maximum upload size of %d bytes (--max-upload-size)", expected, s.cfg.MaxUploadSize)
 	}
 	var chunkSize int64
 	var err error
@@ -360,8 +363,21 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 		chunkSize, err = ChunkSizeFor(expected, s.cfg.ChunkSize, s.cfg.MaxChunkSize)
 	}
 	if err != nil {
+		return uploads.Params{}, err
+	}
+	p := uploads.Params{ChunkSize: chunkSize, ExpectedSize: expected}
+	if expected >= 0 {
+		p.Total = staging.TotalChunks(expected, chunkSize)
+	}
+	return p, nil
+}
+
+func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadRequest) (*chunkupv1.Upload, error) {
+	p, err := s.plan(req)
+	if err != nil {
 		return nil, err
 	}
+	expected, chunkSize := p.ExpectedSize, p.ChunkSize
 	tenant := TenantFrom(ctx)
 	id := ids.New()
 	nodeID, given := ids.UUID(req.NodeId) // checked by ValidateCreate
@@ -446,7 +462,7 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 	}
 	// The client_node_id names an upload already: the same request again gets it back;
 	// another request under the same id is refused, not silently merged.
-	if field := differingField(up, nu, req.ChunkSize, given); field != "" {
+	if field := differingField(up, nu, req.ChunkSize, given, req.Key != ""); field != "" {
 		return nil, &ConflictError{ClientNodeID: req.ClientNodeId, UploadID: id, Field: field}
 	}
 	// A create repeated after a crash before the node index was written writes it now
@@ -499,11 +515,11 @@ func (s *UploadService) keyFree(ctx context.Context, key, clientNodeID string) e
 
 // differingField names the first parameter in which a repeated create differs from the
 // upload its client_node_id names, or returns "".
-func differingField(up *uploads.Upload, nu uploads.NewUpload, proposedChunkSize int64, nodeGiven bool) string {
+func differingField(up *uploads.Upload, nu uploads.NewUpload, proposedChunkSize int64, nodeGiven, keyGiven bool) string {
 	switch {
 	case nodeGiven && up.NodeID != nu.NodeID:
 		return "node_id"
-	case up.Key != nu.Key:
+	case keyGiven && up.Key != nu.Key:
 		return "key"
 	case up.ExpectedSize != nu.ExpectedSize:
 		return "expected_size"
@@ -527,6 +543,10 @@ func differingField(up *uploads.Upload, nu uploads.NewUpload, proposedChunkSize 
 		return "custom_metadata"
 	case up.IfAbsent != nu.IfAbsent:
 		return "if_absent"
+	case up.Key != nu.Key:
+		// A key the server made, from fields that are all the same (its key template
+		// changed since): the request cannot get that upload back.
+		return "key"
 	}
 	return ""
 }
@@ -574,7 +594,7 @@ func CorrelationID(ctx context.Context) string {
 
 func validID(id string) error {
 	if id == "" {
-		return invalidf("upload_id is required: create an upload first, or send a create request in the first message")
+		return invalidf("upload_id is required: name the upload (CreateUpload returns its upload_id)")
 	}
 	if !ids.Valid(id) {
 		return invalidf("upload_id %s is not a chunkup upload id (26 characters a-z, 2-7)", quote(id))

@@ -85,6 +85,10 @@ type message struct {
 	req    *chunkupv1.UploadChunkRequest
 	memory int64 // under the receive memory cap
 	budget int64 // reserved under the staged-bytes budget
+	// checked: the chunk a create carried was checked before the create (checkChunk),
+	// and its CRC32C is sum.
+	checked bool
+	sum     uint32
 }
 
 func (cs *chunkStream) touch() { cs.last.Store(time.Now().UnixNano()) }
@@ -240,7 +244,7 @@ func (cs *chunkStream) handle(m message, first bool) error {
 	req := m.req
 	switch {
 	case req.Create != nil:
-		if err := cs.createOnStream(req, first); err != nil {
+		if err := cs.createOnStream(&m, first); err != nil {
 			cs.release(m, 0)
 			return err
 		}
@@ -266,7 +270,7 @@ func (cs *chunkStream) handle(m message, first bool) error {
 		defer cs.inflight.Done()
 		defer func() { <-cs.slots }()
 		defer cs.active.Add(-1)
-		r, err := cs.chunk(req)
+		r, err := cs.chunk(m)
 		cs.release(m, r.redisCost)
 		if !r.keep {
 			chunkBuffers.put(req.Data)
@@ -283,13 +287,27 @@ func (cs *chunkStream) handle(m message, first bool) error {
 }
 
 // createOnStream handles a create request on a stream: it must be the stream's first
-// message; the response carries the new upload, and req then names it.
-func (cs *chunkStream) createOnStream(req *chunkupv1.UploadChunkRequest, first bool) error {
+// message; the response carries the new upload, and the message then names it. A chunk
+// in the same message is checked first, against the upload the create would make: a
+// message refused as a whole creates nothing.
+func (cs *chunkStream) createOnStream(m *message, first bool) error {
+	req := m.req
 	if !first {
 		return status.Error(codes.InvalidArgument, "create is allowed only in the first message of a stream")
 	}
 	if req.UploadId != "" {
 		return status.Error(codes.InvalidArgument, "a message with create must not name an upload_id")
+	}
+	if req.ChunkNumber != 0 || len(req.Data) > 0 || req.IsLast || req.Crc32C != nil {
+		p, err := cs.s.plan(req.Create)
+		if err != nil {
+			return toStatus("", err)
+		}
+		if m.sum, err = cs.s.checkChunk(p, req); err != nil {
+			st := status.Convert(toStatus("", err))
+			return status.Error(st.Code(), st.Message()+"; nothing was created (a create and the chunk it carries are refused together)")
+		}
+		m.checked = true
 	}
 	up, err := cs.s.create(cs.ctx, req.Create)
 	if err != nil {
@@ -343,7 +361,11 @@ type chunkResult struct {
 }
 
 // chunk validates a chunk and writes it through to S3 or stages it.
-func (cs *chunkStream) chunk(req *chunkupv1.UploadChunkRequest) (chunkResult, error) {
+func (cs *chunkStream) chunk(m message) (chunkResult, error) {
+	req := m.req
+	if req.UploadId == "" {
+		return chunkResult{}, invalidf("upload_id is required: create an upload first, or send a create request in the first message")
+	}
 	if err := validID(req.UploadId); err != nil {
 		return chunkResult{}, err
 	}
@@ -351,24 +373,44 @@ func (cs *chunkStream) chunk(req *chunkupv1.UploadChunkRequest) (chunkResult, er
 	if err != nil {
 		return chunkResult{}, err
 	}
+	if m.checked {
+		return cs.s.takeChecked(cs.ctx, p, req, m.sum, true)
+	}
 	return cs.s.takeChunk(cs.ctx, p, req, true)
 }
 
 // takeChunk checks chunk req of an upload with parameters p, and writes it through to
 // S3 (when throughOK and S3 keeps pace) or stages it. Every door takes chunks here.
 func (s *UploadService) takeChunk(ctx context.Context, p uploads.Params, req *chunkupv1.UploadChunkRequest, throughOK bool) (chunkResult, error) {
-	id := req.UploadId
-	n := req.ChunkNumber
-	if err := ValidateChunk(p, n, int64(len(req.Data)), req.IsLast); err != nil {
+	sum, err := s.checkChunk(p, req)
+	if err != nil {
 		return chunkResult{}, err
 	}
+	return s.takeChecked(ctx, p, req, sum, throughOK)
+}
+
+// checkChunk checks chunk req against its upload's parameters p, this server's limits
+// and the chunk's own checksum (every check that needs nothing stored), and returns
+// the chunk's CRC32C.
+func (s *UploadService) checkChunk(p uploads.Params, req *chunkupv1.UploadChunkRequest) (uint32, error) {
+	n := req.ChunkNumber
+	if err := ValidateChunk(p, n, int64(len(req.Data)), req.IsLast); err != nil {
+		return 0, err
+	}
 	if max := s.cfg.MaxUploadSize; max > 0 && n > 0 && int64(n-1)*p.ChunkSize+int64(len(req.Data)) > max {
-		return chunkResult{}, &LimitError{Msg: fmt.Sprintf("chunk %d takes the upload past this server's maximum upload size of %d bytes (--max-upload-size)", n, max)}
+		return 0, &LimitError{Msg: fmt.Sprintf("chunk %d takes the upload past this server's maximum upload size of %d bytes (--max-upload-size)", n, max)}
 	}
 	sum := crc.Checksum(req.Data)
 	if req.Crc32C != nil && *req.Crc32C != sum {
-		return chunkResult{}, &ChecksumError{N: n, Got: sum, Want: *req.Crc32C}
+		return 0, &ChecksumError{N: n, Got: sum, Want: *req.Crc32C}
 	}
+	return sum, nil
+}
+
+// takeChecked takes chunk req, checked by checkChunk (its CRC32C is sum).
+func (s *UploadService) takeChecked(ctx context.Context, p uploads.Params, req *chunkupv1.UploadChunkRequest, sum uint32, throughOK bool) (chunkResult, error) {
+	id := req.UploadId
+	n := req.ChunkNumber
 	last := req.IsLast || (p.Total > 0 && n == p.Total)
 	ref := staging.ChunkRef{UploadID: id, N: n}
 	ack := &chunkupv1.UploadChunkResponse{UploadId: id, ChunkNumber: n, Crc32C: sum}
@@ -418,7 +460,7 @@ func (s *UploadService) takeChunk(ctx context.Context, p uploads.Params, req *ch
 	if !res.Duplicate {
 		r.redisCost = redisCost(int64(len(req.Data)))
 	}
-	ack.Duplicate = res.Duplicate
+	ack.Duplicate, ack.Stored = res.Duplicate, res.Stored
 	r.resp = ack
 	return r, nil
 }

@@ -166,6 +166,9 @@ func ValidateCreate(r *chunkupv1.CreateUploadRequest) error {
 func validateDocumentFields(r *chunkupv1.CreateUploadRequest) error {
 	if r.NodeId != "" {
 		if _, ok := ids.UUID(r.NodeId); !ok {
+			if r.NodeId == "00000000-0000-0000-0000-000000000000" {
+				return invalidf("node_id is the nil UUID, which names no document; give the document's own UUID, or leave node_id empty to have the server make one")
+			}
 			return invalidf("node_id %s is not a UUID (8-4-4-4-12 hexadecimal digits, e.g. 0f8e3c1a-5b7d-4e2f-9a6c-1d2e3f4a5b6c); leave it empty to have the server make one", quote(r.NodeId))
 		}
 	}

@@ -352,7 +352,7 @@ func TestValidateCreate(t *testing.T) {
 			CustomMetadata: mustStruct(t, map[string]any{"case": map[string]any{"id": 7.0, "tags": []any{"a", "b"}}, "ok": true, "none": nil})}, ""},
 		{"node id not a UUID", &chunkupv1.CreateUploadRequest{NodeId: "node-1"}, "node_id \"node-1\" is not a UUID"},
 		{"node id with braces", &chunkupv1.CreateUploadRequest{NodeId: "{0f8e3c1a-5b7d-4e2f-9a6c-1d2e3f4a5b6c}"}, "not a UUID"},
-		{"nil node id", &chunkupv1.CreateUploadRequest{NodeId: "00000000-0000-0000-0000-000000000000"}, "not a UUID"},
+		{"nil node id", &chunkupv1.CreateUploadRequest{NodeId: "00000000-0000-0000-0000-000000000000"}, "node_id is the nil UUID, which names no document"},
 		{"connector id too long", &chunkupv1.CreateUploadRequest{ConnectorId: long(maxPlaceField + 1)}, "connector_id must be"},
 		{"parent id with a newline", &chunkupv1.CreateUploadRequest{ParentId: "a\nb"}, "parent_id must be"},
 		{"drive with a bidi override", &chunkupv1.CreateUploadRequest{Drive: "d\u202Ee"}, "drive must be"},

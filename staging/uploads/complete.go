@@ -262,6 +262,9 @@ type Final struct {
 	// DetectedContentType is the type found in its first bytes, when the declared one
 	// was empty or generic ("" otherwise, or when nothing was recognized).
 	DetectedContentType string
+	// Completed is when the upload completed, as its event says (Redis keeps
+	// milliseconds, so it should be a whole millisecond); zero: the store's clock now.
+	Completed time.Time
 }
 
 // Finish marks the upload COMPLETED with the final object's ETag, size, CRC32C and
@@ -277,8 +280,12 @@ func (c *Completions) Finish(ctx context.Context, id, token string, f Final, ev 
 	if handoff {
 		h = "1"
 	}
+	at := s.c.NowMs()
+	if !f.Completed.IsZero() {
+		at = f.Completed.UnixMilli()
+	}
 	finish := func(p redis.Scripter) *redis.Cmd {
-		args := []any{token, f.ETag, f.Size, f.CRC32C, s.c.NowMs(), ev.ID, outbox.Record(ev), h,
+		args := []any{token, f.ETag, f.Size, f.CRC32C, at, ev.ID, outbox.Record(ev), h,
 			s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel, id, f.DetectedContentType}
 		if pl, ok := p.(redis.Pipeliner); ok {
 			return finishCompleteScript.Eval(ctx, s.c, pl, terminalKeys(id), args...)

@@ -35,8 +35,9 @@ import (
 //	KEYS[8], ARGV[11] (optional) the upload's append lock and the token the caller
 //	        holds it with (see WithAppendLock); "" or absent: no fence
 //
-// Returns {"ok", ready} for a newly staged or replaced chunk, {"dup", ready} for a
-// repeat, or an error code: {"notfound"}, {"state", status}, {"beyond", total},
+// Returns {"ok", ready} for a newly staged or replaced chunk, {"dup", ready, stored} for
+// a repeat (stored is 1 when its part is in S3 already, 0 when it is staged), or an
+// error code: {"notfound"}, {"state", status}, {"beyond", total},
 // {"last", total}, {"lastbefore", max_received}, {"recorded"}, {"busy"},
 // {"fenced"} when the append lock is no longer the caller's, or {"nobytes"} when
 // KEYS[5] does not exist (its SET was refused) and nothing was written. ready is 1 when
@@ -57,6 +58,7 @@ if last then
 end
 local want = ARGV[2] .. ':' .. ARGV[3]
 local code = 'ok'
+local stored = 0
 local part = redis.call('HGET', KEYS[3], ARGV[1])
 local prev = redis.call('HGET', KEYS[2], ARGV[1])
 if part then
@@ -64,6 +66,7 @@ if part then
   redis.call('DEL', KEYS[5])
   if pcrc ~= ARGV[2] then return {'recorded'} end
   code = 'dup'
+  stored = 1
 elseif prev == want and redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('DEL', KEYS[5])
   code = 'dup'
@@ -106,13 +109,15 @@ if code == 'ok' then
 end
 local ready = 0
 if total > 0 and tonumber(st[4]) == total then ready = 1 end
-return {code, ready}
+return {code, ready, stored}
 `)
 
 // StageResult says what staging a chunk did.
 type StageResult struct {
 	// Duplicate is true when the same bytes had been received before.
 	Duplicate bool
+	// Stored is true for a Duplicate whose part is in S3 already.
+	Stored bool
 	// Ready is true when the upload has all its parts and can be completed now (the
 	// last chunk arrived after every part was already in S3, e.g. is_last on a
 	// repeat); its completion is then indexed already.
@@ -206,7 +211,7 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 	}
 	switch code {
 	case "ok", "dup":
-		r := StageResult{Duplicate: code == "dup", Ready: res[1].(int64) == 1}
+		r := StageResult{Duplicate: code == "dup", Ready: res[1].(int64) == 1, Stored: len(res) > 2 && res[2].(int64) == 1}
 		if r.Ready {
 			// No worker will see a new part, so the completion starts here.
 			if err := s.readyToComplete(ctx, id); err != nil {

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/ids"
@@ -83,7 +84,15 @@ func TestBadInput(t *testing.T) {
 		}, codes.InvalidArgument, "not a chunkup upload id"},
 		{"missing upload id", func() error {
 			return send(&chunkupv1.UploadChunkRequest{ChunkNumber: 1})
-		}, codes.InvalidArgument, "upload_id is required"},
+		}, codes.InvalidArgument, "upload_id is required: create an upload first, or send a create request in the first message"},
+		{"missing upload id, GetUpload", func() error {
+			_, err := c.API().GetUpload(ctx(t), &chunkupv1.GetUploadRequest{})
+			return err
+		}, codes.InvalidArgument, "upload_id is required: name the upload"},
+		{"missing upload id, AbortUpload", func() error {
+			_, err := c.API().AbortUpload(ctx(t), &chunkupv1.AbortUploadRequest{})
+			return err
+		}, codes.InvalidArgument, "upload_id is required: name the upload"},
 		{"chunk number zero", func() error { return send(chunkReq(sized, 0, data[:chunk], false)) },
 			codes.InvalidArgument, "at least 1"},
 		{"non-last chunk of another size", func() error { return send(chunkReq(sized, 2, data[:chunk-1], false)) },
@@ -105,6 +114,19 @@ func TestBadInput(t *testing.T) {
 			r.Crc32C = &badCRC
 			return send(r)
 		}, codes.DataLoss, "send it again"},
+		// A create and the chunk it carries are one message, refused as a whole.
+		{"create with chunk number zero", func() error {
+			return send(&chunkupv1.UploadChunkRequest{Create: &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(12)}, Data: []byte("hello world\n")})
+		}, codes.InvalidArgument, "nothing was created"},
+		{"create with a chunk of another checksum", func() error {
+			wrong := crc.Checksum([]byte("a")) + 1
+			return send(&chunkupv1.UploadChunkRequest{Create: &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(1)},
+				ChunkNumber: 1, Data: []byte("a"), IsLast: true, Crc32C: &wrong})
+		}, codes.DataLoss, "nothing was created"},
+		{"create with a chunk longer than its size", func() error {
+			return send(&chunkupv1.UploadChunkRequest{Create: &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(1)},
+				ChunkNumber: 1, Data: []byte("ab"), IsLast: true})
+		}, codes.InvalidArgument, "nothing was created"},
 		{"create after the first message", func() error {
 			first := &chunkupv1.UploadChunkRequest{Create: &chunkupv1.CreateUploadRequest{}}
 			return send(first, &chunkupv1.UploadChunkRequest{Create: &chunkupv1.CreateUploadRequest{}})
@@ -128,6 +150,7 @@ func TestBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := []*chunkupv1.Upload{getUpload(t, c, sized.UploadId), getUpload(t, c, open.UploadId), getUpload(t, c, done.UploadId)}
+			uploadsBefore := countUploads(t, c)
 			err := tc.call()
 			if status.Code(err) != tc.code {
 				t.Fatalf("got %v, want code %v", err, tc.code)
@@ -141,7 +164,28 @@ func TestBadInput(t *testing.T) {
 					t.Errorf("state changed:\nbefore %v\nafter  %v", before[i], after[i])
 				}
 			}
+			// "create after the first message" creates one upload with its first message,
+			// which is valid; the refusal is of the second.
+			if n := countUploads(t, c); n != uploadsBefore && tc.name != "create after the first message" {
+				t.Errorf("%d uploads before, %d after: a refused request created one", uploadsBefore, n)
+			}
 		})
+	}
+}
+
+// countUploads is the number of the caller's uploads.
+func countUploads(t *testing.T, c *client.Client) int {
+	t.Helper()
+	n := 0
+	for token := ""; ; {
+		r, err := c.API().ListUploads(ctx(t), &chunkupv1.ListUploadsRequest{PageSize: 500, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(r.Uploads)
+		if token = r.NextPageToken; token == "" {
+			return n
+		}
 	}
 }
 

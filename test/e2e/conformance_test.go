@@ -185,6 +185,21 @@ func TestConformance(t *testing.T) {
 			_, err := c.send(t, &chunkupv1.UploadChunkRequest{UploadId: up.UploadId, ChunkNumber: 1, Data: randomBytes(chunk, 809)})
 			expectStatus(t, "other bytes for a stored chunk", err, codes.FailedPrecondition, "different checksum")
 		}},
+		{"the same bytes again for a chunk already stored in S3 are a duplicate, stored", func(t *testing.T, c *conformance) {
+			data := randomBytes(2*chunk, 812)
+			up := c.create(t, &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(int64(len(data)))})
+			if _, err := c.send(t, c.chunkOf(up, data, 1)); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "chunk 1 stored", func() bool { g := c.get(t, up.UploadId); return len(g.Chunks) == 1 && g.Chunks[0].Stored })
+			acks, err := c.send(t, c.chunkOf(up, data, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(acks) != 1 || !acks[0].Duplicate || !acks[0].Stored {
+				t.Fatalf("acknowledgements of a repeat of a stored chunk: %v, want one, duplicate and stored", acks)
+			}
+		}},
 		{"a one-chunk upload is one PutObject, an empty one too", func(t *testing.T, c *conformance) {
 			for _, data := range [][]byte{randomBytes(1000, 810), {}} {
 				up := c.create(t, &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(int64(len(data)))})

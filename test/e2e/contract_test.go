@@ -124,6 +124,13 @@ func TestRepeatedOneMessageUpload(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.requireExact(t, up, data)
+	// One completion, one time: the acknowledgement's, the repeat's and GetUpload's.
+	for _, got := range []*chunkupv1.Upload{first.Completed, again.Completed} {
+		if !proto.Equal(got.CompleteTime, up.CompleteTime) || !proto.Equal(got.UpdateTime, up.UpdateTime) {
+			t.Errorf("acknowledged complete_time %v, update_time %v; GetUpload says %v, %v",
+				got.CompleteTime.AsTime(), got.UpdateTime.AsTime(), up.CompleteTime.AsTime(), up.UpdateTime.AsTime())
+		}
+	}
 }
 
 // TestStreamAfterCreateCarriesOnlyItsUpload: a stream that created an upload refuses a
@@ -230,6 +237,19 @@ func TestClientNodeIDConflict(t *testing.T) {
 			}
 		})
 	}
+	// Without a key, the server makes one from the name: the field that differs is the
+	// name the client sent, not the key the server made from it.
+	t.Run("name, without a key", func(t *testing.T) {
+		req := &chunkupv1.CreateUploadRequest{ClientNodeId: "node-2", Name: "x.bin", ExpectedSize: proto.Int64(100)}
+		if _, err := api.CreateUpload(ctx(t), req); err != nil {
+			t.Fatal(err)
+		}
+		req.Name = "y.bin"
+		_, err := api.CreateUpload(ctx(t), req)
+		if status.Code(err) != codes.AlreadyExists || !strings.Contains(status.Convert(err).Message(), "another name") {
+			t.Fatalf("create with another name: %v, want ALREADY_EXISTS naming the name", err)
+		}
+	})
 }
 
 // TestResumeCannotMixInputs resumes uploads with inputs other than theirs: the result

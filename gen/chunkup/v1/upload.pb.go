@@ -527,8 +527,8 @@ type CreateUploadRequest struct {
 	// after the upload stored its object returns the upload, not ALREADY_EXISTS.
 	IfAbsent bool `protobuf:"varint,8,opt,name=if_absent,json=ifAbsent,proto3" json:"if_absent,omitempty"`
 	// The document's identity: a UUID in its canonical textual form (e.g. the id a
-	// connector gives the file), stored in lowercase. Empty: the server generates a
-	// UUIDv4. It names the document in events (UploadCompleted.node_id) and may name it in
+	// connector gives the file), stored in lowercase; not the nil UUID (all zeros), which
+	// names no document. Empty: the server generates a UUIDv4. It names the document in events (UploadCompleted.node_id) and may name it in
 	// DocumentService calls and the verification webhook instead of the upload id. Several
 	// uploads may carry one node_id (versions of one document): it then names the latest.
 	NodeId string `protobuf:"bytes,10,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
