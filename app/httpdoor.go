@@ -25,9 +25,11 @@ type HTTPDoorConfig struct {
 	// Off turns the door off. Zero means on.
 	Off bool
 	// Door configures the protocol layer: prefix (zero: /files/), public URL, CORS,
-	// buffers and timeouts. Its zero MaxSize means Server.MaxUploadSize (none announced
-	// when that is zero too: the service's own limit still applies); its Authenticate
-	// and Logger are the App's (the same credentials as gRPC), so leave them nil.
+	// buffers and timeouts. Its zero MaxSize means the upload service's limit
+	// (Server.MaxUploadSize, or when that is zero S3's 10,000 parts of
+	// Server.MaxChunkSize), and a larger one is lowered to it, so that the door announces
+	// what the service enforces; its Authenticate and Logger are the App's (the same
+	// credentials as gRPC), so leave them nil.
 	Door httpdoor.Config
 	// Page serves the upload page (httpdoor.Page) at "/", beside /healthz, /readyz and
 	// /metrics. Zero means no page; chunkup dev turns it on.
@@ -58,8 +60,11 @@ func (a *App) setupDoor(mux *http.ServeMux, guard server.Guard) (err error) {
 		return err
 	}
 	dc := cfg.Door
-	if dc.MaxSize == 0 {
-		dc.MaxSize = a.cfg.Server.MaxUploadSize
+	// The service always has a limit (S3's part count bounds it when --max-upload-size
+	// does not): announce it (Tus-Max-Size, Upload-Limit: max-size), so that a client
+	// learns it before it sends anything rather than from a 413.
+	if limit := a.api.UploadLimit(); dc.MaxSize == 0 || dc.MaxSize > limit {
+		dc.MaxSize = limit
 	}
 	dc.Logger = a.log.With("role", "httpdoor")
 	limiter := guard.RateLimiter()

@@ -107,7 +107,7 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 		}
 		if a.last && job.reprCRC != nil {
 			if whole := crc.Combine(res.crc, a.crc, int64(len(a.data))); whole != *job.reprCRC {
-				return &checksumError{Field: "Repr-Digest", Algorithm: "crc32c"}
+				return &reprDigestError{Offset: res.offset}
 			}
 		}
 		if err := h.core.Stage(ctx, job.id, a.n, a.data, a.crc, a.last); err != nil {

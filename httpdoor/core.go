@@ -93,7 +93,7 @@ const (
 )
 
 // Ended reports whether the upload can take no more data and was not completed: the
-// door answers 410 Gone for it.
+// door answers 410 Gone to HEAD and PATCH for it (GET still shows its state and reason).
 func (s State) Ended() bool {
 	return s == StateFailed || s == StateAborted || s == StateExpired
 }

@@ -454,14 +454,20 @@ func TestConcurrentAppend(t *testing.T) {
 			}()
 			<-body.sent
 			// The client has sent the first bytes; the server may not have the request yet.
-			waitFor(t, "the first PATCH to hold the lock", func() bool { return e.core.locked(id) })
+			waitFor(t, "the first PATCH to stage chunk 1", func() bool { return e.core.locked(id) && e.core.stageCount() == 1 })
 			second := e.do("PATCH", "/files/"+id, bytes.NewReader(data), append([]string{"Upload-Offset", "0"}, tc.kv...)...)
+			// The first request goes on before anything is checked, so that a failure
+			// here does not leave it blocked.
+			body.release <- nil
+			r := <-first
 			expectStatus(t, second, tc.want)
 			if second.Header.Get("Retry-After") == "" {
 				t.Fatal("no Retry-After on a locked upload")
 			}
-			body.release <- nil
-			r := <-first
+			// The refusal tells the durable offset, so the client knows where to go on.
+			if got := second.Header.Get("Upload-Offset"); got != strconv.Itoa(C) {
+				t.Fatalf("Upload-Offset %q on a locked upload, want %d", got, C)
+			}
 			if r.StatusCode/100 != 2 || r.offset(t) != int64(len(data)) {
 				t.Fatalf("first PATCH: %d %v %s", r.StatusCode, r.Header, r.body)
 			}

@@ -120,13 +120,22 @@ type request struct {
 	proto   protocol
 	interop int
 	id      string
+	// ctx is the context the core is called with (Config.Authenticate's), nil until the
+	// request is authenticated; fail uses it to look up the offset an error should carry.
+	ctx context.Context
 	// offset is the upload's durable offset, once read (offsetKnown).
 	offset      int64
 	offsetKnown bool
+	// read: the upload was looked up (successfully or not), so fail need not try again.
+	read bool
 	// complete: the upload has all its bytes.
 	complete bool
 	// upload is the upload as read, for Upload-Limit (nil before it is read).
 	upload *Upload
+	// created is the Location of the upload this (creation) request made, once it
+	// exists: every response to the request carries it, errors included, so that the
+	// client can resume or delete the upload instead of leaving it behind.
+	created string
 }
 
 func (rq *request) setOffset(o int64) { rq.offset, rq.offsetKnown = o, true }
@@ -188,6 +197,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		ctx = actx
 	}
+	rq.ctx = ctx
 
 	if id == "" {
 		if method != http.MethodPost {
@@ -263,7 +273,7 @@ func (h *Handler) limit(up *Upload) string {
 		// dropped); min-append-size tells IETF clients so. It does not bind requests
 		// that end the upload.
 		parts = append(parts, "min-append-size="+strconv.FormatInt(up.ChunkSize, 10))
-		if !up.Expires.IsZero() {
+		if !up.Expires.IsZero() && !up.State.Ended() {
 			parts = append(parts, "max-age="+strconv.FormatInt(max(0, int64(time.Until(up.Expires)/time.Second)), 10))
 		}
 	}
@@ -335,11 +345,12 @@ func totalChunks(size, chunkSize int64) uint32 {
 	return uint32((size + chunkSize - 1) / chunkSize)
 }
 
-// load reads an upload for a request and records its offset for the response. An
-// upload that ended is ErrGone, with the reason when it failed.
-func (h *Handler) load(ctx context.Context, rq *request) (Upload, summary, error) {
+// read reads an upload for a request and records its offset for the response,
+// whatever its state.
+func (h *Handler) read(ctx context.Context, rq *request) (Upload, summary, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.CoreTimeout)
 	defer cancel()
+	rq.read = true
 	up, err := h.core.Get(ctx, rq.id)
 	if err != nil {
 		return up, summary{}, err
@@ -348,14 +359,29 @@ func (h *Handler) load(ctx context.Context, rq *request) (Upload, summary, error
 	rq.upload = &up
 	rq.setOffset(st.offset)
 	rq.complete = st.complete
-	if up.State.Ended() {
-		msg := fmt.Sprintf("upload %s is %s", rq.id, up.State)
-		if up.Reason != "" {
-			msg += ": " + up.Reason
-		}
-		return up, st, fmt.Errorf("%w: %s; create a new upload", ErrGone, msg)
-	}
 	return up, st, nil
+}
+
+// load reads an upload that is to take a request (read). An upload that ended is
+// ErrGone, with the reason when it failed.
+func (h *Handler) load(ctx context.Context, rq *request) (Upload, summary, error) {
+	up, st, err := h.read(ctx, rq)
+	if err == nil {
+		err = ended(up)
+	}
+	return up, st, err
+}
+
+// ended is ErrGone for an upload that ended, with the reason when it failed.
+func ended(up Upload) error {
+	if !up.State.Ended() {
+		return nil
+	}
+	msg := fmt.Sprintf("upload %s is %s", up.ID, up.State)
+	if up.Reason != "" {
+		msg += ": " + up.Reason
+	}
+	return fmt.Errorf("%w: %s; create a new upload", ErrGone, msg)
 }
 
 // progressHeaders sets the headers that describe an upload's progress, for HEAD, GET
@@ -370,7 +396,7 @@ func (h *Handler) progressHeaders(w http.ResponseWriter, rq *request, up Upload,
 		} else {
 			hd.Set("Upload-Defer-Length", "1")
 		}
-		if !up.Expires.IsZero() && !st.complete {
+		if !up.Expires.IsZero() && !st.complete && !up.State.Ended() {
 			hd.Set("Upload-Expires", up.Expires.UTC().Format(http.TimeFormat))
 		}
 	} else {
@@ -386,9 +412,14 @@ func (h *Handler) progressHeaders(w http.ResponseWriter, rq *request, up Upload,
 }
 
 // head answers offset retrieval (HEAD) and, for GET, the upload's state as JSON (which
-// neither protocol defines; the upload page polls it).
+// neither protocol defines; the upload page polls it). HEAD of an upload that ended is
+// 410, as both protocols want; GET shows it as any other, 200 with its state and the
+// reason it failed, which is what the page polls for.
 func (h *Handler) head(ctx context.Context, w http.ResponseWriter, r *http.Request, rq *request, get bool) {
-	up, st, err := h.load(ctx, rq)
+	up, st, err := h.read(ctx, rq)
+	if err == nil && !get {
+		err = ended(up)
+	}
 	if err != nil {
 		h.fail(w, r, rq, err)
 		return

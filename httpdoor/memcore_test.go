@@ -261,3 +261,30 @@ func (c *memCore) stageCount() int {
 	defer c.mu.Unlock()
 	return c.stages
 }
+
+// count is the number of uploads ever created.
+func (c *memCore) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.ups)
+}
+
+// only returns the id of the one upload created, or "" when there is not exactly one.
+func (c *memCore) only() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.ups) != 1 {
+		return ""
+	}
+	for id := range c.ups {
+		return id
+	}
+	return ""
+}
+
+// end ends an upload as chunkup would (a failure, an expiry), with a reason.
+func (c *memCore) end(id string, state State, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ups[id].up.State, c.ups[id].up.Reason = state, reason
+}

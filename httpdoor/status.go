@@ -1,11 +1,13 @@
 package httpdoor
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // Errors of the protocol layer itself, beside the Core's sentinels.
@@ -38,12 +40,25 @@ func (e *offsetError) Error() string {
 	return fmt.Sprintf("Upload-Offset %d does not match the upload's offset %d: send from %d (a HEAD request tells the offset)", e.Provided, e.Expected, e.Expected)
 }
 
-// checksumError: the body's checksum did not match; nothing was staged. 460 for tus's
-// Upload-Checksum, 400 for Content-Digest and Repr-Digest.
+// checksumError: the body's checksum did not match; none of it was staged (a
+// checksummed body is held until it is verified). 460 for tus's Upload-Checksum, 400
+// for Content-Digest.
 type checksumError struct{ Field, Algorithm string }
 
 func (e *checksumError) Error() string {
-	return fmt.Sprintf("the request body does not match its %s (%s); nothing was stored, send it again", e.Field, e.Algorithm)
+	return fmt.Sprintf("the request body does not match its %s (%s); none of its bytes were stored: send them again", e.Field, e.Algorithm)
+}
+
+// reprDigestError: the upload's bytes do not match the request's Repr-Digest. It is
+// checked before the last chunk is staged, so that chunk is not, but the request's whole
+// chunks before it are (a digest of the whole upload cannot be checked sooner): Offset
+// is the upload's durable offset after them. 400.
+type reprDigestError struct{ Offset int64 }
+
+func (e *reprDigestError) Error() string {
+	return fmt.Sprintf("the upload's bytes do not match the request's Repr-Digest (crc32c), so its last chunk was not stored; "+
+		"the whole chunks before it are, up to offset %d: send the rest from offset %d with a correct Repr-Digest "+
+		"(if the bytes before are wrong too, DELETE the upload and start again)", e.Offset, e.Offset)
 }
 
 // methodError: a method the URL does not serve. 405 with Allow.
@@ -84,6 +99,8 @@ func statusOf(p protocol, err error) int {
 		if sum.Field == "Upload-Checksum" {
 			return 460 // tus checksum extension: Checksum Mismatch
 		}
+		return http.StatusBadRequest
+	case errors.As(err, new(*reprDigestError)):
 		return http.StatusBadRequest
 	case errors.As(err, &me):
 		return http.StatusMethodNotAllowed
@@ -128,10 +145,17 @@ type problem struct {
 	ProvidedOffset *int64 `json:"provided-offset,omitempty"`
 }
 
+// lookupTimeout bounds the lookup of an upload's offset for an error response: the
+// error is the answer, the offset only helps, so a slow store does not hold it back
+// for long.
+const lookupTimeout = 5 * time.Second
+
 // fail answers a request with err. The response carries what the client needs to go
-// on: the upload's durable offset when it is known (st.offsetKnown), Retry-After on
-// refusals worth retrying, Allow, Tus-Version, WWW-Authenticate. tus gets a text body,
-// the IETF protocol problem+json; HEAD gets no body.
+// on: the upload's durable offset when the request concerns an upload that exists
+// (looked up here if the request failed before reading it), the Location of an upload
+// the request created, Retry-After on refusals worth retrying, Allow, Tus-Version,
+// WWW-Authenticate. tus gets a text body, the IETF protocol problem+json; HEAD gets no
+// body.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rq *request, err error) {
 	code := statusOf(rq.proto, err)
 	msg := err.Error()
@@ -140,7 +164,6 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rq *request, err 
 		msg = "internal error; retry later"
 	}
 	hd := w.Header()
-	hd.Del("Location") // a 104 may have set it; an error is no resource of its own
 	var (
 		off *offsetError
 		me  *methodError
@@ -148,6 +171,21 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rq *request, err 
 	)
 	if errors.As(err, &off) {
 		rq.setOffset(off.Expected)
+	}
+	// Only an authenticated request (rq.ctx) about an upload that may exist is worth a
+	// lookup; one that failed to read it already (404 included) is not.
+	if !rq.offsetKnown && !rq.read && rq.id != "" && rq.ctx != nil && !errors.Is(err, ErrNotFound) && !errors.As(err, &me) {
+		ctx, cancel := context.WithTimeout(rq.ctx, min(lookupTimeout, h.cfg.CoreTimeout))
+		_, _, _ = h.read(ctx, rq) // on an error the response goes without the offset
+		cancel()
+	}
+	if rq.created != "" {
+		// The upload exists, whatever went wrong after: without its URL the client
+		// could neither resume nor delete it, and would create another.
+		hd.Set("Location", rq.created)
+		msg += fmt.Sprintf(". This request created the upload at %s (offset %d): continue there with PATCH from Upload-Offset, or DELETE it; do not create it again", rq.created, rq.offset)
+	} else {
+		hd.Del("Location") // a 104 may have set it; an error is no resource of its own
 	}
 	if rq.offsetKnown {
 		hd.Set("Upload-Offset", strconv.FormatInt(rq.offset, 10))

@@ -172,6 +172,22 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if rq.proto == protoIETF {
 		hd.data = true
 	}
+	// What the body's length already rules out is refused before the upload exists: a
+	// failure after its creation leaves an upload the client has to resume or delete.
+	if cl := r.ContentLength; hd.data && cl >= 0 {
+		switch {
+		case hd.length >= 0 && cl > hd.length:
+			err := fmt.Errorf("%w: the request body has %d bytes, more than the upload's length of %d; no upload was created: send at most Upload-Length bytes", ErrTooLarge, cl, hd.length)
+			if rq.proto == protoIETF {
+				err = fmt.Errorf("%w: the request body has %d bytes, more than Upload-Length %d; no upload was created: send at most Upload-Length bytes", errLength, cl, hd.length)
+			}
+			h.fail(w, r, rq, err)
+			return
+		case len(hd.checks) > 0 && cl > h.cfg.MaxChecksumBody:
+			h.fail(w, r, rq, fmt.Errorf("%w: a request body with a checksum is held in memory until it is verified, so it may have at most %d bytes; this one has %d (no upload was created)", ErrTooLarge, h.cfg.MaxChecksumBody, cl))
+			return
+		}
+	}
 	cctx, cancel := context.WithTimeout(ctx, h.cfg.CoreTimeout)
 	up, err := h.core.Create(cctx, CreateRequest{Size: hd.length, Name: hd.name, ContentType: hd.ctype, Metadata: hd.meta})
 	cancel()
@@ -179,9 +195,9 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 		h.fail(w, r, rq, err)
 		return
 	}
-	rq.id, rq.upload = up.ID, &up
-	rq.setOffset(0)
 	loc := h.location(up.ID)
+	rq.id, rq.upload, rq.created = up.ID, &up, loc
+	rq.setOffset(0)
 	res := appendResult{size: up.Size}
 	if rq.proto == protoIETF && r.ContentLength == 0 && !hd.ends && up.Size != 0 {
 		hd.data = false // careful creation: the client only wants the URL

@@ -8,7 +8,8 @@ import (
 
 // doorFlags defines serve's flags for the HTTP door (tus and the IETF resumable-upload
 // draft on --http-addr) and returns what applies them to a configuration. The largest
-// upload it announces is --max-upload-size's.
+// upload it announces is the one the server enforces: --max-upload-size, or 10,000
+// chunks of --max-chunk-size when that is 0.
 func doorFlags(fs *flagSet) func(*app.Config) {
 	prefix := fs.String("http-prefix", "CHUNKUP_HTTP_PREFIX", "/files/", "path of HTTP uploads (tus 1.0, IETF resumable uploads) on --http-addr; off disables them")
 	publicURL := fs.String("http-public-url", "CHUNKUP_HTTP_PUBLIC_URL", "", "scheme://host[:port] clients reach --http-addr at, for absolute Location headers (empty: relative ones)")

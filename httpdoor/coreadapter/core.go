@@ -249,7 +249,8 @@ func (c *Core) Lock(ctx context.Context, id string) (context.Context, func(), er
 	if err != nil || !ok {
 		release()
 		if err == nil {
-			return nil, nil, fmt.Errorf("%w: upload %s: another request is appending to it; retry when it is done", httpdoor.ErrLocked, id)
+			// The sentinel says what is wrong; this adds only which upload and what to do.
+			return nil, nil, fmt.Errorf("%w (upload %s); retry when it is done", httpdoor.ErrLocked, id)
 		}
 		return nil, nil, c.mapErr(id, err)
 	}

@@ -3,6 +3,7 @@ package coreadapter_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -267,6 +268,9 @@ func TestLock(t *testing.T) {
 	}
 	if _, _, err := e.core.Lock(ctx, up.ID); !errors.Is(err, httpdoor.ErrLocked) {
 		t.Fatalf("a second lock: %v, want ErrLocked", err)
+	} else if msg := err.Error(); strings.Count(msg, "another request") != 1 || !strings.Contains(msg, "retry") {
+		// The client reads this message: it says once what is wrong, and what to do.
+		t.Fatalf("a second lock: %q, want the conflict said once and what to do", msg)
 	}
 
 	// The holder stalls: its lease runs out in Redis, and another request gets the lock.

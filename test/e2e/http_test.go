@@ -247,6 +247,31 @@ func TestHTTPCredentials(t *testing.T) {
 	expectHTTP(t, acme.do("HEAD", path, nil, "Tus-Resumable", "1.0.0"), http.StatusOK)
 }
 
+// TestHTTPDefaultMaxSize: without --max-upload-size the service still has a limit (S3's
+// 10,000 parts of --max-chunk-size), and the door announces it as it enforces it, so
+// that a client can tell before it sends anything.
+func TestHTTPDefaultMaxSize(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	a := e.start(t, cfg)
+	d := doorOf(t, a.HTTPAddr())
+	limit := int64(server.MaxParts) * 64 * MiB // 10,000 parts of the default --max-chunk-size
+	want := strconv.FormatInt(limit, 10)
+
+	r := d.do("OPTIONS", "/files/", nil)
+	expectHTTP(t, r, http.StatusOK)
+	if got := r.Header.Get("Tus-Max-Size"); got != want {
+		t.Fatalf("Tus-Max-Size %q, want %s", got, want)
+	}
+	if got := r.Header.Get("Upload-Limit"); !strings.Contains(got, "max-size="+want) {
+		t.Fatalf("Upload-Limit %q, want max-size=%s", got, want)
+	}
+	// What is announced is what is taken.
+	path := d.create(int(limit))
+	expectHTTP(t, d.do("DELETE", path, nil, "Tus-Resumable", "1.0.0"), http.StatusNoContent)
+	expectHTTP(t, d.do("POST", "/files/", nil, "Tus-Resumable", "1.0.0", "Upload-Length", strconv.FormatInt(limit+1, 10)), http.StatusRequestEntityTooLarge)
+}
+
 // TestHTTPReplicas: two `chunkup serve` replicas, no affinity. tus-js-client begins
 // an upload on one and is killed in the middle of it; a new run resumes it on the
 // other, with tus, or with the IETF protocol. Both objects are exact.
@@ -378,14 +403,16 @@ func TestHTTPConcurrentAppends(t *testing.T) {
 		first, pw := appendInFlight(t, da, db, path, data)
 		r := db.do("PATCH", path, bytes.NewReader(data[chunk:]), "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", strconv.Itoa(chunk))
 		expectHTTP(t, r, http.StatusLocked)
-		if r.Header.Get("Retry-After") == "" {
-			t.Fatal("423 without Retry-After")
+		// The refusal says when to come back and from where.
+		if r.Header.Get("Retry-After") == "" || r.Header.Get("Upload-Offset") != strconv.Itoa(chunk) {
+			t.Fatalf("423: %v, want Retry-After and Upload-Offset %d", r.Header, chunk)
 		}
 		r = db.do("PATCH", path, bytes.NewReader(data[chunk:]), "Upload-Draft-Interop-Version", "8", "Upload-Complete", "?1",
 			"Content-Type", "application/partial-upload", "Upload-Offset", strconv.Itoa(chunk))
 		expectHTTP(t, r, http.StatusConflict)
-		if r.Header.Get("Retry-After") == "" || r.Header.Get("Content-Type") != "application/problem+json" {
-			t.Fatalf("IETF refusal: %v", r.Header)
+		if r.Header.Get("Retry-After") == "" || r.Header.Get("Content-Type") != "application/problem+json" ||
+			r.Header.Get("Upload-Offset") != strconv.Itoa(chunk) || r.Header.Get("Upload-Complete") != "?0" {
+			t.Fatalf("IETF refusal: %v, want Retry-After, problem+json, Upload-Offset %d and Upload-Complete ?0", r.Header, chunk)
 		}
 		if _, err := pw.Write(data[chunk+10:]); err != nil {
 			t.Fatal(err)
