@@ -8,6 +8,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,6 +85,10 @@ type Config struct {
 	Auth server.AuthConfig
 	// TLS secures gRPC (and with a client CA, requires client certificates).
 	TLS server.TLSConfig
+	// HTTPTLS serves HTTPAddr over TLS (HTTP/1.1): the HTTP uploads, the upload page,
+	// /healthz, /readyz and /metrics alike. With a client CA it requires client
+	// certificates. Zero: plain HTTP.
+	HTTPTLS server.TLSConfig
 	// RatePerTenant limits each tenant's calls per second (zero: no limit), with bursts
 	// of RateBurst (zero: twice the rate).
 	RatePerTenant float64
@@ -132,7 +137,7 @@ func (c *Config) Validate() error {
 	if c.RatePerTenant < 0 || c.RateBurst < 0 {
 		return errors.New("rate limits must not be negative")
 	}
-	return errors.Join(c.S3.Validate(), c.Auth.Validate(), c.TLS.Validate(), c.Documents.Validate(), c.Staging.Validate(), srv.Validate(), c.Worker.Validate(),
+	return errors.Join(c.S3.Validate(), c.Auth.Validate(), c.TLS.Validate(), wrapf("http %w", c.HTTPTLS.Validate()), c.Documents.Validate(), c.Staging.Validate(), srv.Validate(), c.Worker.Validate(),
 		c.Completer.Validate(), c.Publisher.Validate(), c.Expirer.Validate(), c.OCR.validate(), c.HTTPDoor.Validate())
 }
 
@@ -367,6 +372,16 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 			return nil, fmt.Errorf("http listen: %w", err)
 		}
+		if cfg.HTTPTLS.Enabled() {
+			tc, err := cfg.HTTPTLS.Config()
+			if err != nil {
+				return nil, fmt.Errorf("http %w", err)
+			}
+			// HTTP/1.1 only: the door is written and tested for it (its 104 responses,
+			// its body handling); a proxy in front may speak HTTP/2 to clients.
+			tc.NextProtos = []string{"http/1.1"}
+			a.httpLis = tls.NewListener(a.httpLis, tc)
+		}
 		mux := a.withWebhook(server.NewHTTPHandler(map[string]server.Pinger{
 			"redis": func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() },
 		}))
@@ -570,4 +585,12 @@ func redisTooOld(info string) (version string, old bool) {
 		}
 	}
 	return "", false
+}
+
+// wrapf is fmt.Errorf(format, err), or nil when err is nil.
+func wrapf(format string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf(format, err)
 }

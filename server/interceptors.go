@@ -79,6 +79,15 @@ func (c TLSConfig) Validate() error {
 
 // ServerOption returns the gRPC transport credentials for c.
 func (c TLSConfig) ServerOption() (grpc.ServerOption, error) {
+	cfg, err := c.Config()
+	if err != nil {
+		return nil, err
+	}
+	return grpc.Creds(credentials.NewTLS(cfg)), nil
+}
+
+// Config returns the server's TLS configuration for c (TLS 1.2 or later).
+func (c TLSConfig) Config() (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("tls: %w", err)
@@ -95,5 +104,5 @@ func (c TLSConfig) ServerOption() (grpc.ServerOption, error) {
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
-	return grpc.Creds(credentials.NewTLS(cfg)), nil
+	return cfg, nil
 }

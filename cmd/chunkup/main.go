@@ -212,6 +212,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	tlsCert := fs.String("tls-cert", "CHUNKUP_TLS_CERT", "", "serve gRPC over TLS with this certificate (PEM)")
 	tlsKey := fs.String("tls-key", "CHUNKUP_TLS_KEY", "", "the certificate's key (PEM)")
 	tlsClientCA := fs.String("tls-client-ca", "CHUNKUP_TLS_CLIENT_CA", "", "require client certificates from this CA (mutual TLS)")
+	httpTLSCert := fs.String("http-tls-cert", "CHUNKUP_HTTP_TLS_CERT", "", "serve --http-addr over TLS (HTTPS, HTTP/1.1) with this certificate (PEM): HTTP uploads, the page, /healthz, /readyz, /metrics")
+	httpTLSKey := fs.String("http-tls-key", "CHUNKUP_HTTP_TLS_KEY", "", "the HTTPS certificate's key (PEM)")
+	httpTLSClientCA := fs.String("http-tls-client-ca", "CHUNKUP_HTTP_TLS_CLIENT_CA", "", "require HTTPS client certificates from this CA (mutual TLS)")
 	maxUpload := fs.Size("max-upload-size", "CHUNKUP_MAX_UPLOAD_SIZE", 0, "largest upload accepted (0: 10,000 chunks of --max-chunk-size)")
 	maxStreams := fs.Int("max-streams-per-tenant", "CHUNKUP_MAX_STREAMS_PER_TENANT", server.DefaultMaxStreamsPerTenant, "upload streams one tenant may have open on this process (negative: no limit)")
 	maxWatches := fs.Int("max-watches-per-tenant", "CHUNKUP_MAX_WATCHES_PER_TENANT", 1000, "WatchUpload and WatchDocument streams one tenant may have open on this process (-1: no limit)")
@@ -243,6 +246,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	cfg = app.Config{
 		Auth: authCfg, TLS: server.TLSConfig{CertFile: *tlsCert, KeyFile: *tlsKey, ClientCAFile: *tlsClientCA},
+		HTTPTLS:       server.TLSConfig{CertFile: *httpTLSCert, KeyFile: *httpTLSKey, ClientCAFile: *httpTLSClientCA},
 		RatePerTenant: rate, RateBurst: *rateBurst,
 		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, RedisURL: *redisURL, Bucket: *bucket,
 		S3: s3store.Config{Endpoint: *s3Endpoint, Region: *s3Region, MaxAttempts: *s3Attempts, NoChecksums: !*s3Checksums,

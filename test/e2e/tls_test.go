@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -10,8 +11,11 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
+	"path"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -100,4 +104,76 @@ func TestMutualTLS(t *testing.T) {
 	if _, err := plain.Get(ctx(t), up.UploadId); status.Code(err) != codes.Unavailable {
 		t.Fatalf("plaintext client: %v, want it refused", err)
 	}
+}
+
+// TestHTTPOverTLS serves the HTTP address over TLS (--http-tls-cert): a tus upload over
+// HTTPS stores the exact bytes, health answers over HTTPS, HTTP/1.1 is spoken even to a
+// client that offers HTTP/2, a plain-HTTP request gets nowhere, and with a client CA a
+// client without a certificate is refused.
+func TestHTTPOverTLS(t *testing.T) {
+	e := newEnv(t)
+	pki := newPKI(t)
+	cfg := e.config()
+	cfg.HTTPTLS = server.TLSConfig{CertFile: pki.serverCert, KeyFile: pki.serverKey}
+	a := e.start(t, cfg)
+	https := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool}, ForceAttemptHTTP2: true}}
+	base := "https://" + a.HTTPAddr()
+
+	resp, err := https.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Proto != "HTTP/1.1" {
+		t.Fatalf("GET /healthz over HTTPS: %s %s, want 200 over HTTP/1.1", resp.Proto, resp.Status)
+	}
+
+	data := randomBytes(3000, 91)
+	req, err := http.NewRequestWithContext(ctx(t), http.MethodPost, base+"/files/", bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Tus-Resumable", "1.0.0")
+	req.Header.Set("Upload-Length", strconv.Itoa(len(data)))
+	req.Header.Set("Content-Type", "application/offset+octet-stream")
+	resp, err = https.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusCreated || resp.Header.Get("Upload-Offset") != strconv.Itoa(len(data)) || loc == "" {
+		t.Fatalf("tus creation with upload over HTTPS: %s, Location %q, Upload-Offset %q", resp.Status, loc, resp.Header.Get("Upload-Offset"))
+	}
+	up, err := e.client(t, a).Wait(ctx(t), path.Base(loc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.requireExact(t, up, data)
+
+	if resp, err := http.Get("http://" + a.HTTPAddr() + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Fatalf("plain HTTP to the HTTPS address: %s, want it refused", resp.Status)
+		}
+	}
+
+	t.Run("client certificates required", func(t *testing.T) {
+		cfg := e.config("api")
+		cfg.HTTPTLS = server.TLSConfig{CertFile: pki.serverCert, KeyFile: pki.serverKey, ClientCAFile: pki.caFile}
+		m := e.start(t, cfg)
+		with := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool, Certificates: []tls.Certificate{pki.client}}}}
+		resp, err := with.Get("https://" + m.HTTPAddr() + "/healthz")
+		if err != nil {
+			t.Fatalf("with a client certificate: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("with a client certificate: %s", resp.Status)
+		}
+		if resp, err := https.Get("https://" + m.HTTPAddr() + "/healthz"); err == nil {
+			resp.Body.Close()
+			t.Fatalf("without a client certificate: %s, want the handshake refused", resp.Status)
+		}
+	})
 }
