@@ -19,6 +19,10 @@ import (
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 )
 
+// MaxHeaderListSize is the most request metadata (HTTP/2 header list, as HPACK counts
+// it) a call may carry; a call with more is refused before it reaches chunkup.
+const MaxHeaderListSize = 64 << 10
+
 // codeToLevel is the level a finished call is logged at: the middleware's default, but
 // DATA_LOSS, which chunkup answers only to a chunk whose bytes do not match the checksum
 // its client sent (the client's bytes were damaged on the way, nothing of the server's
@@ -48,6 +52,11 @@ func NewGRPCServer(svc *UploadService, logger *slog.Logger, extra ...grpc.Server
 		// chunk of the largest size an upload may have is accepted (see memoryGate).
 		grpc.MaxRecvMsgSize(svc.cfg.MaxMessageSize()),
 		grpc.ForceServerCodecV2(newChunkCodec()),
+		// Request metadata stays in memory for the whole call, and gRPC accepts 16 MiB of
+		// it by default: a few held streams (watches, reads, idle uploads) with large
+		// headers would escape every other bound (docs/limits.md). Credentials and
+		// correlation ids need a few KiB.
+		grpc.MaxHeaderListSize(MaxHeaderListSize),
 		// Fixed flow-control windows (which turns off gRPC's BDP estimation, whose
 		// windows grow to 16 MiB per stream): what a stream that is not being read can
 		// hold is then its window, so the streams a client keeps waiting under the

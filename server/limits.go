@@ -26,10 +26,15 @@ func (e *BudgetError) Error() string {
 type MemoryError struct {
 	Limit  int64
 	Waited time.Duration
+	// Tenant: the limit was the tenant's share (--max-receive-memory-per-tenant).
+	Tenant bool
 }
 
 func (e *MemoryError) Error() string {
-	return fmt.Sprintf("this server holds its limit of %d bytes of chunks being received (--max-receive-memory) and had no room for this stream's next chunk within %s; retry later", e.Limit, e.Waited)
+	if e.Tenant {
+		return fmt.Sprintf("this tenant's streams hold its share of %d bytes reserved for chunks being received or awaited (--max-receive-memory-per-tenant; a stream waiting for its next message reserves the largest one) and there was no room for this stream's next chunk within %s; close idle streams, or retry later", e.Limit, e.Waited)
+	}
+	return fmt.Sprintf("this server holds its limit of %d bytes reserved for chunks being received or awaited (--max-receive-memory; a stream waiting for its next message reserves the largest one) and had no room for this stream's next chunk within %s; retry later", e.Limit, e.Waited)
 }
 
 // LimitError is a per-tenant limit that was reached.
@@ -200,28 +205,35 @@ func (g *budgetGate) settle(reserved, staged int64) {
 // stream that cannot reserve within maxWait fails with RESOURCE_EXHAUSTED and retry
 // advice; meanwhile it does not read, so flow control holds its client back.
 type memoryGate struct {
-	limit   int64
-	maxWait time.Duration
+	limit int64
+	// perTenant caps one tenant's reservations (0: only limit does), so that one
+	// tenant's waiting streams cannot lock the others out.
+	perTenant int64
+	maxWait   time.Duration
 
-	mu      sync.Mutex
-	held    int64
-	changed chan struct{} // closed and replaced when held goes down
+	mu       sync.Mutex
+	held     int64
+	byTenant map[string]int64
+	changed  chan struct{} // closed and replaced when held goes down
 }
 
-func newMemoryGate(limit int64, maxWait time.Duration) *memoryGate {
-	return &memoryGate{limit: limit, maxWait: maxWait, changed: make(chan struct{})}
+func newMemoryGate(limit, perTenant int64, maxWait time.Duration) *memoryGate {
+	return &memoryGate{limit: limit, perTenant: perTenant, maxWait: maxWait, byTenant: map[string]int64{}, changed: make(chan struct{})}
 }
 
-// reserve waits until n more bytes fit under the limit, and reserves them. A
-// reservation is granted when nothing is held, so that one larger than the limit
-// cannot wait for ever.
-func (g *memoryGate) reserve(ctx context.Context, n int64) error {
+// reserve waits until n more bytes fit under the limit and under tenant's share, and
+// reserves them. A reservation is granted when nothing is held (by anyone, or by the
+// tenant for its share), so that one larger than a limit cannot wait for ever.
+func (g *memoryGate) reserve(ctx context.Context, tenant string, n int64) error {
 	timer := time.NewTimer(g.maxWait)
 	defer timer.Stop()
 	for {
 		g.mu.Lock()
-		if g.held+n <= g.limit || g.held == 0 {
+		t := g.byTenant[tenant]
+		share := g.perTenant <= 0 || t+n <= g.perTenant || t == 0
+		if share && (g.held+n <= g.limit || g.held == 0) {
 			g.held += n
+			g.byTenant[tenant] = t + n
 			g.mu.Unlock()
 			return nil
 		}
@@ -231,19 +243,27 @@ func (g *memoryGate) reserve(ctx context.Context, n int64) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-timer.C:
+			if !share {
+				return &MemoryError{Limit: g.perTenant, Waited: g.maxWait, Tenant: true}
+			}
 			return &MemoryError{Limit: g.limit, Waited: g.maxWait}
 		case <-ch:
 		}
 	}
 }
 
-// release gives back n reserved bytes.
-func (g *memoryGate) release(n int64) {
+// release gives back n bytes tenant reserved.
+func (g *memoryGate) release(tenant string, n int64) {
 	if n == 0 {
 		return
 	}
 	g.mu.Lock()
 	g.held -= n
+	if t := g.byTenant[tenant] - n; t > 0 {
+		g.byTenant[tenant] = t
+	} else {
+		delete(g.byTenant, tenant)
+	}
 	close(g.changed)
 	g.changed = make(chan struct{})
 	g.mu.Unlock()

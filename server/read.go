@@ -46,6 +46,11 @@ func (s *UploadService) ReadObject(req *chunkupv1.ReadObjectRequest, stream chun
 	if s.objects == nil {
 		return toStatus("", errors.New("this server cannot read objects: it runs without S3"))
 	}
+	release, err := s.reads.acquire(TenantFrom(ctx))
+	if err != nil {
+		return toStatus("", err)
+	}
+	defer release()
 	first, bucket, key, err := s.locate(ctx, req)
 	if err != nil {
 		return toStatus(req.UploadId, err)

@@ -85,6 +85,10 @@ type Config struct {
 	// MaxWatchesPerTenant caps the WatchUpload streams one tenant has open on this
 	// process. Zero means 1,000; -1 means no cap.
 	MaxWatchesPerTenant int
+	// MaxReadsPerTenant caps the ReadObject streams one tenant has open on this process:
+	// each holds a message of up to 1 MiB, its read buffer and an S3 connection for as
+	// long as its client takes to read. Zero means 16; -1 means no cap.
+	MaxReadsPerTenant int
 	// MaxStreamsPerTenant caps the upload streams one tenant has open on this process;
 	// past it a stream is refused with RESOURCE_EXHAUSTED. Zero means 64; negative, no
 	// cap.
@@ -103,6 +107,12 @@ type Config struct {
 	// server's memory under any load (docs/limits.md). Zero means 1 GiB; it must hold
 	// at least two of the largest messages.
 	MaxReceiveMemory int64
+	// MaxReceiveMemoryPerTenant caps what one tenant's streams may hold of
+	// MaxReceiveMemory, so that one tenant's streams waiting for messages cannot hold
+	// every reservation and lock the others out. Zero means MaxReceiveMemory less one
+	// largest message (another tenant always finds room to read); negative, no cap
+	// beyond MaxReceiveMemory. A cap must hold at least one largest message.
+	MaxReceiveMemoryPerTenant int64
 	// StreamIdleTimeout closes an upload stream on which no chunk arrived, and none was
 	// being processed, for this long, with DEADLINE_EXCEEDED; the upload stays
 	// resumable. Zero means 2 min; negative, never.
@@ -190,6 +200,7 @@ const (
 const (
 	DefaultMaxStreamsPerTenant = 64
 	DefaultMaxReceiveMemory    = 1 << 30
+	DefaultMaxReadsPerTenant   = 16
 	DefaultStreamIdleTimeout   = 2 * time.Minute
 	// messageFraming is what a message may hold besides a chunk's bytes: its other
 	// fields, and a create request (bounded by ValidateCreate to a few KiB).
@@ -213,6 +224,9 @@ func (c Config) Validate() error {
 	if c.MaxWatchesPerTenant < -1 {
 		return errors.New("server: the watch limit must be -1 (none), 0 (the default) or a positive number")
 	}
+	if c.MaxReadsPerTenant < -1 {
+		return errors.New("server: the read limit must be -1 (none), 0 (the default) or a positive number")
+	}
 	if c.MaxUploadSize < 0 || c.StagedBytesBudget < 0 || c.BudgetWait < 0 || c.MaxReceiveMemory < 0 {
 		return errors.New("server: limits must not be negative")
 	}
@@ -221,6 +235,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxReceiveMemory > 0 && c.MaxReceiveMemory < 2*int64(c.MaxMessageSize()) {
 		return fmt.Errorf("server: the receive memory cap must hold at least two of the largest messages (2 × %d bytes, from --max-chunk-size)", c.MaxMessageSize())
+	}
+	if c.MaxReceiveMemoryPerTenant > 0 && c.MaxReceiveMemoryPerTenant < int64(c.MaxMessageSize()) {
+		return fmt.Errorf("server: the per-tenant receive memory cap must hold at least one of the largest messages (%d bytes, from --max-chunk-size)", c.MaxMessageSize())
 	}
 	switch c.Staging {
 	case "", StagingAdaptive, StagingAlways:
@@ -238,6 +255,9 @@ func (c Config) Validate() error {
 func (c *Config) setDefaults() {
 	if c.MaxWatchesPerTenant == 0 {
 		c.MaxWatchesPerTenant = 1000
+	}
+	if c.MaxReadsPerTenant == 0 {
+		c.MaxReadsPerTenant = DefaultMaxReadsPerTenant
 	}
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = "uploads"
@@ -291,6 +311,7 @@ type UploadService struct {
 	completer Completer
 	streams   *streamCounter
 	watches   *streamCounter
+	reads     *streamCounter
 	budget    *budgetGate
 	memory    *memoryGate
 	draining  chan struct{}
@@ -312,7 +333,8 @@ func NewUploadService(d Deps, cfg Config) (*UploadService, error) {
 	s := &UploadService{cfg: cfg, store: store, progress: d.Progress, ender: d.Ender, local: d.Local, objects: d.Objects, draining: make(chan struct{}),
 		streams: &streamCounter{what: "upload streams", flag: "--max-streams-per-tenant", limit: cfg.MaxStreamsPerTenant, open: map[string]int{}},
 		watches: &streamCounter{what: "watches", flag: "--max-watches-per-tenant", limit: cfg.MaxWatchesPerTenant, open: map[string]int{}},
-		memory:  newMemoryGate(cfg.MaxReceiveMemory, cfg.BudgetWait), completer: d.Completer}
+		reads:   &streamCounter{what: "ReadObject streams", flag: "--max-reads-per-tenant", limit: cfg.MaxReadsPerTenant, open: map[string]int{}},
+		memory:  newMemoryGate(cfg.MaxReceiveMemory, cfg.tenantReceiveMemory(), cfg.BudgetWait), completer: d.Completer}
 	if cfg.KeyTemplate != "" {
 		s.keys, _ = ParseKeyTemplate(cfg.KeyTemplate) // checked by Validate
 	}
@@ -690,4 +712,16 @@ func ts(t time.Time) *timestamppb.Timestamp {
 		return nil
 	}
 	return timestamppb.New(t)
+}
+
+// tenantReceiveMemory is what one tenant's streams may hold of MaxReceiveMemory (see
+// MaxReceiveMemoryPerTenant); 0: no cap of its own.
+func (c Config) tenantReceiveMemory() int64 {
+	switch per := c.MaxReceiveMemoryPerTenant; {
+	case per < 0:
+		return 0
+	case per > 0:
+		return min(per, c.MaxReceiveMemory)
+	}
+	return c.MaxReceiveMemory - int64(c.MaxMessageSize())
 }

@@ -46,7 +46,7 @@ func (s *UploadService) UploadChunk(stream chunkupv1.UploadService_UploadChunkSe
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
 	cs := &chunkStream{s: s, stream: stream, ctx: ctx, cancel: cancel, params: map[string]uploads.Params{},
-		slots: make(chan struct{}, streamInflight)}
+		slots: make(chan struct{}, streamInflight), tenant: TenantFrom(stream.Context())}
 	cs.expect.Store(s.cfg.ChunkSize)
 	cs.touch()
 	return cs.run()
@@ -58,6 +58,7 @@ type chunkStream struct {
 	stream chunkupv1.UploadService_UploadChunkServer
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	tenant string // the caller's, whose share of receive memory the stream uses
 
 	sendMu sync.Mutex
 
@@ -114,7 +115,7 @@ func (cs *chunkStream) send(r *chunkupv1.UploadChunkResponse) error {
 // release gives back what m holds: its memory, and its budget reservation (staged is
 // what staging it cost Redis, 0 when it was not staged there).
 func (cs *chunkStream) release(m message, staged int64) {
-	cs.s.memory.release(m.memory)
+	cs.s.memory.release(cs.tenant, m.memory)
 	cs.s.budget.settle(m.budget, staged)
 }
 
@@ -192,7 +193,7 @@ func (cs *chunkStream) receive(msgs chan<- message, recvErr chan<- error) {
 				return
 			}
 		}
-		if err := s.memory.reserve(cs.ctx, largest); err != nil {
+		if err := s.memory.reserve(cs.ctx, cs.tenant, largest); err != nil {
 			s.budget.settle(want, 0)
 			recvErr <- err
 			return
@@ -201,7 +202,7 @@ func (cs *chunkStream) receive(msgs chan<- message, recvErr chan<- error) {
 		req, err := cs.stream.Recv()
 		cs.waiting.Store(false)
 		if err != nil {
-			s.memory.release(largest)
+			s.memory.release(cs.tenant, largest)
 			s.budget.settle(want, 0)
 			recvErr <- err
 			return
@@ -209,7 +210,7 @@ func (cs *chunkStream) receive(msgs chan<- message, recvErr chan<- error) {
 		cs.touch()
 		size := int64(len(req.Data))
 		m := message{req: req, memory: size + 1<<10, budget: want}
-		s.memory.release(largest - m.memory)
+		s.memory.release(cs.tenant, largest-m.memory)
 		if size > 0 && !req.IsLast {
 			cs.expect.Store(size)
 		}

@@ -145,7 +145,12 @@ func describe(err error) string {
 		}
 		return fmt.Sprintf("%s: %s", s.Code(), s.Message())
 	}
-	return err.Error()
+	var mismatch *client.MismatchError
+	if errors.As(err, &mismatch) {
+		return fmt.Sprintf("the input is not the one in upload %s (%s); nothing was mixed into it: upload it as a new upload (run the command again: an interrupted upload it remembered is forgotten now; without --resume ID)", mismatch.UploadID, mismatch.Reason)
+	}
+	// The SDK's errors say "chunkup:" already; the command's line says it once.
+	return strings.TrimPrefix(err.Error(), "chunkup: ")
 }
 
 func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
@@ -217,8 +222,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	httpTLSClientCA := fs.String("http-tls-client-ca", "CHUNKUP_HTTP_TLS_CLIENT_CA", "", "require HTTPS client certificates from this CA (mutual TLS)")
 	maxUpload := fs.Size("max-upload-size", "CHUNKUP_MAX_UPLOAD_SIZE", 0, "largest upload accepted (0: 10,000 chunks of --max-chunk-size)")
 	maxStreams := fs.Int("max-streams-per-tenant", "CHUNKUP_MAX_STREAMS_PER_TENANT", server.DefaultMaxStreamsPerTenant, "upload streams one tenant may have open on this process (negative: no limit)")
+	maxReads := fs.Int("max-reads-per-tenant", "CHUNKUP_MAX_READS_PER_TENANT", server.DefaultMaxReadsPerTenant, "ReadObject streams one tenant may have open on this process (-1: no limit)")
 	maxWatches := fs.Int("max-watches-per-tenant", "CHUNKUP_MAX_WATCHES_PER_TENANT", 1000, "WatchUpload and WatchDocument streams one tenant may have open on this process (-1: no limit)")
 	maxReceive := fs.Size("max-receive-memory", "CHUNKUP_MAX_RECEIVE_MEMORY", server.DefaultMaxReceiveMemory, "cap on the bytes held in chunk messages being received or processed; a stream waiting for a message counts the largest one (--max-chunk-size + 64KiB)")
+	maxReceiveTenant := fs.Size("max-receive-memory-per-tenant", "CHUNKUP_MAX_RECEIVE_MEMORY_PER_TENANT", 0, "what one tenant's streams may hold of --max-receive-memory, so that its streams waiting for messages cannot lock other tenants out (0: all but one largest message; the same as --max-receive-memory: no cap of its own)")
 	idleTimeout := fs.Duration("stream-idle-timeout", "CHUNKUP_STREAM_IDLE_TIMEOUT", server.DefaultStreamIdleTimeout, "close an upload stream that sent no chunk for this long (DEADLINE_EXCEEDED; the upload stays resumable; negative: never)")
 	stagingMode := fs.String("staging", "CHUNKUP_STAGING", server.StagingAdaptive, "adaptive: write a chunk straight through to S3 when this process's worker has a free slot and S3 keeps pace, else stage it in Redis; always: stage every chunk in Redis")
 	slowPart := fs.Duration("slow-part", "CHUNKUP_SLOW_PART", time.Second, "an 8MiB part upload slower than this (on average; larger parts proportionally) means S3 is behind: chunks are staged in Redis instead of written through")
@@ -274,11 +281,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	cfg.Server.ChunkSize, cfg.Server.MaxChunkSize = *chunkSize, *maxChunk
 	cfg.Server.MaxUploadSize, cfg.Server.MaxStreamsPerTenant, cfg.Server.StagedBytesBudget = *maxUpload, *maxStreams, *budget
-	cfg.Server.MaxWatchesPerTenant = *maxWatches
+	cfg.Server.MaxWatchesPerTenant, cfg.Server.MaxReadsPerTenant = *maxWatches, *maxReads
 	if *maxStreams < 0 {
 		cfg.Server.MaxStreamsPerTenant = -1
 	}
 	cfg.Server.MaxReceiveMemory, cfg.Server.StreamIdleTimeout, cfg.Server.Staging = *maxReceive, *idleTimeout, *stagingMode
+	cfg.Server.MaxReceiveMemoryPerTenant = *maxReceiveTenant
 	cfg.Worker.SlowPart = *slowPart
 	cfg.Worker.Concurrency, cfg.Worker.Lease, cfg.Worker.SweepInterval = *workers, *lease, *sweep
 	cfg.Worker.S3Timeout = *s3Timeout

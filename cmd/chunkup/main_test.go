@@ -123,6 +123,7 @@ func TestUsage(t *testing.T) {
 		{"upload -h: resuming", nil, []string{"upload", "-h"}, exitOK, "", "CHUNKUP_STATE_DIR"},
 		{"upload: -r without DIR", nil, []string{"upload", "-r"}, exitUsage, "", "upload -r needs at least one DIR"},
 		{"upload: a directory without -r", nil, []string{"upload", dir}, exitUsage, "", "is a directory: upload -r"},
+		{"upload: standard input twice", nil, []string{"upload", "-", "-"}, exitUsage, "", "standard input) is named twice"},
 		{"upload: --key with -r", nil, []string{"upload", "-r", "--key", "k", dir}, exitUsage, "", "--key applies to one file only"},
 		{"upload: --key and --prefix", nil, []string{"upload", "--key", "k", "--prefix", "p", fileA}, exitUsage, "", "--key and --prefix"},
 		{"upload: --resume with -r", nil, []string{"upload", "-r", "--resume", "id", dir}, exitUsage, "", "--resume applies to one file only"},
@@ -555,4 +556,14 @@ func TestCommandsAgainstServer(t *testing.T) {
 			t.Fatalf("exit %d, stdout %q, stderr %q; want %d and a message naming the file", code, stdout, stderr, exitFailure)
 		}
 	})
+}
+
+// TestDescribeMismatch: a resume with another input says so once ("chunkup:" is the
+// command's), and what to do.
+func TestDescribeMismatch(t *testing.T) {
+	err := fmt.Errorf("upload: %w", &client.MismatchError{UploadID: "u1", Reason: "chunk 1 differs"})
+	got := describe(err)
+	if strings.Contains(got, "chunkup:") || !strings.Contains(got, "upload u1 (chunk 1 differs)") || !strings.Contains(got, "upload it as a new upload") {
+		t.Errorf("describe(%v) = %q", err, got)
+	}
 }

@@ -164,8 +164,13 @@ func planUploads(args []string, recursive bool, prefix *string, key string, warn
 		treePrefix, filePrefix = p, p
 	}
 	var jobs []uploadJob
+	stdin := false
 	for _, arg := range args {
 		if arg == "-" {
+			if stdin {
+				return nil, usageError{errors.New("- (standard input) is named twice: it can be read only once")}
+			}
+			stdin = true
 			j := uploadJob{path: arg, name: "stdin", key: key, size: -1}
 			if prefix != nil {
 				j.key = filePrefix + "stdin"

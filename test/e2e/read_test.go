@@ -194,3 +194,59 @@ func TestReadObject(t *testing.T) {
 		})
 	}
 }
+
+// TestReadLimit: a tenant's ReadObject streams are capped (--max-reads-per-tenant),
+// each holding memory and an S3 connection while its client does not read; past the
+// cap a read is RESOURCE_EXHAUSTED naming the flag, and a slot frees when its stream
+// ends.
+func TestReadLimit(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.Server.MaxReadsPerTenant = 2
+	a := e.start(t, cfg)
+	c := e.client(t, a)
+	data := randomBytes(3*MiB, 72)
+	up, err := c.Upload(ctx(t), reader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func() (chunkupv1.UploadService_ReadObjectClient, error) {
+		t.Helper()
+		st, err := c.API().ReadObject(ctx(t), &chunkupv1.ReadObjectRequest{UploadId: up.UploadId})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = st.Recv() // the first message: the stream is open on the server
+		return st, err
+	}
+	held := make([]chunkupv1.UploadService_ReadObjectClient, 0, 2)
+	for range 2 {
+		st, err := open()
+		if err != nil {
+			t.Fatalf("a read within the limit: %v", err)
+		}
+		held = append(held, st) // and not read further
+	}
+	_, err = open()
+	expectStatus(t, "a third read", err, codes.ResourceExhausted, "--max-reads-per-tenant")
+	// Read one held stream to its end: its slot frees, and a new read gets it.
+	for {
+		if _, err := held[0].Recv(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	waitFor(t, "a freed read slot", func() bool {
+		st, err := open()
+		if err != nil {
+			return false
+		}
+		for {
+			if _, err := st.Recv(); err != nil {
+				return errors.Is(err, io.EOF)
+			}
+		}
+	})
+}

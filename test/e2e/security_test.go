@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -160,6 +162,19 @@ func TestLimits(t *testing.T) {
 	_, err = c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Metadata: map[string]string{"big": strings.Repeat("x", 9000)}})
 	expectStatus(t, "metadata too large", err, codes.InvalidArgument, "metadata has")
 
+	// Request metadata (HTTP/2 headers) is held for a call's life: past
+	// server.MaxHeaderListSize the call is refused before it starts.
+	mctx := metadata.AppendToOutgoingContext(ctx(t), "x-junk", strings.Repeat("x", 16<<10))
+	if _, err := c.API().ListUploads(mctx, &chunkupv1.ListUploadsRequest{}); err != nil {
+		t.Fatalf("16 KiB of request metadata: %v", err)
+	}
+	mctx = metadata.AppendToOutgoingContext(ctx(t), "x-junk", strings.Repeat("x", server.MaxHeaderListSize))
+	if _, err := c.API().ListUploads(mctx, &chunkupv1.ListUploadsRequest{}); status.Code(err) == codes.OK {
+		t.Fatalf("request metadata over %d bytes was accepted", server.MaxHeaderListSize)
+	} else {
+		t.Logf("request metadata over the limit: %v", err)
+	}
+
 	var streams []chunkupv1.UploadService_UploadChunkClient
 	for range 2 {
 		st, err := c.API().UploadChunk(ctx(t))
@@ -198,4 +213,51 @@ func expectStatus(t *testing.T, what string, err error, code codes.Code, says st
 	if status.Code(err) != code || !strings.Contains(status.Convert(err).Message(), says) {
 		t.Errorf("%s: %v; want %v naming %s", what, err, code, says)
 	}
+}
+
+// TestIdleStreamsDoNotLockOutOtherTenants: with the default limits, one tenant opens as
+// many upload streams as the receive memory has room for and sends nothing (each
+// waiting stream reserves the largest message); another tenant still uploads at once,
+// and the first tenant's stream past its share is refused naming the flag.
+func TestIdleStreamsDoNotLockOutOtherTenants(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.Auth = server.AuthConfig{APIKeys: map[string]string{server.HashAPIKey("hog-key"): "hog", server.HashAPIKey("fair-key"): "fair"}}
+	cfg.Server.BudgetWait = 2 * time.Second // how long a stream waits for room
+	// Room for 7 waiting streams; the default share leaves one to other tenants.
+	cfg.Server.MaxChunkSize, cfg.Server.MaxReceiveMemory = 8*MiB, 64*MiB
+	a := e.start(t, cfg)
+	hog := e.client(t, a, client.WithAPIKey("hog-key"))
+	msg := int64(cfg.Server.MaxMessageSize())
+	share := int((cfg.Server.MaxReceiveMemory - msg) / msg)
+	// share+1 streams that send nothing: the server takes them in any order, and the
+	// one it takes last waits BudgetWait for room and is refused.
+	hogCtx, stop := context.WithCancel(ctx(t))
+	defer stop()
+	ended := make(chan error, share+1)
+	for range share + 1 {
+		st, err := hog.API().UploadChunk(hogCtx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _, err := st.Recv(); ended <- err }()
+	}
+	select {
+	case err := <-ended:
+		expectStatus(t, "the hog's stream past its share", err, codes.ResourceExhausted, "--max-receive-memory-per-tenant")
+	case <-time.After(time.Minute):
+		t.Fatal("no stream of the hog's was refused past its share")
+	}
+
+	fair := e.client(t, a, client.WithAPIKey("fair-key"))
+	data := randomBytes(100_000, 73)
+	began := time.Now()
+	up, err := fair.Upload(ctx(t), reader(data))
+	if err != nil {
+		t.Fatalf("another tenant's upload beside the hog's idle streams: %v", err)
+	}
+	if took := time.Since(began); took >= cfg.Server.BudgetWait {
+		t.Errorf("another tenant's upload waited %s for receive memory", took)
+	}
+	e.requireExact(t, up, data)
 }
