@@ -399,6 +399,11 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 	if err != nil {
 		return nil, err
 	}
+	return s.createPlanned(ctx, req, p)
+}
+
+// createPlanned is create for a request plan has validated and planned as p.
+func (s *UploadService) createPlanned(ctx context.Context, req *chunkupv1.CreateUploadRequest, p uploads.Params) (*chunkupv1.Upload, error) {
 	expected, chunkSize := p.ExpectedSize, p.ChunkSize
 	tenant := TenantFrom(ctx)
 	id := ids.New()

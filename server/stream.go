@@ -299,18 +299,18 @@ func (cs *chunkStream) createOnStream(m *message, first bool) error {
 	if req.UploadId != "" {
 		return status.Error(codes.InvalidArgument, "a message with create must not name an upload_id")
 	}
+	p, err := cs.s.plan(req.Create)
+	if err != nil {
+		return toStatus("", err)
+	}
 	if req.ChunkNumber != 0 || len(req.Data) > 0 || req.IsLast || req.Crc32C != nil {
-		p, err := cs.s.plan(req.Create)
-		if err != nil {
-			return toStatus("", err)
-		}
 		if m.sum, err = cs.s.checkChunk(p, req); err != nil {
 			st := status.Convert(toStatus("", err))
 			return status.Error(st.Code(), st.Message()+"; nothing was created (a create and the chunk it carries are refused together)")
 		}
 		m.checked = true
 	}
-	up, err := cs.s.create(cs.ctx, req.Create)
+	up, err := cs.s.createPlanned(cs.ctx, req.Create, p)
 	if err != nil {
 		return toStatus("", err)
 	}
@@ -318,7 +318,8 @@ func (cs *chunkStream) createOnStream(m *message, first bool) error {
 		return err
 	}
 	req.UploadId, cs.created = up.UploadId, up.UploadId
-	p := uploads.Params{ChunkSize: up.ChunkSize, ExpectedSize: up.ExpectedSize, Total: up.TotalChunks, Tenant: up.Tenant}
+	// The upload as made (a repeated create returns the one it made before).
+	p = uploads.Params{ChunkSize: up.ChunkSize, ExpectedSize: up.ExpectedSize, Total: up.TotalChunks, Tenant: up.Tenant}
 	if p.ExpectedSize >= 0 {
 		p.Total = staging.TotalChunks(p.ExpectedSize, p.ChunkSize)
 	}
