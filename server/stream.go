@@ -421,7 +421,7 @@ func (s *UploadService) takeChecked(ctx context.Context, p uploads.Params, req *
 	if s.through != nil && throughOK {
 		w, err := s.through.WriteThrough(ctx, ref, req.Data, sum, last, s.completer == nil)
 		if err != nil {
-			if a := s.repeatOfCompleted(ctx, req, sum, ack, err); a != nil {
+			if a := s.repeatOfHeld(ctx, req, sum, ack, err); a != nil {
 				return chunkResult{resp: a, keep: w.InUse}, nil
 			}
 			return chunkResult{keep: w.InUse}, err
@@ -453,7 +453,7 @@ func (s *UploadService) takeChecked(ctx context.Context, p uploads.Params, req *
 		}
 	}
 	if err != nil {
-		if r.resp = s.repeatOfCompleted(ctx, req, sum, ack, err); r.resp != nil {
+		if r.resp = s.repeatOfHeld(ctx, req, sum, ack, err); r.resp != nil {
 			return r, nil
 		}
 		return r, err
@@ -467,18 +467,22 @@ func (s *UploadService) takeChecked(ctx context.Context, p uploads.Params, req *
 	return r, nil
 }
 
-// repeatOfCompleted is the acknowledgement of chunk req (with CRC32C sum) that its
-// upload refused with err, when the upload is COMPLETED with the same bytes for the chunk:
-// a repeat whose first acknowledgement was lost (a one-message upload retried after the
-// server completed it), acknowledged again as for any repeated chunk, with the
-// completed upload. nil for any other refusal or other bytes.
-func (s *UploadService) repeatOfCompleted(ctx context.Context, req *chunkupv1.UploadChunkRequest, sum uint32, ack *chunkupv1.UploadChunkResponse, err error) *chunkupv1.UploadChunkResponse {
+// repeatOfHeld is the acknowledgement of chunk req (with CRC32C sum) that its upload
+// refused with err because it is no longer ACTIVE, when the upload is COMPLETING or
+// COMPLETED and holds the same bytes (CRC32C and size) for the chunk: a repeat whose
+// first acknowledgement was lost (a client retrying while the completer holds the
+// upload, or a one-message upload retried after the server completed it), acknowledged
+// again as for any repeated chunk: stored (every part of an upload being completed is
+// in S3) and duplicate, with the completed upload once it is COMPLETED. nil for any
+// other refusal, other bytes, a chunk the upload does not hold, or is_last on another
+// chunk than its last (refused while ACTIVE too): the refusal stands.
+func (s *UploadService) repeatOfHeld(ctx context.Context, req *chunkupv1.UploadChunkRequest, sum uint32, ack *chunkupv1.UploadChunkResponse, err error) *chunkupv1.UploadChunkResponse {
 	var se *staging.StateError
-	if !errors.As(err, &se) || se.Status != staging.StatusCompleted {
+	if !errors.As(err, &se) || !holdsAll(se.Status) {
 		return nil
 	}
 	up, gerr := s.store.Get(ctx, req.UploadId)
-	if gerr != nil || up.Status != staging.StatusCompleted {
+	if gerr != nil || !holdsAll(up.Status) || req.IsLast && req.ChunkNumber != up.Total {
 		return nil
 	}
 	for _, c := range up.Chunks {
@@ -486,11 +490,20 @@ func (s *UploadService) repeatOfCompleted(ctx context.Context, req *chunkupv1.Up
 			if c.CRC32C != sum || c.Size != int64(len(req.Data)) {
 				return nil
 			}
-			ack.Stored, ack.Duplicate, ack.Completed = true, true, toProto(up)
+			ack.Stored, ack.Duplicate = true, true
+			if up.Status == staging.StatusCompleted {
+				ack.Completed = toProto(up)
+			}
 			return ack
 		}
 	}
 	return nil
+}
+
+// holdsAll reports whether an upload in status holds every chunk it will ever have:
+// it is being completed, or it is.
+func holdsAll(status staging.Status) bool {
+	return status == staging.StatusCompleting || status == staging.StatusCompleted
 }
 
 // completeNow completes upload id in this process, now that a chunk written through
