@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,6 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/chunkup/chunkup/cleanup"
 	"github.com/chunkup/chunkup/internal/crc"
@@ -327,5 +331,80 @@ func TestEndAbortsStrayMultipartUploads(t *testing.T) {
 	}
 	if due, _ := store.Ends().DueReleases(ctx, 10); len(due) != 0 {
 		t.Errorf("releases still due: %v", due)
+	}
+}
+
+// warnings records the log lines at WARN or above.
+type warnings struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	line := r.Message
+	r.Attrs(func(a slog.Attr) bool { line += " " + a.String(); return true })
+	w.lines = append(w.lines, line)
+	return nil
+}
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnings) WithGroup(string) slog.Handler      { return w }
+
+// TestEndWithoutDataWarnsNothing: ending an upload that never got data (a DELETE right
+// after its creation) finds no multipart upload to abort, on MinIO as on gofakes3,
+// chunkup dev's S3, which answers the listing NoSuchUpload: that is nothing to do, not a
+// WARN ("abort stray multipart uploads ... NoSuchUpload", which dev logged), and the
+// release is done (not left for cleanup to retry).
+func TestEndWithoutDataWarnsNothing(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	for _, tc := range []struct {
+		name  string
+		store func(t *testing.T) *s3.Client
+	}{
+		{"minio", func(t *testing.T) *s3.Client {
+			minio := testenv.StartMinIO(t)
+			minio.CreateBucket(t, "bkt")
+			return minio.Client(t)
+		}},
+		{"gofakes3", func(t *testing.T) *s3.Client {
+			srv := httptest.NewServer(gofakes3.New(s3mem.New(), gofakes3.WithAutoBucket(true), gofakes3.WithLogger(gofakes3.DiscardLog())).Server())
+			t.Cleanup(srv.Close)
+			c, err := s3store.NewClient(context.Background(), s3store.Config{Endpoint: srv.URL, AccessKey: "k", SecretKey: "s", MaxAttempts: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}},
+	} {
+		for _, status := range []staging.Status{staging.StatusAborted, staging.StatusFailed} {
+			t.Run(tc.name+"/"+string(status), func(t *testing.T) {
+				s3c := tc.store(t)
+				ctx := testenv.Context(t, time.Minute)
+				store := stagingtest.Open(t, rdb, staging.Config{StateTTL: time.Hour}).Uploads
+				w := &warnings{}
+				ender := &cleanup.Ender{Store: store.Ends(), S3: s3store.New(s3c), Logger: slog.New(w)}
+				id := ids.New()
+				if _, err := store.Create(ctx, uploads.NewUpload{ID: id, Bucket: "bkt", Key: "uploads/" + id + "/f.bin", ChunkSize: 5 << 20, ExpectedSize: 10}); err != nil {
+					t.Fatal(err)
+				}
+				if err := ender.End(ctx, id, status, "test", ""); err != nil {
+					t.Fatal(err)
+				}
+				if u, err := store.Get(ctx, id); err != nil || u.Status != status {
+					t.Fatalf("after End: %+v %v", u, err)
+				}
+				if len(w.lines) != 0 {
+					t.Errorf("warnings: %q, want none", w.lines)
+				}
+				if due, _ := store.Ends().DueReleases(ctx, 10); slices.Contains(due, id) {
+					t.Errorf("release of %s still due: %v", id, due)
+				}
+			})
+		}
 	}
 }

@@ -118,6 +118,9 @@ type Upload struct {
 	Metadata          map[string]string
 	// Reason says why an upload failed.
 	Reason string
+	// Ended is when an upload that ended (failed, aborted, expired) did; zero if
+	// unknown or while it has not ended.
+	Ended time.Time
 }
 
 // Chunk is what the core holds for one received chunk.

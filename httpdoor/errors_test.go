@@ -2,15 +2,20 @@ package httpdoor
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha1"
 	"encoding/base64"
 	"encoding/json"
 	"hash/crc32"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/chunkup/chunkup/server"
 )
 
 // Header fields of the two protocols' appends, for the tests below.
@@ -212,6 +217,368 @@ func TestGetEndedUpload(t *testing.T) {
 			expectStatus(t, e.do("HEAD", "/files/"+id, nil, "Tus-Resumable", "1.0.0"), http.StatusGone)
 			expectStatus(t, e.do("HEAD", "/files/"+id, nil, "Upload-Draft-Interop-Version", "8"), http.StatusGone)
 			expectStatus(t, e.do("PATCH", "/files/"+id, bytes.NewReader(data[C:]), append(tusPatch, "Upload-Offset", strconv.Itoa(C))...), http.StatusGone)
+		})
+	}
+}
+
+// doLines sends a request whose header fields may repeat (each name, value pair is
+// added, so a name twice is two lines), and reads the whole response.
+func (e *env) doLines(method, path string, body []byte, kv ...string) reply {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.srv.URL+path, bytes.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		req.Header.Add(kv[i], kv[i+1])
+	}
+	res, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return reply{Response: res, body: b}
+}
+
+// message is a refusal's text: tus's body, or the IETF problem's detail (which must
+// then be a problem+json of the response's status).
+func message(t *testing.T, r reply) string {
+	t.Helper()
+	if r.Header.Get("Content-Type") != "application/problem+json" {
+		return strings.TrimSpace(string(r.body))
+	}
+	var p problem
+	if err := json.Unmarshal(r.body, &p); err != nil || p.Status != r.StatusCode {
+		t.Fatalf("problem %s: %v", r.body, err)
+	}
+	return p.Detail
+}
+
+// upState is what a refusal must leave as it was: the uploads there are, the chunks
+// staged, and one upload's offset, length and state.
+type upState struct {
+	uploads, stages int
+	offset, size    int64
+	state           State
+}
+
+func (e *env) state(id string) upState {
+	e.t.Helper()
+	s := upState{uploads: e.core.count(), stages: e.core.stageCount()}
+	if id != "" {
+		up, err := e.core.Get(context.Background(), id)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		s.offset, s.size, s.state = summarize(up).offset, up.Size, up.State
+	}
+	return s
+}
+
+// An Upload-Length of digits only that is larger than the server takes is 413 however
+// many digits it has (it was 400 "must be a non-negative decimal integer" from 19
+// digits on), with Upload-Limit (IETF) or Tus-Max-Size (tus) when the door knows its
+// largest upload, and creates or changes nothing; anything else that is no
+// non-negative integer stays 400 for tus.
+func TestUploadLengthTooLarge(t *testing.T) {
+	const C = 1 << 16
+	const maxSize = 1 << 30
+	digits := func(n int) string { return "1" + strings.Repeat("0", n-1) }
+	tus := []string{"Tus-Resumable", "1.0.0"}
+	ietf := []string{"Upload-Draft-Interop-Version", "8", "Upload-Complete", "?0"}
+	for _, tc := range []struct {
+		name    string
+		maxSize int64
+		// patch: a PATCH to an upload of unknown length (else a creation).
+		patch  bool
+		kv     []string
+		status int
+		msg    string
+		limit  string // Upload-Limit (IETF) or Tus-Max-Size (tus), "" for none
+	}{
+		{name: "tus 19 digits", maxSize: maxSize, kv: append(tus, "Upload-Length", digits(19)), status: 413,
+			msg: "Upload-Length " + digits(19) + " is larger than this server takes (at most 1073741824 bytes); no upload was created", limit: "1073741824"},
+		{name: "tus 40 digits", maxSize: maxSize, kv: append(tus, "Upload-Length", digits(40)), status: 413,
+			msg: "is larger than this server takes (at most 1073741824 bytes); no upload was created", limit: "1073741824"},
+		{name: "tus 11 digits over the limit", maxSize: maxSize, kv: append(tus, "Upload-Length", digits(11)), status: 413,
+			msg: "is larger than this server takes (at most 1073741824 bytes)", limit: "1073741824"},
+		{name: "tus 20 digits, no limit announced", kv: append(tus, "Upload-Length", digits(20)), status: 413,
+			msg: "is larger than any upload can be (at most 9223372036854775807 bytes); no upload was created"},
+		{name: "tus sign", maxSize: maxSize, kv: append(tus, "Upload-Length", "+5"), status: 400,
+			msg: "Upload-Length must be a non-negative decimal integer, not \"+5\""},
+		{name: "tus 25 characters not all digits", maxSize: maxSize, kv: append(tus, "Upload-Length", digits(24)+"x"), status: 400,
+			msg: "must be a non-negative decimal integer"},
+		{name: "tus PATCH 30 digits", maxSize: maxSize, patch: true,
+			kv: append(tus, "Content-Type", tusCT, "Upload-Offset", "0", "Upload-Length", digits(30)), status: 413,
+			msg: "is larger than this server takes (at most 1073741824 bytes); the upload was not changed", limit: "1073741824"},
+		{name: "ietf 19 digits", maxSize: maxSize, kv: append(ietf, "Upload-Length", digits(19)), status: 413,
+			msg: "Upload-Length " + digits(19) + " is larger than this server takes (at most 1073741824 bytes); no upload was created", limit: "max-size=1073741824"},
+		{name: "ietf 16 digits, no limit announced", kv: append(ietf, "Upload-Length", digits(16)), status: 413,
+			msg: "is larger than any upload can be (at most 999999999999999 bytes)"},
+		{name: "ietf PATCH 20 digits", maxSize: maxSize, patch: true,
+			kv:     []string{"Upload-Draft-Interop-Version", "8", "Upload-Complete", "?0", "Content-Type", "application/partial-upload", "Upload-Offset", "0", "Upload-Length", digits(20)},
+			status: 413, msg: "the upload was not changed", limit: "max-size=1073741824"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, C, Config{MaxSize: tc.maxSize})
+			path, id := "/files/", ""
+			method := "POST"
+			if tc.patch {
+				id = idOf(t, e.do("POST", "/files/", nil, "Tus-Resumable", "1.0.0", "Upload-Defer-Length", "1"))
+				path, method = "/files/"+id, "PATCH"
+			}
+			before := e.state(id)
+			r := e.do(method, path, bytes.NewReader(nil), tc.kv...)
+			expectStatus(t, r, tc.status)
+			if msg := message(t, r); !strings.Contains(msg, tc.msg) {
+				t.Errorf("message %q, want %q", msg, tc.msg)
+			}
+			ietfReq := tc.kv[0] == "Upload-Draft-Interop-Version"
+			limit := r.Header.Get("Tus-Max-Size")
+			if ietfReq {
+				limit = r.Header.Get("Upload-Limit")
+				if p := r.Header.Get("Content-Type"); p != "application/problem+json" {
+					t.Errorf("Content-Type %q, want problem+json", p)
+				}
+			}
+			if tc.status == 413 && !strings.HasPrefix(limit, tc.limit) || tc.limit == "" && limit != "" {
+				t.Errorf("limit header %q, want %q", limit, tc.limit)
+			}
+			if after := e.state(id); after != before {
+				t.Errorf("the refusal changed %+v to %+v", before, after)
+			}
+			if r.Header.Get("Location") != "" {
+				t.Errorf("Location %q on a refused request", r.Header.Get("Location"))
+			}
+		})
+	}
+}
+
+// Upload-Length, Upload-Offset and Upload-Checksum sent twice (two lines, or a
+// comma-separated list) are refused with 400 naming the field, rather than resolved to
+// the first value; nothing is created, staged or changed.
+func TestDuplicateFields(t *testing.T) {
+	const C = 1 << 16
+	data := randomBytes(C, 31)
+	sum := sha1.Sum(data)
+	sha := "sha1 " + base64.StdEncoding.EncodeToString(sum[:])
+	tus := []string{"Tus-Resumable", "1.0.0"}
+	tusData := []string{"Tus-Resumable", "1.0.0", "Content-Type", tusCT}
+	ietf := []string{"Upload-Draft-Interop-Version", "8", "Upload-Complete", "?0"}
+	ietfData := []string{"Upload-Draft-Interop-Version", "8", "Upload-Complete", "?0", "Content-Type", "application/partial-upload"}
+	size := strconv.Itoa(2 * C)
+	for _, tc := range []struct {
+		name  string
+		patch bool // a PATCH at offset 0 of an upload of 2 chunks (else a creation)
+		kv    []string
+		field string
+	}{
+		{"tus create Upload-Length twice", false, append(tus, "Upload-Length", "5", "Upload-Length", "5"), "Upload-Length"},
+		{"tus create Upload-Length list", false, append(tus, "Upload-Length", "5, 6"), "Upload-Length"},
+		{"tus create Upload-Checksum twice", false, append(tusData, "Upload-Length", size, "Upload-Checksum", sha, "Upload-Checksum", sha), "Upload-Checksum"},
+		{"tus PATCH Upload-Offset twice", true, append(tusData, "Upload-Offset", "0", "Upload-Offset", "0"), "Upload-Offset"},
+		{"tus PATCH Upload-Offset list", true, append(tusData, "Upload-Offset", "0,65536"), "Upload-Offset"},
+		{"tus PATCH Upload-Length twice", true, append(tusData, "Upload-Offset", "0", "Upload-Length", size, "Upload-Length", size), "Upload-Length"},
+		{"tus PATCH Upload-Checksum list", true, append(tusData, "Upload-Offset", "0", "Upload-Checksum", sha+","+sha), "Upload-Checksum"},
+		{"ietf create Upload-Length twice", false, append(ietf, "Upload-Length", size, "Upload-Length", "7"), "Upload-Length"},
+		{"ietf create Upload-Length list", false, append(ietf, "Upload-Length", size+", "+size), "Upload-Length"},
+		{"ietf PATCH Upload-Offset twice", true, append(ietfData, "Upload-Offset", "0", "Upload-Offset", "0"), "Upload-Offset"},
+		{"ietf PATCH Upload-Length twice", true, append(ietfData, "Upload-Offset", "0", "Upload-Length", size, "Upload-Length", size), "Upload-Length"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, C, Config{})
+			path, method, id := "/files/", "POST", ""
+			if tc.patch {
+				id = idOf(t, e.do("POST", "/files/", nil, "Tus-Resumable", "1.0.0", "Upload-Length", size))
+				path, method = "/files/"+id, "PATCH"
+			}
+			before := e.state(id)
+			r := e.doLines(method, path, data, tc.kv...)
+			expectStatus(t, r, http.StatusBadRequest)
+			want := tc.field + " is sent more than once"
+			if msg := message(t, r); !strings.HasPrefix(msg, "invalid request: "+want) || !strings.Contains(msg, "send it once, with one value") {
+				t.Errorf("message %q, want %q", msg, want)
+			}
+			if after := e.state(id); after != before {
+				t.Errorf("the refusal changed %+v to %+v", before, after)
+			}
+			if tc.patch && r.offset(t) != 0 {
+				t.Errorf("Upload-Offset %d, want 0", r.offset(t))
+			}
+		})
+	}
+}
+
+// Every 401 says once what is wrong and what this server accepts, as chunkup's
+// authenticator (server.Authenticator.AuthenticateHTTP, the door's in chunkup) says it
+// for what is configured: the door adds no hint of its own (it repeated one, and told a
+// JWT-only server's clients to send an API key). Mixed credentials are refused. Nothing
+// is created, and an IETF 401 carries no Upload-Complete.
+func TestUnauthorizedSaysOnce(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	keys := map[string]string{server.HashAPIKey("key-a"): "acme"}
+	for _, tc := range []struct {
+		name string
+		cfg  server.AuthConfig
+		kv   []string
+		want string
+	}{
+		{"jwt-only, no credentials", server.AuthConfig{JWTSecret: secret}, nil,
+			"missing credentials; this server accepts a JWT (authorization: Bearer JWT), not API keys"},
+		{"jwt-only, an API key", server.AuthConfig{JWTSecret: secret}, []string{"X-Api-Key", "key-a"},
+			"an API key in x-api-key is not accepted; this server accepts a JWT (authorization: Bearer JWT), not API keys"},
+		{"keys-only, no credentials", server.AuthConfig{APIKeys: keys}, nil,
+			"missing credentials; this server accepts an API key (x-api-key: KEY, or authorization: Bearer KEY), not tokens"},
+		{"keys and jwt, unknown key", server.AuthConfig{APIKeys: keys, JWTSecret: secret}, []string{"X-Api-Key", "key-x"},
+			"invalid API key; this server accepts an API key (x-api-key: KEY, or authorization: Bearer KEY) or a JWT (authorization: Bearer JWT)"},
+		{"mixed credentials", server.AuthConfig{APIKeys: keys}, []string{"X-Api-Key", "key-a", "Authorization", "Bearer key-b"},
+			"mixed credentials: x-api-key and authorization carry different credentials; send one of them; this server accepts an API key (x-api-key: KEY, or authorization: Bearer KEY), not tokens"},
+	} {
+		for _, proto := range [][]string{
+			{"Tus-Resumable", "1.0.0", "Upload-Length", "5"},
+			{"Upload-Draft-Interop-Version", "8", "Upload-Complete", "?0", "Upload-Length", "5"},
+		} {
+			t.Run(tc.name+"/"+proto[0], func(t *testing.T) {
+				a, err := server.NewAuthenticator(tc.cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := newEnv(t, 1<<16, Config{Authenticate: a.AuthenticateHTTP})
+				r := e.doLines("POST", "/files/", nil, append(slices.Clone(proto), tc.kv...)...)
+				expectStatus(t, r, http.StatusUnauthorized)
+				if msg := message(t, r); msg != tc.want {
+					t.Errorf("message %q, want %q", msg, tc.want)
+				}
+				if r.Header.Get("WWW-Authenticate") == "" || r.Header.Get("Upload-Complete") != "" || e.core.count() != 0 {
+					t.Errorf("WWW-Authenticate %q, Upload-Complete %q, %d uploads; want a challenge, no Upload-Complete, none created",
+						r.Header.Get("WWW-Authenticate"), r.Header.Get("Upload-Complete"), e.core.count())
+				}
+			})
+		}
+	}
+}
+
+// HEAD, PATCH and DELETE of an upload that ended get 410 with a text that fits the
+// request: what became of the upload, when and why, and what to do (a DELETE of an
+// expired upload was told it "accepts no more chunks"). Nothing changes; DELETE of an
+// upload cancelled already is a 204 no-op.
+func TestEndedUploadMessages(t *testing.T) {
+	const C = 1 << 16
+	data := randomBytes(2*C, 32)
+	type end struct {
+		state  State
+		reason string
+	}
+	for _, tc := range []struct {
+		name, method string
+		end          end
+		status       int
+		want         []string // in the message, in order
+	}{
+		{"DELETE expired", "DELETE", end{StateExpired, "idle for more than 24h0m0s"}, 410,
+			[]string{"upload ID expired at ", " (idle for more than 24h0m0s); its data was discarded when it ended, so it holds nothing to delete: to send the file, create a new upload"}},
+		{"DELETE failed", "DELETE", end{StateFailed, "chunk 1 could not be stored"}, 410,
+			[]string{"upload ID failed at ", " (chunk 1 could not be stored); its data was discarded when it ended, so it holds nothing to delete"}},
+		{"DELETE cancelled", "DELETE", end{StateAborted, "terminated over HTTP (DELETE)"}, 204, nil},
+		{"HEAD expired", "HEAD", end{StateExpired, "idle for more than 24h0m0s"}, 410, nil},
+		{"overridden HEAD expired", "POST:HEAD", end{StateExpired, "idle"}, 410,
+			[]string{"upload ID expired at ", " (idle); it cannot be resumed: create a new upload and send the file from its start"}},
+		{"PATCH expired", "PATCH", end{StateExpired, "idle for more than 24h0m0s"}, 410,
+			[]string{"upload ID expired at ", " (idle for more than 24h0m0s); it takes no more data: create a new upload and send the file from its start"}},
+		{"PATCH cancelled", "PATCH", end{StateAborted, "terminated over HTTP (DELETE)"}, 410,
+			[]string{"upload ID was cancelled at ", " (terminated over HTTP (DELETE)); it takes no more data: create a new upload"}},
+		{"PATCH failed", "PATCH", end{StateFailed, "S3 refused part 1"}, 410,
+			[]string{"upload ID failed at ", " (S3 refused part 1); it takes no more data"}},
+		{"POST-overridden PATCH failed", "POST:PATCH", end{StateFailed, "S3 refused part 1"}, 410,
+			[]string{"upload ID failed at ", " (S3 refused part 1); it takes no more data"}},
+		{"overridden DELETE expired", "POST:DELETE", end{StateExpired, "idle"}, 410,
+			[]string{"upload ID expired at ", " (idle); its data was discarded when it ended, so it holds nothing to delete"}},
+	} {
+		for _, proto := range []string{"tus", "ietf"} {
+			t.Run(tc.name+"/"+proto, func(t *testing.T) {
+				e := newEnv(t, C, Config{})
+				id := idOf(t, e.do("POST", "/files/", nil, "Tus-Resumable", "1.0.0", "Upload-Length", strconv.Itoa(len(data))))
+				expectStatus(t, e.do("PATCH", "/files/"+id, bytes.NewReader(data[:C]), append(tusPatch, "Upload-Offset", "0")...), http.StatusNoContent)
+				e.core.end(id, tc.end.state, tc.end.reason)
+				before := e.state(id)
+
+				kv := []string{"Tus-Resumable", "1.0.0", "Content-Type", tusCT}
+				if proto == "ietf" {
+					kv = []string{"Upload-Draft-Interop-Version", "8", "Upload-Complete", "?1", "Content-Type", "application/partial-upload"}
+				}
+				kv = append(kv, "Upload-Offset", strconv.Itoa(C))
+				method, override, _ := strings.Cut(tc.method, ":")
+				if override != "" {
+					kv = append(kv, "X-HTTP-Method-Override", override)
+				}
+				var body []byte
+				if tc.method == "PATCH" || override == "PATCH" {
+					body = data[C:]
+				}
+				r := e.doLines(method, "/files/"+id, body, kv...)
+				expectStatus(t, r, tc.status)
+				if after := e.state(id); after != before {
+					t.Errorf("the request changed %+v to %+v", before, after)
+				}
+				if tc.status == http.StatusGone && r.offset(t) != C {
+					t.Errorf("Upload-Offset %d, want %d", r.offset(t), C)
+				}
+				if len(tc.want) == 0 {
+					return
+				}
+				up, _ := e.core.Get(context.Background(), id)
+				want := strings.ReplaceAll(tc.want[0], "ID", id) + up.Ended.UTC().Format(time.RFC3339) + tc.want[1]
+				if msg := message(t, r); !strings.HasPrefix(msg, want) || strings.Contains(msg, "chunks") {
+					t.Errorf("message %q, want it to start %q", msg, want)
+				}
+			})
+		}
+	}
+}
+
+// A 412 (no protocol version this server speaks) concerns no upload: an IETF one
+// carries no Upload-Complete (it carried ?0), but Tus-Version; nothing is created or
+// changed. Nor do other responses about no upload (404, 401).
+func TestNoUploadCompleteWithoutUpload(t *testing.T) {
+	const C = 1 << 16
+	for _, tc := range []struct {
+		name, method string
+		onUpload     bool
+		kv           []string
+		status       int
+	}{
+		{"POST interop 3", "POST", false, []string{"Upload-Draft-Interop-Version", "3", "Upload-Complete", "?1"}, 412},
+		{"POST interop 99", "POST", false, []string{"Upload-Draft-Interop-Version", "99", "Upload-Complete", "?0"}, 412},
+		{"PATCH interop 4", "PATCH", true, []string{"Upload-Draft-Interop-Version", "4", "Upload-Offset", "0", "Upload-Complete", "?0"}, 412},
+		{"HEAD interop 2", "HEAD", true, []string{"Upload-Draft-Interop-Version", "2"}, 412},
+		{"DELETE interop x", "DELETE", true, []string{"Upload-Draft-Interop-Version", "x"}, 412},
+		{"HEAD no such upload", "HEAD", false, []string{"Upload-Draft-Interop-Version", "8"}, 404},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, C, Config{})
+			path, id := "/files/", ""
+			if tc.onUpload {
+				id = idOf(t, e.do("POST", "/files/", nil, "Tus-Resumable", "1.0.0", "Upload-Length", "5"))
+				path += id
+			} else if tc.method != "POST" {
+				path += "nosuch"
+			}
+			before := e.state(id)
+			r := e.doLines(tc.method, path, nil, tc.kv...)
+			expectStatus(t, r, tc.status)
+			if v, ok := r.Header["Upload-Complete"]; ok {
+				t.Errorf("Upload-Complete %q on a %d", v, tc.status)
+			}
+			if tc.status == 412 && r.Header.Get("Tus-Version") != "1.0.0" {
+				t.Errorf("Tus-Version %q", r.Header.Get("Tus-Version"))
+			}
+			if after := e.state(id); after != before {
+				t.Errorf("the request changed %+v to %+v", before, after)
+			}
 		})
 	}
 }

@@ -119,7 +119,9 @@ func (h *Handler) draining() bool {
 type request struct {
 	proto   protocol
 	interop int
-	id      string
+	// method is the request's method, after X-HTTP-Method-Override.
+	method string
+	id     string
 	// ctx is the context the core is called with (Config.Authenticate's), nil until the
 	// request is authenticated; fail uses it to look up the offset an error should carry.
 	ctx context.Context
@@ -144,7 +146,7 @@ func (rq *request) setOffset(o int64) { rq.offset, rq.offsetKnown = o, true }
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	hd.Set("X-Content-Type-Options", "nosniff")
-	rq := &request{proto: protoTus}
+	rq := &request{proto: protoTus, method: r.Method}
 
 	// Clients that cannot send PATCH or DELETE (old proxies, some browsers) send POST
 	// with X-HTTP-Method-Override, as tus allows. Like tusd, only a POST is
@@ -160,6 +162,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	rq.method = method
 	id, ok := h.route(r.URL.Path)
 	if !ok {
 		h.fail(w, r, rq, fmt.Errorf("%w: no upload at this URL", ErrNotFound))
@@ -192,7 +195,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err != nil {
-			h.fail(w, r, rq, fmt.Errorf("%w: %v; send an API key as x-api-key or Authorization: Bearer", errUnauthenticated, err))
+			// Authenticate's message says what is wrong and what this server accepts,
+			// once; the door adds nothing (it cannot know what is configured).
+			h.fail(w, r, rq, &authError{err: err})
 			return
 		}
 		ctx = actx
@@ -363,25 +368,52 @@ func (h *Handler) read(ctx context.Context, rq *request) (Upload, summary, error
 }
 
 // load reads an upload that is to take a request (read). An upload that ended is
-// ErrGone, with the reason when it failed.
+// ErrGone, saying what became of it.
 func (h *Handler) load(ctx context.Context, rq *request) (Upload, summary, error) {
 	up, st, err := h.read(ctx, rq)
 	if err == nil {
-		err = ended(up)
+		err = ended(up, rq.method)
 	}
 	return up, st, err
 }
 
-// ended is ErrGone for an upload that ended, with the reason when it failed.
-func ended(up Upload) error {
-	if !up.State.Ended() {
+// goneError: the upload ended (aborted, expired, failed) before the request. Its
+// message says what became of the upload, when and why, and what the client can do
+// about it with this method. 410.
+type goneError struct{ msg string }
+
+func (e *goneError) Error() string { return e.msg }
+func (e *goneError) Unwrap() error { return ErrGone }
+
+// ended is a goneError for an upload that ended, for a request of method; nil for one
+// that did not.
+func ended(up Upload, method string) error {
+	var b strings.Builder
+	switch up.State {
+	case StateExpired:
+		fmt.Fprintf(&b, "upload %s expired", up.ID)
+	case StateAborted:
+		fmt.Fprintf(&b, "upload %s was cancelled", up.ID)
+	case StateFailed:
+		fmt.Fprintf(&b, "upload %s failed", up.ID)
+	default:
 		return nil
 	}
-	msg := fmt.Sprintf("upload %s is %s", up.ID, up.State)
-	if up.Reason != "" {
-		msg += ": " + up.Reason
+	if !up.Ended.IsZero() {
+		b.WriteString(" at " + up.Ended.UTC().Format(time.RFC3339))
 	}
-	return fmt.Errorf("%w: %s; create a new upload", ErrGone, msg)
+	if up.Reason != "" {
+		b.WriteString(" (" + clip(up.Reason) + ")")
+	}
+	switch method {
+	case http.MethodDelete:
+		b.WriteString("; its data was discarded when it ended, so it holds nothing to delete: to send the file, create a new upload")
+	case http.MethodPatch:
+		b.WriteString("; it takes no more data: create a new upload and send the file from its start")
+	default:
+		b.WriteString("; it cannot be resumed: create a new upload and send the file from its start")
+	}
+	return &goneError{msg: b.String()}
 }
 
 // progressHeaders sets the headers that describe an upload's progress, for HEAD, GET
@@ -418,7 +450,7 @@ func (h *Handler) progressHeaders(w http.ResponseWriter, rq *request, up Upload,
 func (h *Handler) head(ctx context.Context, w http.ResponseWriter, r *http.Request, rq *request, get bool) {
 	up, st, err := h.read(ctx, rq)
 	if err == nil && !get {
-		err = ended(up)
+		err = ended(up, rq.method)
 	}
 	if err != nil {
 		h.fail(w, r, rq, err)

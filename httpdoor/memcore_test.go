@@ -201,6 +201,9 @@ func (c *memCore) Abort(ctx context.Context, id string) error {
 	case StateActive:
 		u.up.State = StateAborted
 		return nil
+	case StateFailed, StateExpired:
+		// As chunkup's core: the message is about chunks, for the door to replace.
+		return fmt.Errorf("%w: upload %s is %s and accepts no more chunks", ErrGone, id, u.up.State)
 	}
 	return fmt.Errorf("%w: upload is %s", ErrConflict, u.up.State)
 }
@@ -287,4 +290,5 @@ func (c *memCore) end(id string, state State, reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ups[id].up.State, c.ups[id].up.Reason = state, reason
+	c.ups[id].up.Ended = time.Now()
 }

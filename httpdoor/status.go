@@ -32,6 +32,19 @@ var (
 	errLength = errors.New("inconsistent upload length")
 )
 
+// authError: Config.Authenticate refused the request. Its message is Authenticate's,
+// which says what is wrong and what the server accepts. 401.
+type authError struct{ err error }
+
+func (e *authError) Error() string {
+	if m := e.err.Error(); m != "" {
+		return m
+	}
+	return errUnauthenticated.Error()
+}
+
+func (e *authError) Unwrap() []error { return []error{errUnauthenticated, e.err} }
+
 // offsetError: the request's Upload-Offset is not the upload's. 409, with the mismatching
 // offset problem for the IETF protocol.
 type offsetError struct{ Expected, Provided int64 }
@@ -157,6 +170,18 @@ const lookupTimeout = 5 * time.Second
 // WWW-Authenticate. tus gets a text body, the IETF protocol problem+json; HEAD gets no
 // body.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rq *request, err error) {
+	if errors.Is(err, ErrGone) && !errors.As(err, new(*goneError)) && rq.id != "" && rq.ctx != nil {
+		// The core's word that the upload ended (an abort of an expired upload, a stage
+		// into one cancelled meanwhile) is about chunks; the upload, read again, tells
+		// the client what became of it and what to do.
+		ctx, cancel := context.WithTimeout(rq.ctx, min(lookupTimeout, h.cfg.CoreTimeout))
+		if up, _, rerr := h.read(ctx, rq); rerr == nil {
+			if gone := ended(up, rq.method); gone != nil {
+				err = gone
+			}
+		}
+		cancel()
+	}
 	code := statusOf(rq.proto, err)
 	msg := err.Error()
 	if code == http.StatusInternalServerError && !errors.Is(err, errInterrupted) {
@@ -190,8 +215,12 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rq *request, err 
 	if rq.offsetKnown {
 		hd.Set("Upload-Offset", strconv.FormatInt(rq.offset, 10))
 	}
-	if rq.proto == protoIETF && r.Method != http.MethodOptions {
+	// Upload-Complete describes an upload: a response about none (a 412 for the
+	// protocol version, a 401, a creation refused before it created anything) has none.
+	if rq.proto == protoIETF && r.Method != http.MethodOptions && rq.offsetKnown {
 		hd.Set("Upload-Complete", sfBool(rq.complete))
+	} else {
+		hd.Del("Upload-Complete")
 	}
 	switch {
 	case errors.As(err, &me):
@@ -203,8 +232,10 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rq *request, err 
 	case code == http.StatusServiceUnavailable, code == http.StatusTooManyRequests, code == http.StatusLocked,
 		code == http.StatusConflict && errors.Is(err, ErrLocked):
 		hd.Set("Retry-After", "1")
-	case code == http.StatusRequestEntityTooLarge && rq.proto == protoIETF:
+	case code == http.StatusRequestEntityTooLarge && rq.proto == protoIETF && (h.cfg.MaxSize > 0 || rq.upload != nil):
 		hd.Set("Upload-Limit", h.limit(rq.upload))
+	case code == http.StatusRequestEntityTooLarge && h.cfg.MaxSize > 0:
+		hd.Set("Tus-Max-Size", strconv.FormatInt(h.cfg.MaxSize, 10))
 	}
 	if r.Method == http.MethodHead {
 		w.WriteHeader(code)

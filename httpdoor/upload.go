@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"mime"
 	"net/http"
 	"strconv"
@@ -31,12 +32,83 @@ type headers struct {
 }
 
 // parseTusInt parses a tus integer header: decimal digits only (no sign, no spaces).
+// A value of digits too large for an int64 is refused with a message that says so;
+// Upload-Length reads its own (uploadLength), where such a value is too large (413).
 func parseTusInt(field, v string) (int64, error) {
-	if v == "" || len(v) > 18 || strings.Trim(v, "0123456789") != "" {
+	if !allDigits(v) {
 		return 0, fmt.Errorf("%w: %s must be a non-negative decimal integer, not %q", ErrInvalid, field, clip(v))
 	}
-	n, _ := strconv.ParseInt(v, 10, 64)
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s %s is larger than any upload can be; a HEAD request tells the upload's offset", ErrInvalid, field, clip(v))
+	}
 	return n, nil
+}
+
+// allDigits: v is one or more decimal digits and nothing else.
+func allDigits(v string) bool {
+	return v != "" && strings.Trim(v, "0123456789") == ""
+}
+
+// sfMaxInteger is the largest Integer a Structured Field can carry (15 digits).
+const sfMaxInteger = 999_999_999_999_999
+
+// single returns the one value of a protocol field that must appear once ("" when the
+// request has none). The field twice, as two lines or as a comma-separated list, is
+// refused rather than resolved to one of its values: which one the client meant is
+// not the door's guess. None of the fields it reads can hold a comma.
+func single(r *http.Request, field string) (string, error) {
+	vs := r.Header.Values(field)
+	switch {
+	case len(vs) == 0:
+		return "", nil
+	case len(vs) > 1 || strings.Contains(vs[0], ","):
+		return "", fmt.Errorf("%w: %s is sent more than once (%q); send it once, with one value", ErrInvalid, field, clip(strings.Join(vs, ", ")))
+	}
+	return vs[0], nil
+}
+
+// uploadLength reads a request's Upload-Length: -1 when it has none. A value of digits
+// only that is larger than this server takes (Config.MaxSize, a 64-bit length, and for
+// the IETF protocol the 15 digits of a Structured Field Integer) is ErrTooLarge,
+// however many digits it has: the client learns it cannot send that upload here, not
+// that its field is malformed. Anything else that is no non-negative integer is
+// ErrInvalid for tus; for the IETF protocol it is ignored, as the draft says of a field
+// of the wrong type.
+func (h *Handler) uploadLength(r *http.Request, p protocol, create bool) (int64, error) {
+	v, err := single(r, "Upload-Length")
+	if err != nil || v == "" {
+		return -1, err
+	}
+	limit, stated := int64(math.MaxInt64), h.cfg.MaxSize > 0
+	if p == protoIETF {
+		v = strings.Trim(v, " \t")
+		limit = sfMaxInteger
+	}
+	if stated {
+		limit = min(limit, h.cfg.MaxSize)
+	}
+	if allDigits(v) {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err == nil && n <= limit {
+			return n, nil
+		}
+		what := "no upload was created"
+		if !create {
+			what = "the upload was not changed"
+		}
+		if stated {
+			return -1, fmt.Errorf("%w: Upload-Length %s is larger than this server takes (at most %d bytes); %s", ErrTooLarge, clip(v), limit, what)
+		}
+		return -1, fmt.Errorf("%w: Upload-Length %s is larger than any upload can be (at most %d bytes); %s", ErrTooLarge, clip(v), limit, what)
+	}
+	if p == protoTus {
+		return -1, fmt.Errorf("%w: Upload-Length must be a non-negative decimal integer, not %q", ErrInvalid, clip(v))
+	}
+	if n, _, ok := sfInteger([]string{v}); ok {
+		return n, nil
+	}
+	return -1, nil
 }
 
 func mediaType(r *http.Request) string {
@@ -54,14 +126,14 @@ func (h *Handler) readHeaders(r *http.Request, rq *request, create bool) (header
 			if r.Header.Get("Upload-Concat") != "" {
 				return hd, fmt.Errorf("%w: the concatenation extension is not supported: upload the file as one upload (chunkup needs no parallel uploads for speed)", ErrInvalid)
 			}
-			l, d := r.Header.Get("Upload-Length"), r.Header.Get("Upload-Defer-Length")
+			d := r.Header.Get("Upload-Defer-Length")
+			if hd.length, err = h.uploadLength(r, rq.proto, create); err != nil {
+				return hd, err
+			}
 			switch {
-			case l != "" && d != "":
+			case hd.length >= 0 && d != "":
 				return hd, fmt.Errorf("%w: send Upload-Length or Upload-Defer-Length, not both", ErrInvalid)
-			case l != "":
-				if hd.length, err = parseTusInt("Upload-Length", l); err != nil {
-					return hd, err
-				}
+			case hd.length >= 0:
 			case d != "1":
 				return hd, fmt.Errorf("%w: creating an upload needs Upload-Length, or Upload-Defer-Length: 1 when the length is not known yet", ErrInvalid)
 			}
@@ -70,16 +142,22 @@ func (h *Handler) readHeaders(r *http.Request, rq *request, create bool) (header
 			if mt != ctTusPatch {
 				return hd, fmt.Errorf("%w: a tus PATCH must have Content-Type: %s", errMediaType, ctTusPatch)
 			}
-			if hd.offset, err = parseTusInt("Upload-Offset", r.Header.Get("Upload-Offset")); err != nil {
+			off, err := single(r, "Upload-Offset")
+			if err != nil {
 				return hd, err
 			}
-			if l := r.Header.Get("Upload-Length"); l != "" {
-				if hd.length, err = parseTusInt("Upload-Length", l); err != nil {
-					return hd, err
-				}
+			if hd.offset, err = parseTusInt("Upload-Offset", off); err != nil {
+				return hd, err
+			}
+			if hd.length, err = h.uploadLength(r, rq.proto, create); err != nil {
+				return hd, err
 			}
 		}
-		if v := r.Header.Get("Upload-Checksum"); v != "" && hd.data {
+		v, err := single(r, "Upload-Checksum")
+		if err != nil {
+			return hd, err
+		}
+		if v != "" && hd.data {
 			c, err := parseUploadChecksum(v)
 			if err != nil {
 				return hd, err
@@ -104,15 +182,18 @@ func (h *Handler) readHeaders(r *http.Request, rq *request, create bool) (header
 			if rq.interop >= 6 && mediaType(r) != ctIETFPatch {
 				return hd, fmt.Errorf("%w: an append must have Content-Type: %s", errMediaType, ctIETFPatch)
 			}
-			off, _, ok := sfInteger(r.Header.Values("Upload-Offset"))
-			if !ok {
+			v, err := single(r, "Upload-Offset")
+			if err != nil {
+				return hd, err
+			}
+			off, _, ok := sfInteger([]string{v})
+			if !ok || v == "" {
 				return hd, fmt.Errorf("%w: an append needs Upload-Offset, a non-negative integer", ErrInvalid)
 			}
 			hd.offset = off
 		}
-		// A field of the wrong type is ignored, as the draft says.
-		if l, _, ok := sfInteger(r.Header.Values("Upload-Length")); ok {
-			hd.length = l
+		if hd.length, err = h.uploadLength(r, rq.proto, create); err != nil {
+			return hd, err
 		}
 		if hd.ends && r.ContentLength >= 0 {
 			l := hd.offset + r.ContentLength

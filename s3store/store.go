@@ -351,8 +351,10 @@ const strayMaxPages = 100
 // id is recorded; a worker killed (or cancelled) between S3 creating its multipart
 // upload and Redis deciding whose it is leaves that multipart upload behind, holding
 // its parts' storage until someone aborts it. The caller must own key (KeyOwnedBy).
-// An upload that is gone already (NoSuchUpload) counts as aborted. It stops at the
-// first other error, returning what it aborted before.
+// An upload that is gone already (NoSuchUpload) counts as aborted, and a listing
+// answered NoSuchUpload (gofakes3, chunkup dev's S3, says so of a bucket that never
+// had a multipart upload) finds none: there is nothing to abort, which is no error. It
+// stops at the first other error, returning what it aborted before.
 func (s *Store) AbortStrays(ctx context.Context, bucket, key, keep string) ([]string, error) {
 	var stray []string
 	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket), Prefix: aws.String(key)}
@@ -361,6 +363,9 @@ func (s *Store) AbortStrays(ctx context.Context, bucket, key, keep string) ([]st
 	}
 	for page := 1; ; page++ {
 		out, err := s.api.ListMultipartUploads(ctx, in)
+		if err != nil && NoSuchUpload(err) {
+			break
+		}
 		if err != nil {
 			return nil, fmt.Errorf("list multipart uploads of %s: %w", key, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/retry"
@@ -225,4 +228,84 @@ func TestChunkChecksums(t *testing.T) {
 			t.Fatal("a retried completion accepted an object with another CRC32C")
 		}
 	}
+}
+
+// TestAbortStraysNothingToAbort: an upload that never got data has no multipart upload
+// in S3, and releasing it after a DELETE looks for strays under its key: finding none
+// is no error, whatever the store answers (MinIO an empty listing; gofakes3, chunkup
+// dev's S3, NoSuchUpload for a bucket that never had a multipart upload, which made
+// dev WARN "abort stray multipart uploads ... NoSuchUpload"). An abort of a multipart
+// upload that does not exist is none either.
+func TestAbortStraysNothingToAbort(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store func(t *testing.T) *s3.Client
+	}{
+		{"minio", func(t *testing.T) *s3.Client {
+			minio := testenv.StartMinIO(t)
+			minio.CreateBucket(t, "bkt")
+			return minio.Client(t)
+		}},
+		{"gofakes3", func(t *testing.T) *s3.Client {
+			srv := httptest.NewServer(gofakes3.New(s3mem.New(), gofakes3.WithAutoBucket(true), gofakes3.WithLogger(gofakes3.DiscardLog())).Server())
+			t.Cleanup(srv.Close)
+			c, err := s3store.NewClient(context.Background(), s3store.Config{Endpoint: srv.URL, AccessKey: "k", SecretKey: "s", MaxAttempts: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The bucket exists, as dev's does once something was put in it.
+			if _, err := c.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := s3store.New(tc.store(t))
+			ctx := testenv.Context(t, time.Minute)
+			for _, key := range []string{"uploads/NEVERDATA/f.bin", "uploads/NEVERDATA/"} {
+				aborted, err := st.AbortStrays(ctx, "bkt", key, "")
+				if err != nil || len(aborted) != 0 {
+					t.Errorf("AbortStrays(%q) = %v, %v; want nothing aborted and no error", key, aborted, err)
+				}
+			}
+		})
+	}
+}
+
+// TestAbortStraysListingNoSuchUpload: a listing answered NoSuchUpload aborts nothing
+// and is no error; another error still is.
+func TestAbortStraysListingNoSuchUpload(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		wantErr bool
+	}{
+		{"NoSuchUpload", &types.NoSuchUpload{}, false},
+		{"NoSuchBucket", &types.NoSuchBucket{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &failingList{err: tc.err}
+			aborted, err := s3store.New(f).AbortStrays(context.Background(), "b", "k", "")
+			if (err != nil) != tc.wantErr || len(aborted) != 0 || f.aborts != 0 {
+				t.Errorf("AbortStrays = %v, %v after %d aborts; want error %v, nothing aborted", aborted, err, f.aborts, tc.wantErr)
+			}
+		})
+	}
+}
+
+// failingList answers every listing with err.
+type failingList struct {
+	s3store.API
+	err    error
+	aborts int
+}
+
+func (f *failingList) ListMultipartUploads(context.Context, *s3.ListMultipartUploadsInput, ...func(*s3.Options)) (*s3.ListMultipartUploadsOutput, error) {
+	return nil, f.err
+}
+
+func (f *failingList) AbortMultipartUpload(context.Context, *s3.AbortMultipartUploadInput, ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error) {
+	f.aborts++
+	return &s3.AbortMultipartUploadOutput{}, nil
 }

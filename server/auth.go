@@ -89,6 +89,10 @@ type Authenticator struct {
 	hashes [][]byte
 	tenant []string
 	parser *jwt.Parser
+	// keys and tokens: API keys, JWTs are configured. accepts says what the server
+	// takes, once, at the end of every refusal.
+	keys, tokens bool
+	accepts      string
 }
 
 // NewAuthenticator returns an Authenticator for cfg.
@@ -119,29 +123,67 @@ func NewAuthenticator(cfg AuthConfig) (*Authenticator, error) {
 		opts = append(opts, jwt.WithAudience(cfg.JWTAudience))
 	}
 	a.parser = jwt.NewParser(opts...)
+	a.keys, a.tokens = len(cfg.APIKeys) > 0, len(methods) > 0
+	switch {
+	case a.keys && a.tokens:
+		a.accepts = "this server accepts an API key (x-api-key: KEY, or authorization: Bearer KEY) or a JWT (authorization: Bearer JWT)"
+	case a.tokens:
+		a.accepts = "this server accepts a JWT (authorization: Bearer JWT), not API keys"
+	default:
+		a.accepts = "this server accepts an API key (x-api-key: KEY, or authorization: Bearer KEY), not tokens"
+	}
 	return a, nil
 }
 
-func unauthenticated(msg string) error { return status.Error(codes.Unauthenticated, msg) }
+// refuse is UNAUTHENTICATED with what is wrong and, once, what the server accepts.
+func (a *Authenticator) refuse(format string, args ...any) error {
+	return status.Error(codes.Unauthenticated, fmt.Sprintf(format, args...)+"; "+a.accepts)
+}
 
 // Authenticate is a go-grpc-middleware auth.AuthFunc: it accepts an API key (header
-// x-api-key, or "authorization: Bearer KEY") or a JWT ("authorization: Bearer JWT")
-// and puts the caller's tenant in the context.
+// x-api-key, or "authorization: Bearer KEY") or a JWT ("authorization: Bearer JWT"),
+// as configured, and puts the caller's tenant in the context. A call must carry one
+// credential: the same key in both headers is one, but two different ones (mixed
+// credentials, or either header twice with different values) are refused rather than
+// resolved to whichever is read first. Each refusal says what is wrong and what the
+// server accepts. AuthenticateHTTP reads an HTTP request the same way.
 func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if keys := md.Get("x-api-key"); len(keys) > 0 {
+	keys, authz := md.Get("x-api-key"), md.Get("authorization")
+	for _, f := range []struct {
+		name   string
+		values []string
+	}{{"x-api-key", keys}, {"authorization", authz}} {
+		for _, v := range f.values[min(1, len(f.values)):] {
+			if v != f.values[0] {
+				return nil, a.refuse("%s is sent %d times with different values; send one credential, once", f.name, len(f.values))
+			}
+		}
+	}
+	var scheme, token string
+	bearer := false
+	if len(authz) > 0 {
+		var ok bool
+		scheme, token, ok = strings.Cut(authz[0], " ")
+		token = strings.TrimSpace(token)
+		bearer = ok && strings.EqualFold(scheme, "bearer") && token != ""
+	}
+	switch {
+	case len(keys) > 0 && len(authz) > 0 && !(bearer && token == keys[0]):
+		return nil, a.refuse("mixed credentials: x-api-key and authorization carry different credentials; send one of them")
+	case len(keys) > 0:
+		if !a.keys {
+			return nil, a.refuse("an API key in x-api-key is not accepted")
+		}
 		return a.apiKey(ctx, keys[0])
-	}
-	authz := md.Get("authorization")
-	if len(authz) == 0 {
-		return nil, unauthenticated("missing credentials: send an API key in the x-api-key header or a token as \"authorization: Bearer TOKEN\"")
-	}
-	scheme, token, ok := strings.Cut(authz[0], " ")
-	if !ok || !strings.EqualFold(scheme, "bearer") || token == "" {
-		return nil, unauthenticated("malformed authorization header: use \"authorization: Bearer TOKEN\"")
-	}
-	if strings.Count(token, ".") == 2 {
+	case len(authz) == 0:
+		return nil, a.refuse("missing credentials")
+	case !bearer:
+		return nil, a.refuse("malformed authorization header: it must be \"Bearer \" and the credential")
+	case strings.Count(token, ".") == 2:
 		return a.jwt(ctx, token)
+	case !a.keys:
+		return nil, a.refuse("the bearer credential is not a JWT")
 	}
 	return a.apiKey(ctx, token)
 }
@@ -156,14 +198,14 @@ func (a *Authenticator) apiKey(ctx context.Context, key string) (context.Context
 		}
 	}
 	if found == 0 {
-		return nil, unauthenticated("invalid API key")
+		return nil, a.refuse("invalid API key")
 	}
 	return WithTenant(ctx, tenant), nil
 }
 
 func (a *Authenticator) jwt(ctx context.Context, raw string) (context.Context, error) {
-	if len(a.cfg.JWTSecret) == 0 && a.cfg.JWTPublicKey == nil {
-		return nil, unauthenticated("this server does not accept tokens; use an API key")
+	if !a.tokens {
+		return nil, a.refuse("a JWT is not accepted")
 	}
 	claims := jwt.MapClaims{}
 	_, err := a.parser.ParseWithClaims(raw, claims, func(t *jwt.Token) (any, error) {
@@ -176,11 +218,11 @@ func (a *Authenticator) jwt(ctx context.Context, raw string) (context.Context, e
 		return nil, fmt.Errorf("unexpected signing method %s", t.Method.Alg())
 	})
 	if err != nil {
-		return nil, unauthenticated("invalid token: " + err.Error())
+		return nil, a.refuse("invalid token: %v", err)
 	}
 	tenant, _ := claims[a.cfg.TenantClaim].(string)
 	if !ValidTenant(tenant) {
-		return nil, unauthenticated(fmt.Sprintf("the token's %q claim does not name a valid tenant", a.cfg.TenantClaim))
+		return nil, a.refuse("the token's %q claim does not name a valid tenant", a.cfg.TenantClaim)
 	}
 	return WithTenant(ctx, tenant), nil
 }

@@ -151,9 +151,13 @@ func (c *Core) door(u *uploads.Upload) httpdoor.Upload {
 			up.Size = int64(u.Total-1)*u.ChunkSize + ch.Size
 		}
 	}
-	if u.Status == staging.StatusActive {
+	switch u.Status {
+	case staging.StatusActive:
 		// What cleanup's expiry goes by: the last activity and the state TTL.
 		up.Expires = u.Updated.Add(c.store.StateTTL())
+	case staging.StatusFailed, staging.StatusAborted, staging.StatusExpired:
+		// Ending an upload is its last update.
+		up.Ended = u.Updated
 	}
 	return up
 }

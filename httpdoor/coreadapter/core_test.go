@@ -242,8 +242,13 @@ func TestErrors(t *testing.T) {
 	if err := stage(ctx, e.core, up.ID, 1, bytesOf(chunk, 2), false); !errors.Is(err, httpdoor.ErrGone) {
 		t.Errorf("stage after abort: %v, want ErrGone", err)
 	}
-	if got, err := e.core.Get(ctx, up.ID); err != nil || got.State != httpdoor.StateAborted || got.Reason == "" {
+	// An upload that ended tells when (the door's 410 says so), and no longer expires.
+	if got, err := e.core.Get(ctx, up.ID); err != nil || got.State != httpdoor.StateAborted || got.Reason == "" ||
+		got.Ended.IsZero() || time.Since(got.Ended) > time.Minute || !got.Expires.IsZero() {
 		t.Errorf("after abort: %+v %v", got, err)
+	}
+	if got, err := e.core.Get(ctx, un.ID); err != nil || !got.Ended.IsZero() || got.Expires.IsZero() {
+		t.Errorf("an active upload: Ended %v, Expires %v (%v); want no end, an expiry", got.Ended, got.Expires, err)
 	}
 }
 
