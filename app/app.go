@@ -89,6 +89,8 @@ type Config struct {
 	// /healthz, /readyz and /metrics alike. With a client CA it requires client
 	// certificates. Zero: plain HTTP.
 	HTTPTLS server.TLSConfig
+	// HTTPServer bounds the HTTP address's connections, headers and idle time.
+	HTTPServer HTTPServerConfig
 	// RatePerTenant limits each tenant's calls per second (zero: no limit), with bursts
 	// of RateBurst (zero: twice the rate).
 	RatePerTenant float64
@@ -138,7 +140,7 @@ func (c *Config) Validate() error {
 		return errors.New("rate limits must not be negative")
 	}
 	return errors.Join(c.S3.Validate(), c.Auth.Validate(), c.TLS.Validate(), wrapf("http %w", c.HTTPTLS.Validate()), c.Documents.Validate(), c.Staging.Validate(), srv.Validate(), c.Worker.Validate(),
-		c.Completer.Validate(), c.Publisher.Validate(), c.Expirer.Validate(), c.OCR.validate(), c.HTTPDoor.Validate())
+		c.Completer.Validate(), c.Publisher.Validate(), c.Expirer.Validate(), c.OCR.validate(), c.HTTPDoor.Validate(), c.HTTPServer.Validate())
 }
 
 func (c *Config) redisURL() string {
@@ -372,6 +374,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 			return nil, fmt.Errorf("http listen: %w", err)
 		}
+		a.httpLis = cfg.HTTPServer.listener(a.httpLis)
 		if cfg.HTTPTLS.Enabled() {
 			tc, err := cfg.HTTPTLS.Config()
 			if err != nil {
@@ -390,9 +393,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 				return nil, err
 			}
 		}
-		// No ReadTimeout or WriteTimeout: an upload's request lasts as long as its body
-		// takes; the door bounds each read and write itself (IdleTimeout).
-		a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		a.http = cfg.HTTPServer.server(mux)
 		a.http.Handler = a.withMetrics(a.http.Handler) // GET /metrics
 	}
 	ok = true

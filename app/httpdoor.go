@@ -67,6 +67,7 @@ func (a *App) setupDoor(mux *http.ServeMux, guard server.Guard) (err error) {
 		dc.MaxSize = limit
 	}
 	dc.Logger = a.log.With("role", "httpdoor")
+	dc.Tenant = server.TenantFrom
 	limiter := guard.RateLimiter()
 	authenticate := func(r *http.Request) (context.Context, error) { return server.HTTPContext(r), nil }
 	if guard.Auth != nil {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -36,10 +38,12 @@ import (
 
 // appendJob is one request body to append to an upload, under its lock.
 type appendJob struct {
-	id   string
-	held context.Context // from Core.Lock: cancelled when the lock is lost
-	up   Upload
-	st   summary
+	id string
+	// tenant is whose share of the buffer budget the request's buffers count against.
+	tenant string
+	held   context.Context // from Core.Lock: cancelled when the lock is lost
+	up     Upload
+	st     summary
 	// size is the upload's size as the request leaves it (declared in this request, or
 	// known before), -1 when unknown.
 	size int64
@@ -87,7 +91,7 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 	var owned [][]byte // buffers handed to the queue (checked bodies)
 	defer func() {
 		for _, b := range owned {
-			h.bufs.put(b)
+			h.bufs.put(job.tenant, b)
 		}
 	}()
 
@@ -135,7 +139,7 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 	// second buffer), so the body keeps arriving while Redis takes the chunk before it.
 	// Stages stay in order, one at a time: wait collects the one in flight.
 	var inflight chan error
-	wait := func() error {
+	waitStage := func() error {
 		if inflight == nil {
 			return nil
 		}
@@ -154,7 +158,7 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 			queue = append(queue, a)
 			return nil
 		}
-		if err := wait(); err != nil {
+		if err := waitStage(); err != nil {
 			return err
 		}
 		if async && !a.declare && !a.last {
@@ -192,41 +196,50 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 			}
 			return nil
 		}
-		getBuf := func() ([]byte, error) {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.BufferWait)
-			defer cancel()
-			return h.bufs.get(ctx, C)
+		wait := func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.BufferWait)
 		}
-		// buf is filled while spare's chunk, if any, is staged in the background.
+		// cb is filled while spare's chunk, if any, is staged in the background.
+		cb := &chunkBuf{b: h.bufs, tenant: job.tenant, size: C, wait: wait}
 		var spare []byte
-		buf, err := getBuf()
-		if err != nil {
-			return err
-		}
 		defer func() {
 			// The stage in flight reads its buffer: it ends before the buffers go back.
 			// Its error, if any, came first.
-			if werr := wait(); werr != nil {
+			if werr := waitStage(); werr != nil {
 				err = werr
 			}
-			for _, b := range [][]byte{buf, spare} {
-				if b != nil {
-					h.bufs.put(b)
-				}
+			cb.free()
+			if spare != nil {
+				h.bufs.put(job.tenant, spare)
 			}
 		}()
+		// fillTo reads the body into the chunk buffer from k until it holds want bytes,
+		// growing the buffer as the bytes come; bufErr is an error getting memory,
+		// err the body's.
+		fillTo := func(k, want int64) (_ int64, bufErr, err error) {
+			for k < want {
+				if bufErr := cb.ensure(k+1, k); bufErr != nil {
+					return k, bufErr, nil
+				}
+				got, err := body.fill(cb.buf[k:min(want, int64(len(cb.buf)))])
+				k += int64(got)
+				if err != nil {
+					return k, nil, err
+				}
+			}
+			return k, nil, nil
+		}
 		n := job.st.next
 		start := job.st.offset
 		carry, hasCarry := byte(0), false
-		// chunk hands buf[:k] to emit; a queued chunk keeps its buffer and the cutter
-		// takes a new one.
+		// chunk hands the buffer's first k bytes to emit; a queued chunk keeps its
+		// buffer and the cutter grows a new one.
 		chunk := func(k int64, last bool) error {
-			a := action{n: n, data: buf[:k], crc: crc.Checksum(buf[:k]), last: last}
+			data := cb.buf[:k]
+			a := action{n: n, data: data, crc: crc.Checksum(data), last: last}
 			if checked {
-				owned = append(owned, buf)
-				if buf, err = getBuf(); err != nil {
-					buf = nil
-					return err
+				if b := cb.take(); b != nil {
+					owned = append(owned, b)
 				}
 				return emit(a, false)
 			}
@@ -234,9 +247,10 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 				return emit(a, false)
 			}
 			if spare == nil {
-				// The second buffer, for read-ahead. Without room for it the request goes
-				// on one chunk at a time.
-				if spare, err = h.bufs.tryGet(C); err != nil {
+				// The second buffer, for read-ahead, only for a body that just filled a
+				// chunk. Without room for it the request goes on one chunk at a time.
+				var ok bool
+				if spare, ok = h.bufs.tryGet(job.tenant, C); !ok {
 					return emit(a, false)
 				}
 			}
@@ -245,7 +259,7 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 			if err := emit(a, true); err != nil {
 				return err
 			}
-			buf, spare = spare, buf
+			cb.swap(&spare)
 			return nil
 		}
 		for {
@@ -255,10 +269,15 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 			}
 			var k int64
 			if hasCarry {
-				buf[0], k, hasCarry = carry, 1, false
+				if err := cb.ensure(1, 0); err != nil {
+					return err
+				}
+				cb.buf[0], k, hasCarry = carry, 1, false
 			}
-			got, err := body.fill(buf[k:want])
-			k += int64(got)
+			k, bufErr, err := fillTo(k, want)
+			if bufErr != nil {
+				return bufErr
+			}
 			switch {
 			case err == nil && S >= 0: // a whole chunk of an upload of known size
 				last := start+want == S
@@ -328,9 +347,15 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 	return res, nil
 }
 
-// bodyReader reads a request body with an idle deadline, renewed after every read,
-// feeds the body's checksums, bounds checksummed bodies, and can be interrupted from
-// another goroutine when the upload's lock is lost.
+// bodyReader reads a request body with an idle deadline and a minimum rate, renewed
+// on every read, feeds the body's checksums, bounds checksummed bodies, and can be
+// interrupted from another goroutine when the upload's lock is lost.
+//
+// The minimum rate is a credit of bytes: it starts at rate × window, grows with every
+// byte received (up to rate × window again) and drains at rate while the door waits
+// for the client; the read deadline is when it would run out. Only time spent waiting
+// for the client counts: while the door stages a chunk the clock stops, so backpressure
+// is never taken for a slow client.
 type bodyReader struct {
 	body   io.Reader
 	rc     *http.ResponseController
@@ -342,6 +367,12 @@ type bodyReader struct {
 	err    error
 	stop   func() bool
 
+	rate   float64 // bytes per second; 0: no minimum
+	window time.Duration
+	credit float64   // bytes the body may still be behind the rate by
+	last   time.Time // when credit was last brought up to date
+	out    time.Time // when the last Read returned (the door's own time starts)
+
 	h       *Handler // for Drain
 	mu      sync.Mutex
 	stopped bool
@@ -352,7 +383,12 @@ func (h *Handler) newBodyReader(w http.ResponseWriter, r *http.Request, job *app
 	if len(job.checks) > 0 {
 		b.limit = h.cfg.MaxChecksumBody
 	}
-	b.arm()
+	if h.cfg.MinBodyRate > 0 {
+		b.rate, b.window = float64(h.cfg.MinBodyRate), h.cfg.MinBodyRateWindow
+		b.credit = b.rate * b.window.Seconds()
+	}
+	b.last = time.Now()
+	b.arm(b.last)
 	b.stop = context.AfterFunc(job.held, b.interrupt)
 	h.bodiesMu.Lock()
 	h.bodies[b] = struct{}{}
@@ -363,13 +399,30 @@ func (h *Handler) newBodyReader(w http.ResponseWriter, r *http.Request, job *app
 	return b
 }
 
-// arm pushes the read deadline IdleTimeout ahead, unless the body was interrupted.
-// Servers that cannot set deadlines (ErrNotSupported) rely on their own timeouts.
-func (b *bodyReader) arm() {
+// deadlines returns when the body times out if nothing arrives from now on, and
+// whether that is the minimum rate's deadline (rather than the idle timeout's).
+func (b *bodyReader) deadline(now time.Time) (time.Time, bool) {
+	idle := now.Add(b.idle)
+	if b.rate <= 0 {
+		return idle, false
+	}
+	left := b.credit - b.rate*now.Sub(b.last).Seconds()
+	slow := now.Add(time.Duration(max(left, 0) / b.rate * float64(time.Second)))
+	if slow.Before(idle) {
+		return slow, true
+	}
+	return idle, false
+}
+
+// arm sets the read deadline for a read starting now, unless the body was
+// interrupted. Servers that cannot set deadlines (ErrNotSupported) rely on their own
+// timeouts.
+func (b *bodyReader) arm(now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.stopped && b.rc != nil {
-		_ = b.rc.SetReadDeadline(time.Now().Add(b.idle))
+		d, _ := b.deadline(now)
+		_ = b.rc.SetReadDeadline(d)
 	}
 }
 
@@ -396,8 +449,27 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
+	now := time.Now()
+	if !b.out.IsZero() {
+		b.last = b.last.Add(now.Sub(b.out)) // the door's own time is not the client's
+	}
+	b.arm(now)
 	n, err := b.body.Read(p)
+	now = time.Now()
+	b.out = now
 	b.err = err // sticky: a reader may return data with io.EOF, and fill stops before it
+	if b.rate > 0 {
+		if err != nil && n == 0 && isTimeout(err) && !b.isStopped() {
+			// The rate's deadline, not the idle timeout's, if the credit ran out (within
+			// the timer's slack).
+			if b.credit-b.rate*now.Sub(b.last).Seconds() <= b.rate/10 {
+				b.err = fmt.Errorf("%w: its body arrived slower than %d bytes per second over %s; what arrived in whole chunks is stored, resume from Upload-Offset", errTooSlow, int64(b.rate), b.window)
+				return 0, b.err
+			}
+		}
+		b.credit = min(b.rate*b.window.Seconds(), b.credit-b.rate*now.Sub(b.last).Seconds()+float64(n))
+		b.last = now
+	}
 	if n > 0 {
 		b.n += int64(n)
 		for _, c := range b.checks {
@@ -407,9 +479,20 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 			b.err = fmt.Errorf("%w: a request body with a checksum is held in memory until it is verified, so it may have at most %d bytes; send smaller requests", ErrTooLarge, b.limit)
 			return n, b.err
 		}
-		b.arm()
 	}
 	return n, err
+}
+
+func (b *bodyReader) isStopped() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stopped
+}
+
+// isTimeout reports whether err is a read deadline's.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // fill reads until p is full or the body ends; io.EOF means the body ended cleanly
@@ -446,7 +529,7 @@ func (b *bodyReader) peek() (byte, error) {
 // interrupted turns a body read error into the error the request is answered with.
 func (b *bodyReader) interrupted(err error) error {
 	switch {
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, ErrTooLarge), errors.Is(err, errTooSlow):
 		return err
 	case b.held != nil && b.held.Err() != nil:
 		return fmt.Errorf("%w: this request lost the upload's lock; what arrived in whole chunks is stored", ErrLocked)

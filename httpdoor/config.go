@@ -45,8 +45,30 @@ type Config struct {
 	// Retry-After. Zero means 512 MiB.
 	BufferBudget int64
 
+	// TenantBufferBudget bounds what one tenant's requests may hold of BufferBudget, so
+	// that one tenant's requests, however many and however slow, leave room for
+	// another's. Zero means BufferBudget less 64 MiB (the largest chunk), or half of
+	// BufferBudget if that is more.
+	TenantBufferBudget int64
+
 	// BufferWait is how long a request waits for buffer memory. Zero means 10 s.
 	BufferWait time.Duration
+
+	// MinBodyRate is the slowest a request body may arrive, in bytes per second,
+	// averaged over MinBodyRateWindow: a body slower than that is ended with 408 (what
+	// arrived in whole chunks is kept; the client resumes from Upload-Offset), so that a
+	// trickling client cannot hold its upload's lock, its connection and its buffer
+	// for ever. Zero means 16 KiB/s; negative means no minimum (IdleTimeout still
+	// applies).
+	MinBodyRate int64
+
+	// MinBodyRateWindow is the window MinBodyRate is measured over: a body may pause
+	// for up to this long after sending at the rate. Zero means 30 s.
+	MinBodyRateWindow time.Duration
+
+	// Tenant names the tenant of the context Authenticate returned, for the tenants'
+	// shares of the buffer budget. Nil puts every request in one tenant.
+	Tenant func(ctx context.Context) string
 
 	// IdleTimeout is how long a request body may send nothing before the door gives up
 	// on it, stages what it has and answers; and how long a response may take to
@@ -103,8 +125,17 @@ func (c Config) withDefaults() Config {
 	if c.BufferBudget == 0 {
 		c.BufferBudget = 512 << 20
 	}
+	if c.TenantBufferBudget == 0 {
+		c.TenantBufferBudget = max(c.BufferBudget-64<<20, c.BufferBudget/2)
+	}
 	if c.BufferWait == 0 {
 		c.BufferWait = 10 * time.Second
+	}
+	if c.MinBodyRate == 0 {
+		c.MinBodyRate = 16 << 10
+	}
+	if c.MinBodyRateWindow == 0 {
+		c.MinBodyRateWindow = 30 * time.Second
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 30 * time.Second
@@ -133,12 +164,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("httpdoor: public URL %q must be http(s)://host[:port] without a path", c.PublicURL))
 		}
 	}
-	for name, v := range map[string]int64{"max size": c.MaxSize, "max checksum body": c.MaxChecksumBody, "buffer budget": c.BufferBudget} {
+	for name, v := range map[string]int64{"max size": c.MaxSize, "max checksum body": c.MaxChecksumBody, "buffer budget": c.BufferBudget, "tenant buffer budget": c.TenantBufferBudget} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("httpdoor: %s must not be negative", name))
 		}
 	}
-	for name, v := range map[string]time.Duration{"buffer wait": c.BufferWait, "idle timeout": c.IdleTimeout, "core timeout": c.CoreTimeout, "CORS max age": c.CORS.MaxAge} {
+	for name, v := range map[string]time.Duration{"buffer wait": c.BufferWait, "idle timeout": c.IdleTimeout, "core timeout": c.CoreTimeout, "CORS max age": c.CORS.MaxAge, "minimum body rate window": c.MinBodyRateWindow} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("httpdoor: %s must not be negative", name))
 		}

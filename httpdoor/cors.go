@@ -1,6 +1,7 @@
 package httpdoor
 
 import (
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -52,9 +53,8 @@ func (h *Handler) cors(w http.ResponseWriter, r *http.Request) bool {
 	hd.Add("Vary", "Origin")
 	allowed := slices.Contains(h.cfg.CORS.AllowedOrigins, "*") || slices.Contains(h.cfg.CORS.AllowedOrigins, origin)
 	if !allowed {
-		// Same origin: browsers send Origin on same-origin POST, PATCH and DELETE too.
-		u, err := url.Parse(origin)
-		return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
+		// Browsers send Origin on same-origin POST, PATCH and DELETE too.
+		return h.sameOrigin(r, origin)
 	}
 	hd.Set("Access-Control-Allow-Origin", origin)
 	if h.cfg.CORS.AllowCredentials {
@@ -68,4 +68,28 @@ func (h *Handler) cors(w http.ResponseWriter, r *http.Request) bool {
 		hd.Set("Access-Control-Expose-Headers", h.corsExpose)
 	}
 	return true
+}
+
+// sameOrigin reports whether origin is the door's own. The Host header alone cannot
+// say so: a page of an attacker's domain that resolves to this server (DNS rebinding)
+// sends its own name as both Origin and Host. So the origin must be the configured
+// public URL's, or name the server by an IP address or localhost, which no other site's
+// page can have, with the scheme and Host the request came with.
+func (h *Handler) sameOrigin(r *http.Request, origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") {
+		return false
+	}
+	if h.publicOrigin != "" {
+		return strings.EqualFold(origin, h.publicOrigin)
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if !strings.EqualFold(u.Scheme, scheme) || !strings.EqualFold(u.Host, r.Host) {
+		return false
+	}
+	host := u.Hostname()
+	return strings.EqualFold(host, "localhost") || net.ParseIP(host) != nil
 }

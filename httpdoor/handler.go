@@ -59,6 +59,8 @@ type Handler struct {
 	bufs *buffers
 	// base is the prefix as an absolute path or URL, for Location.
 	base string
+	// publicOrigin is Config.PublicURL as an origin (scheme://host[:port]), "" without one.
+	publicOrigin string
 	// corsAllow and corsExpose are the CORS header lists with the configured additions.
 	corsAllow, corsExpose string
 	// drain is closed by Drain; bodies holds the request bodies being read, which Drain
@@ -80,12 +82,13 @@ func New(core Core, cfg Config) (*Handler, error) {
 	cfg = cfg.withDefaults()
 	return &Handler{
 		core: core, cfg: cfg,
-		bufs:       newBuffers(cfg.BufferBudget),
-		base:       strings.TrimSuffix(cfg.PublicURL, "/") + cfg.Prefix,
-		corsAllow:  withExtra(corsAllowHeaders, cfg.CORS.AllowHeaders),
-		corsExpose: withExtra(corsExposeHeaders, cfg.CORS.ExposeHeaders),
-		drain:      make(chan struct{}),
-		bodies:     map[*bodyReader]struct{}{},
+		bufs:         newBuffers(cfg.BufferBudget, cfg.TenantBufferBudget),
+		base:         strings.TrimSuffix(cfg.PublicURL, "/") + cfg.Prefix,
+		publicOrigin: strings.TrimSuffix(cfg.PublicURL, "/"),
+		corsAllow:    withExtra(corsAllowHeaders, cfg.CORS.AllowHeaders),
+		corsExpose:   withExtra(corsExposeHeaders, cfg.CORS.ExposeHeaders),
+		drain:        make(chan struct{}),
+		bodies:       map[*bodyReader]struct{}{},
 	}, nil
 }
 
@@ -104,6 +107,14 @@ func (h *Handler) Drain() {
 			b.interrupt()
 		}
 	})
+}
+
+// tenant names the tenant of a request's context (Config.Tenant), "" without one.
+func (h *Handler) tenant(ctx context.Context) string {
+	if h.cfg.Tenant == nil || ctx == nil {
+		return ""
+	}
+	return h.cfg.Tenant(ctx)
 }
 
 func (h *Handler) draining() bool {

@@ -17,6 +17,9 @@ var (
 	// chunks is staged; the client resumes from Upload-Offset. 500, as tusd answers,
 	// because clients retry 5xx and resume.
 	errInterrupted = errors.New("the request body was interrupted")
+	// errTooSlow: the request body arrived slower than Config.MinBodyRate. What arrived
+	// in whole chunks is staged; the client resumes from Upload-Offset. 408.
+	errTooSlow = errors.New("the request body was too slow")
 	// errUnauthenticated: Config.Authenticate refused the request. 401.
 	errUnauthenticated = errors.New("missing or invalid credentials")
 	// errOrigin: a browser request from an origin CORS does not allow. 403.
@@ -119,6 +122,8 @@ func statusOf(p protocol, err error) int {
 		return http.StatusMethodNotAllowed
 	case errors.As(err, &ve):
 		return http.StatusPreconditionFailed
+	case errors.Is(err, errTooSlow):
+		return http.StatusRequestTimeout
 	case errors.Is(err, errUnauthenticated):
 		return http.StatusUnauthorized
 	case errors.Is(err, errOrigin):

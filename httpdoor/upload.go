@@ -291,7 +291,7 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 		defer unlock()
 		job := &appendJob{
-			id: up.ID, held: held, up: up, st: summarize(up), size: up.Size, declare: -1,
+			id: up.ID, tenant: h.tenant(rq.ctx), held: held, up: up, st: summarize(up), size: up.Size, declare: -1,
 			ends: hd.ends, checks: hd.checks, reprCRC: hd.reprCRC, overflow: overflow(rq.proto, up.Size),
 		}
 		if rq.proto == protoIETF {
@@ -335,7 +335,7 @@ func (h *Handler) patch(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 	size := up.Size
 	job := &appendJob{
-		id: rq.id, held: held, up: up, st: st, size: size, declare: -1,
+		id: rq.id, tenant: h.tenant(rq.ctx), held: held, up: up, st: st, size: size, declare: -1,
 		ends: hd.ends, checks: hd.checks, reprCRC: hd.reprCRC,
 	}
 	if hd.length >= 0 && hd.length != size {

@@ -60,15 +60,16 @@ func toStatus(id string, err error) error {
 	}
 	id = clip(id)
 	var (
-		inv  *InvalidError
-		rng  *RangeError
-		sum  *ChecksumError
-		st   *staging.StateError
-		oor  *staging.OutOfRangeError
-		last *staging.LastChunkError
-		rec  *staging.PartRecordedError
-		dst  *documents.StateError
-		fen  *documents.FencedError
+		inv    *InvalidError
+		rng    *RangeError
+		sum    *ChecksumError
+		st     *staging.StateError
+		oor    *staging.OutOfRangeError
+		last   *staging.LastChunkError
+		rec    *staging.PartRecordedError
+		dst    *documents.StateError
+		fen    *documents.FencedError
+		capErr *CapError
 	)
 	// Messages name the upload when there is one, so a client juggling several
 	// uploads knows which one a failure belongs to.
@@ -133,6 +134,10 @@ func toStatus(id string, err error) error {
 		return status.Errorf(codes.FailedPrecondition, "document %s: %v", id, dst)
 	case errors.As(err, &fen):
 		return status.Errorf(codes.Aborted, "document %s: %v", id, fen)
+	case errors.As(err, &capErr):
+		return retryLater(codes.ResourceExhausted, capErr.RetryAfter, "%v", capErr)
+	case errors.Is(err, staging.ErrTooManyUploads):
+		return retryLater(codes.ResourceExhausted, 30*time.Second, "%v (--max-active-uploads-per-tenant); nothing was created: complete or abort some of them (ListUploads shows them), or retry later", err)
 	case errors.As(err, new(*BudgetError)), errors.As(err, new(*LimitError)), errors.As(err, new(*MemoryError)):
 		return retryLater(codes.ResourceExhausted, time.Second, "%s%v", on, err)
 	case errors.As(err, new(*IdleError)):

@@ -37,6 +37,16 @@ func (e *MemoryError) Error() string {
 	return fmt.Sprintf("this server holds its limit of %d bytes reserved for chunks being received or awaited (--max-receive-memory; a stream waiting for its next message reserves the largest one) and had no room for this stream's next chunk within %s; retry later", e.Limit, e.Waited)
 }
 
+// CapError is a tenant's cap on creating uploads that was reached (its rate, or its
+// uploads in progress); nothing was created. RESOURCE_EXHAUSTED (HTTP 429) with
+// RetryAfter.
+type CapError struct {
+	Msg        string
+	RetryAfter time.Duration
+}
+
+func (e *CapError) Error() string { return e.Msg }
+
 // LimitError is a per-tenant limit that was reached.
 type LimitError struct{ Msg string }
 
@@ -59,6 +69,14 @@ func NewTenantRateLimiter(perSecond float64, burst int) *TenantRateLimiter {
 // Limit implements ratelimit.Limiter.
 func (l *TenantRateLimiter) Limit(ctx context.Context) error {
 	tenant := TenantFrom(ctx)
+	if !l.allow(tenant) {
+		return fmt.Errorf("tenant %q is over its rate limit of %g calls per second (burst %d; --rate-limit)", tenant, float64(l.rate), l.burst)
+	}
+	return nil
+}
+
+// allow takes a token of tenant's bucket, if there is one.
+func (l *TenantRateLimiter) allow(tenant string) bool {
 	l.mu.Lock()
 	lim, ok := l.m[tenant]
 	if !ok {
@@ -69,10 +87,7 @@ func (l *TenantRateLimiter) Limit(ctx context.Context) error {
 		l.m[tenant] = lim
 	}
 	l.mu.Unlock()
-	if !lim.Allow() {
-		return fmt.Errorf("tenant %q is over its rate limit of %g calls per second (burst %d; --rate-limit)", tenant, float64(l.rate), l.burst)
-	}
-	return nil
+	return lim.Allow()
 }
 
 // streamCounter bounds the streams (of one kind: what, limited by flag) a tenant has

@@ -93,6 +93,13 @@ type Config struct {
 	// past it a stream is refused with RESOURCE_EXHAUSTED. Zero means 64; negative, no
 	// cap.
 	MaxStreamsPerTenant int
+	// CreateRatePerTenant bounds the uploads one tenant may create per second on this
+	// process (a token bucket with bursts of twice the rate), whichever door they come
+	// through; past it a create is refused with RESOURCE_EXHAUSTED (HTTP 429) and a
+	// retry delay. Zero means DefaultCreateRatePerTenant; negative, no bound. The
+	// number of uploads a tenant may have in progress is staging.Config's
+	// MaxActivePerTenant.
+	CreateRatePerTenant float64
 	// StagedBytesBudget caps the bytes staged in Redis (measured as Redis' used_memory):
 	// over it, streams stop reading chunks until workers drain Redis (see budgetGate).
 	// Zero means no budget.
@@ -199,9 +206,16 @@ const (
 // Defaults of the receive-path limits.
 const (
 	DefaultMaxStreamsPerTenant = 64
-	DefaultMaxReceiveMemory    = 1 << 30
-	DefaultMaxReadsPerTenant   = 16
-	DefaultStreamIdleTimeout   = 2 * time.Minute
+	// DefaultCreateRatePerTenant is well above what one client uploading small files
+	// creates (a few hundred per second) and far below what fills Redis in a minute.
+	DefaultCreateRatePerTenant = 500
+	// DefaultMaxActivePerTenant is the default of staging.Config.MaxActivePerTenant
+	// that chunkup serve sets: about 14 MB of Redis per tenant for uploads abandoned
+	// before they expire.
+	DefaultMaxActivePerTenant = 10_000
+	DefaultMaxReceiveMemory   = 1 << 30
+	DefaultMaxReadsPerTenant  = 16
+	DefaultStreamIdleTimeout  = 2 * time.Minute
 	// messageFraming is what a message may hold besides a chunk's bytes: its other
 	// fields, and a create request (bounded by ValidateCreate to a few KiB).
 	messageFraming = 64 << 10
@@ -274,6 +288,9 @@ func (c *Config) setDefaults() {
 	if c.MaxStreamsPerTenant == 0 {
 		c.MaxStreamsPerTenant = DefaultMaxStreamsPerTenant
 	}
+	if c.CreateRatePerTenant == 0 {
+		c.CreateRatePerTenant = DefaultCreateRatePerTenant
+	}
 	if c.MaxReceiveMemory == 0 {
 		c.MaxReceiveMemory = DefaultMaxReceiveMemory
 	}
@@ -312,6 +329,7 @@ type UploadService struct {
 	streams   *streamCounter
 	watches   *streamCounter
 	reads     *streamCounter
+	creates   *TenantRateLimiter // nil: no bound
 	budget    *budgetGate
 	memory    *memoryGate
 	draining  chan struct{}
@@ -335,6 +353,9 @@ func NewUploadService(d Deps, cfg Config) (*UploadService, error) {
 		watches: &streamCounter{what: "watches", flag: "--max-watches-per-tenant", limit: cfg.MaxWatchesPerTenant, open: map[string]int{}},
 		reads:   &streamCounter{what: "ReadObject streams", flag: "--max-reads-per-tenant", limit: cfg.MaxReadsPerTenant, open: map[string]int{}},
 		memory:  newMemoryGate(cfg.MaxReceiveMemory, cfg.tenantReceiveMemory(), cfg.BudgetWait), completer: d.Completer}
+	if cfg.CreateRatePerTenant > 0 {
+		s.creates = NewTenantRateLimiter(cfg.CreateRatePerTenant, int(max(1, 2*cfg.CreateRatePerTenant)))
+	}
 	if cfg.KeyTemplate != "" {
 		s.keys, _ = ParseKeyTemplate(cfg.KeyTemplate) // checked by Validate
 	}
@@ -422,6 +443,9 @@ func (s *UploadService) createPlanned(ctx context.Context, req *chunkupv1.Create
 		if err := s.keyFree(ctx, key, req.ClientNodeId); err != nil {
 			return nil, err
 		}
+	}
+	if s.creates != nil && !s.creates.allow(tenant) {
+		return nil, &CapError{Msg: fmt.Sprintf("tenant %s is creating uploads faster than the %g per second this server allows (--create-rate-per-tenant); nothing was created", quote(tenant), s.cfg.CreateRatePerTenant), RetryAfter: time.Second}
 	}
 	at := s.store.Now()
 	bound, err := s.store.Reserve(ctx, tenant, req.ClientNodeId, id, at)

@@ -68,6 +68,11 @@ var ErrUnavailable = errors.New("staging store unavailable")
 // chunks.
 var ErrFull = errors.New("staging store out of memory")
 
+// ErrTooManyUploads means the tenant has as many uploads in progress as
+// Config.MaxActivePerTenant allows; nothing was created. It clears as the tenant's
+// uploads complete, are aborted or expire.
+var ErrTooManyUploads = errors.New("the tenant has as many uploads in progress as it may have")
+
 // ActiveError means an upload that was to expire has been active since.
 type ActiveError struct{ LastActivity time.Time }
 

@@ -94,6 +94,11 @@ type Config struct {
 	// ReplicaTimeout bounds that wait; a chunk not confirmed in time is refused with
 	// ErrNotReplicated. Zero means 1 s.
 	ReplicaTimeout time.Duration
+	// MaxActivePerTenant bounds the uploads one tenant may have in progress (ACTIVE or
+	// COMPLETING) on the whole deployment, counted in the tenant's list of uploads;
+	// creating one more is ErrTooManyUploads. Zero or negative means no bound (chunkup
+	// serve and dev set server.DefaultMaxActivePerTenant unless told otherwise).
+	MaxActivePerTenant int
 	// Now is the clock. Nil means time.Now. Leases and due times use it, so tests can
 	// move time without sleeping.
 	Now func() time.Time

@@ -2,6 +2,7 @@ package main
 
 import (
 	"strings"
+	"time"
 
 	"github.com/chunkup/chunkup/app"
 )
@@ -16,7 +17,21 @@ func doorFlags(fs *flagSet) func(*app.Config) {
 	origins := fs.String("http-cors-origins", "CHUNKUP_HTTP_CORS_ORIGINS", "", "web page origins (scheme://host[:port], comma-separated, or *) allowed to upload from a browser (empty: only pages served by chunkup itself)")
 	expose := fs.String("http-cors-expose-headers", "CHUNKUP_HTTP_CORS_EXPOSE_HEADERS", "", "response headers pages may read besides the tus and draft ones, comma-separated")
 	allow := fs.String("http-cors-allow-headers", "CHUNKUP_HTTP_CORS_ALLOW_HEADERS", "", "request headers pages may send besides the tus and draft ones, comma-separated")
+	receive := fs.Size("http-receive-memory", "CHUNKUP_HTTP_RECEIVE_MEMORY", 512<<20, "cap on the bytes HTTP upload requests hold in chunk buffers; a request holds about what it received of its current chunk (plus one chunk of read-ahead while its body flows)")
+	receiveTenant := fs.Size("http-receive-memory-per-tenant", "CHUNKUP_HTTP_RECEIVE_MEMORY_PER_TENANT", 0, "what one tenant's HTTP requests may hold of --http-receive-memory (0: all of it but 64MiB, at least half)")
+	minRate := fs.Size("http-min-body-rate", "CHUNKUP_HTTP_MIN_BODY_RATE", 16<<10, "bytes per second below which a request body is ended with 408 (averaged over --http-min-body-rate-window; whole chunks are kept; 0: no minimum)")
+	minRateWindow := fs.Duration("http-min-body-rate-window", "CHUNKUP_HTTP_MIN_BODY_RATE_WINDOW", 30*time.Second, "the window --http-min-body-rate is measured over")
+	idle := fs.Duration("http-idle-timeout", "CHUNKUP_HTTP_IDLE_TIMEOUT", 30*time.Second, "close a keep-alive connection on --http-addr idle for this long")
+	maxHeader := fs.Size("http-max-header-bytes", "CHUNKUP_HTTP_MAX_HEADER_BYTES", 64<<10, "largest request header on --http-addr")
+	maxConns := fs.Int("http-max-conns", "CHUNKUP_HTTP_MAX_CONNS", 4096, "open connections on --http-addr; more wait to be accepted (negative: no bound)")
+	maxConnsIP := fs.Int("http-max-conns-per-ip", "CHUNKUP_HTTP_MAX_CONNS_PER_IP", 256, "open connections on --http-addr from one client address; more are closed at once (negative: no bound)")
 	return func(cfg *app.Config) {
+		cfg.HTTPDoor.Door.BufferBudget, cfg.HTTPDoor.Door.TenantBufferBudget = *receive, *receiveTenant
+		cfg.HTTPDoor.Door.MinBodyRate, cfg.HTTPDoor.Door.MinBodyRateWindow = *minRate, *minRateWindow
+		if *minRate == 0 {
+			cfg.HTTPDoor.Door.MinBodyRate = -1 // the flag's 0 is no minimum; the config's is the default
+		}
+		cfg.HTTPServer = app.HTTPServerConfig{IdleTimeout: *idle, MaxHeaderBytes: int(*maxHeader), MaxConns: *maxConns, MaxConnsPerIP: *maxConnsIP}
 		if *prefix == "off" {
 			cfg.HTTPDoor.Off = true
 		} else {

@@ -123,6 +123,8 @@ func (v *sizeValue) String() string {
 		return strconv.FormatInt(v.n>>30, 10) + "GiB"
 	case v.n != 0 && v.n%(1<<20) == 0:
 		return strconv.FormatInt(v.n>>20, 10) + "MiB"
+	case v.n != 0 && v.n%(1<<10) == 0:
+		return strconv.FormatInt(v.n>>10, 10) + "KiB"
 	}
 	return strconv.FormatInt(v.n, 10)
 }

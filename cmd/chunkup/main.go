@@ -191,6 +191,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	chunkSize := fs.Size("chunk-size", "CHUNKUP_CHUNK_SIZE", 8<<20, "default chunk size (at least 5MiB)")
 	maxChunk := fs.Size("max-chunk-size", "CHUNKUP_MAX_CHUNK_SIZE", 64<<20, "largest chunk size chosen for big uploads")
 	chunkTTL := fs.Duration("chunk-ttl", "CHUNKUP_CHUNK_TTL", 0, "how long staged chunk bytes live in Redis (default 1h)")
+	maxActive := fs.Int("max-active-uploads-per-tenant", "CHUNKUP_MAX_ACTIVE_UPLOADS_PER_TENANT", server.DefaultMaxActivePerTenant, "uploads one tenant may have in progress across every process and door; past it a create gets RESOURCE_EXHAUSTED / 429 with a retry delay (negative: no bound)")
+	createRate := fs.String("create-rate-per-tenant", "CHUNKUP_CREATE_RATE_PER_TENANT", strconv.Itoa(server.DefaultCreateRatePerTenant), "uploads one tenant may create per second on each process (bursts of twice that); past it RESOURCE_EXHAUSTED / 429 with a retry delay (negative: no bound)")
 	stateTTL := fs.Duration("state-ttl", "CHUNKUP_STATE_TTL", 0, "how long an upload may be idle before it expires (default 24h)")
 	retention := fs.Duration("retention", "CHUNKUP_RETENTION", 0, "how long an ended upload's state stays readable (default 24h)")
 	cleanupEvery := fs.Duration("cleanup-interval", "CHUNKUP_CLEANUP_INTERVAL", 0, "how often idle uploads are looked for (default 10s)")
@@ -224,7 +226,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	maxStreams := fs.Int("max-streams-per-tenant", "CHUNKUP_MAX_STREAMS_PER_TENANT", server.DefaultMaxStreamsPerTenant, "upload streams one tenant may have open on this process (negative: no limit)")
 	maxReads := fs.Int("max-reads-per-tenant", "CHUNKUP_MAX_READS_PER_TENANT", server.DefaultMaxReadsPerTenant, "ReadObject streams one tenant may have open on this process (-1: no limit)")
 	maxWatches := fs.Int("max-watches-per-tenant", "CHUNKUP_MAX_WATCHES_PER_TENANT", 1000, "WatchUpload and WatchDocument streams one tenant may have open on this process (-1: no limit)")
-	maxReceive := fs.Size("max-receive-memory", "CHUNKUP_MAX_RECEIVE_MEMORY", server.DefaultMaxReceiveMemory, "cap on the bytes held in chunk messages being received or processed; a stream waiting for a message counts the largest one (--max-chunk-size + 64KiB)")
+	maxReceive := fs.Size("max-receive-memory", "CHUNKUP_MAX_RECEIVE_MEMORY", server.DefaultMaxReceiveMemory, "cap on the bytes held in chunk messages being received or processed; a stream waiting for a message counts the largest one (--max-chunk-size + 64KiB); messages being decoded may hold an eighth more; also sets the soft memory limit (GOMEMLIMIT overrides it; docs/limits.md)")
 	maxReceiveTenant := fs.Size("max-receive-memory-per-tenant", "CHUNKUP_MAX_RECEIVE_MEMORY_PER_TENANT", 0, "what one tenant's streams may hold of --max-receive-memory, so that its streams waiting for messages cannot lock other tenants out (0: all but one largest message; the same as --max-receive-memory: no cap of its own)")
 	idleTimeout := fs.Duration("stream-idle-timeout", "CHUNKUP_STREAM_IDLE_TIMEOUT", server.DefaultStreamIdleTimeout, "close an upload stream that sent no chunk for this long (DEADLINE_EXCEEDED; the upload stays resumable; negative: never)")
 	stagingMode := fs.String("staging", "CHUNKUP_STAGING", server.StagingAdaptive, "adaptive: write a chunk straight through to S3 when this process's worker has a free slot and S3 keeps pace, else stage it in Redis; always: stage every chunk in Redis")
@@ -246,6 +248,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	rate, err := strconv.ParseFloat(*ratePerTenant, 64)
 	if err != nil || rate < 0 {
 		return usageError{fmt.Errorf("--rate-limit %q: want a number of calls per second", *ratePerTenant)}
+	}
+	creates, err := strconv.ParseFloat(*createRate, 64)
+	if err != nil {
+		return usageError{fmt.Errorf("--create-rate-per-tenant %q: want a number of uploads per second", *createRate)}
 	}
 	logger, err := newLogger(*logFormat, *logLevel, stderr)
 	if err != nil {
@@ -273,6 +279,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	cfg.Staging.ChunkTTL, cfg.Staging.StateTTL, cfg.Staging.Retention = *chunkTTL, *stateTTL, *retention
 	cfg.Staging.MinReplicas, cfg.Staging.ReplicaTimeout = *minReplicas, *replicaTimeout
+	cfg.Staging.MaxActivePerTenant, cfg.Server.CreateRatePerTenant = *maxActive, creates
 	cfg.Expirer.Interval, cfg.Expirer.ReconcileInterval, cfg.KafkaTopic = *cleanupEvery, *reconcileEvery, *kafkaTopic
 	for b := range strings.SplitSeq(*kafkaBrokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {
@@ -304,6 +311,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		// more often costs little CPU and keeps the resident set about a third lower
 		// (docs/performance.md). GOGC overrides it.
 		debug.SetGCPercent(serveGOGC)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// A soft memory limit from --max-receive-memory (server.MemoryLimit,
+		// docs/limits.md): freed chunk buffers wait in pools for a collection, and
+		// without a limit the collector lets the heap grow past what is live by GOGC
+		// percent; near the limit it collects sooner. GOMEMLIMIT overrides it (off: none).
+		debug.SetMemoryLimit(server.MemoryLimit(cfg.Server))
 	}
 	a, err := app.New(ctx, cfg)
 	if err != nil {

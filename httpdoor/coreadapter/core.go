@@ -348,6 +348,8 @@ func (c *Core) mapErr(id string, err error) error {
 		sentinel = httpdoor.ErrInvalid
 	case errors.As(err, &rec), errors.Is(err, staging.ErrCompleting):
 		sentinel = httpdoor.ErrConflict
+	case errors.As(err, new(*server.CapError)), errors.Is(err, staging.ErrTooManyUploads):
+		sentinel = httpdoor.ErrRateLimited
 	case errors.Is(err, staging.ErrChunkBusy), errors.Is(err, staging.ErrNotReplicated), errors.Is(err, staging.ErrUnavailable),
 		errors.Is(err, staging.ErrFull), errors.As(err, new(*server.BudgetError)), errors.As(err, new(*server.LimitError)):
 		sentinel = httpdoor.ErrUnavailable

@@ -120,13 +120,13 @@ func (u NewUpload) Created() *Upload {
 // in between: with CreateReserved when it is id, else with Create.
 func (s *Store) Reserve(ctx context.Context, tenant, clientNodeID, id string, at time.Time) (string, error) {
 	var claim *redis.Cmd
-	var hints [2]*redis.IntCmd
+	var h hints
 	_, _ = s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if clientNodeID != "" {
 			// NX with GET (Redis 7): the id it is bound to comes back in the same reply.
 			claim = p.Do(ctx, "SET", rdb.IdemKey(tenant, clientNodeID), id, "NX", "GET", "PX", s.c.Cfg.StateTTL.Milliseconds())
 		}
-		hints = s.hintIn(ctx, p, tenant, id, at)
+		h = s.hintIn(ctx, p, tenant, id, at)
 		return nil
 	})
 	bound := id
@@ -136,24 +136,123 @@ func (s *Store) Reserve(ctx context.Context, tenant, clientNodeID, id string, at
 		case err != nil:
 			return "", err
 		default:
-			return v, nil // bound before: the hints were for nothing
+			// Bound before: the hints were for nothing (and the create it retries was
+			// counted in the tenant's list when it was made).
+			s.unhint(ctx, id)
+			return v, nil
 		}
 	}
-	for _, h := range hints {
-		if err := h.Err(); err != nil {
-			return "", err
-		}
+	if err := s.checkHints(ctx, tenant, id, at, h); err != nil {
+		return "", err
 	}
 	return bound, nil
 }
 
-// hintIn queues the hints of upload id in pipeline p.
-func (s *Store) hintIn(ctx context.Context, p redis.Pipeliner, tenant, id string, at time.Time) [2]*redis.IntCmd {
-	return [2]*redis.IntCmd{
-		s.active.AddIn(ctx, p, id, id, at.Add(s.c.Cfg.StateTTL)),
-		p.ZAddNX(ctx, rdb.TenantUploadsKey(tenant), redis.Z{Member: rdb.TenantUploadsMember(at.UnixMilli(), id)}),
-	}
+// hints are the replies to hintIn's commands.
+type hints struct {
+	active *redis.IntCmd
+	tenant redis.Cmder
 }
+
+// hintIn queues the hints of upload id in pipeline p: the active index, and the
+// tenant's list, which is also what Config.MaxActivePerTenant counts.
+func (s *Store) hintIn(ctx context.Context, p redis.Pipeliner, tenant, id string, at time.Time) hints {
+	h := hints{active: s.active.AddIn(ctx, p, id, id, at.Add(s.c.Cfg.StateTTL))}
+	member := rdb.TenantUploadsMember(at.UnixMilli(), id)
+	if s.c.Cfg.MaxActivePerTenant > 0 {
+		h.tenant = tenantAddScript.Eval(ctx, s.c, p, []string{rdb.TenantUploadsKey(tenant)}, member, s.c.Cfg.MaxActivePerTenant)
+	} else {
+		h.tenant = p.ZAddNX(ctx, rdb.TenantUploadsKey(tenant), redis.Z{Member: member})
+	}
+	return h
+}
+
+// checkHints returns the first error of hintIn's replies. Over the tenant's bound it
+// drops the tenant's entries that lead to no upload in progress (a crash's leftovers,
+// a create that failed), and tries once more before it gives ErrTooManyUploads.
+func (s *Store) checkHints(ctx context.Context, tenant, id string, at time.Time, h hints) error {
+	if err := h.active.Err(); err != nil {
+		return err
+	}
+	if err := h.tenant.Err(); err != nil {
+		return err
+	}
+	c, ok := h.tenant.(*redis.Cmd)
+	if !ok {
+		return nil
+	}
+	if code, err := c.Int(); err != nil || code == tenantAdded {
+		return err
+	}
+	if _, err := s.Get(ctx, id); err == nil {
+		return nil // a create retried: the upload exists, and is counted
+	}
+	if dropped, err := s.pruneTenant(ctx, tenant, 64); err != nil || dropped == 0 {
+		s.unhint(ctx, id)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%w (%d)", staging.ErrTooManyUploads, s.c.Cfg.MaxActivePerTenant)
+	}
+	code, err := tenantAddScript.Run(ctx, s.c, []string{rdb.TenantUploadsKey(tenant)}, rdb.TenantUploadsMember(at.UnixMilli(), id), s.c.Cfg.MaxActivePerTenant).Int()
+	if err == nil && code != tenantAdded {
+		s.unhint(ctx, id)
+		return fmt.Errorf("%w (%d)", staging.ErrTooManyUploads, s.c.Cfg.MaxActivePerTenant)
+	}
+	return err
+}
+
+// unhint drops the active index hint of an upload that will not be created (a hint:
+// one left behind is dropped when visited).
+func (s *Store) unhint(ctx context.Context, id string) {
+	_ = s.active.Done(ctx, id, id)
+}
+
+// pruneTenant visits up to limit of tenant's oldest list entries and drops those that
+// lead to no upload in progress; it returns how many it dropped.
+func (s *Store) pruneTenant(ctx context.Context, tenant string, limit int64) (int, error) {
+	key := rdb.TenantUploadsKey(tenant)
+	members, err := s.c.Client.ZRangeByLex(ctx, key, &redis.ZRangeBy{Min: "-", Max: "+", Count: limit}).Result()
+	if err != nil {
+		return 0, err
+	}
+	dropped := 0
+	for _, m := range members {
+		_, id, _ := strings.Cut(m, "|")
+		u, err := s.Get(ctx, id)
+		if errors.Is(err, staging.ErrNotFound) || err == nil && (u.Status.Terminal() || u.Tenant != tenant) {
+			if err := s.c.Client.ZRem(ctx, key, m).Err(); err != nil {
+				return dropped, err
+			}
+			dropped++
+			continue
+		}
+		if err != nil {
+			return dropped, err
+		}
+	}
+	return dropped, nil
+}
+
+// tenantAddScript adds an upload to its tenant's list unless the list holds its bound.
+//
+//	KEYS[1] the tenant's list of uploads in progress (sorted set, members createdMs|id)
+//	ARGV[1] the upload's member
+//	ARGV[2] the most members the list may have
+//
+// Returns tenantAdded (also when the member was there already) or tenantFull.
+var tenantAddScript = rdb.NewScript(`
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 1 end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], 0, ARGV[1])
+return 1
+`)
+
+// tenantAddScript's replies.
+const (
+	tenantFull  = 0
+	tenantAdded = 1
+)
 
 // createScript creates an upload unless it exists.
 //
@@ -192,10 +291,12 @@ func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
 	// The active index and the tenant's list are hints added first: a crash before the
 	// script leaves entries that lead to no upload, dropped when they are visited.
 	// Both go in one round trip.
-	if _, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		s.hintIn(ctx, p, u.Tenant, u.ID, u.At)
+	var h hints
+	_, _ = s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		h = s.hintIn(ctx, p, u.Tenant, u.ID, u.At)
 		return nil
-	}); err != nil {
+	})
+	if err := s.checkHints(ctx, u.Tenant, u.ID, u.At, h); err != nil {
 		return false, err
 	}
 	res, err := createScript.Run(ctx, s.c, keys, args...).StringSlice()
