@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"sync"
 	"unicode/utf8"
 
@@ -23,10 +24,25 @@ import (
 // chunkBuffers), instead of twice (the default codec first joins the frames into one
 // buffer, then protobuf copies the bytes field out of it into a fresh allocation per
 // chunk). Every other message goes to the standard protobuf codec.
-type chunkCodec struct{ fallback encoding.CodecV2 }
+//
+// While a chunk is copied, its bytes are held twice: in the frames (which gRPC frees
+// when Unmarshal returns) and in the copy. The frames are under their stream's
+// reservation of receive memory (memoryGate); the copies of the messages being decoded
+// are under decode (decodeGate: an eighth of the receive memory cap, at least one
+// largest message), so that with the defaults the two together stay within 1.125 ×
+// --max-receive-memory instead of twice it.
+type chunkCodec struct {
+	fallback encoding.CodecV2
+	decode   *decodeGate // nil: no cap (tests)
+	// largest is the largest buffer a chunk is copied into from the pool (0: no cap);
+	// a larger one is allocated to size.
+	largest int
+}
 
-func newChunkCodec() encoding.CodecV2 {
-	return chunkCodec{fallback: encoding.GetCodecV2("proto")}
+// newChunkCodec returns the codec; decode caps the copies being made at once (nil: no
+// cap), largest is the largest message gRPC takes in (0: no cap).
+func newChunkCodec(decode *decodeGate, largest int) encoding.CodecV2 {
+	return chunkCodec{fallback: encoding.GetCodecV2("proto"), decode: decode, largest: largest}
 }
 
 func (chunkCodec) Name() string { return "proto" }
@@ -38,14 +54,34 @@ func (c chunkCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return c.fallback.Unmarshal(data, v)
 	}
-	err := decodeChunkRequest(data, m)
+	err := c.decodeChunk(data, m)
 	if errors.Is(err, errUnusual) {
 		// A field this decoder does not expect (a newer client's, say): protobuf
-		// decodes it, unknown fields and all.
+		// decodes it, unknown fields and all, from one contiguous copy of the message
+		// into another of its bytes field: two copies beside the frames, counted too.
 		proto.Reset(m)
+		n := 2 * int64(data.Len())
+		c.decode.acquire(n)
+		defer c.decode.release(n)
 		return c.fallback.Unmarshal(data, v)
 	}
 	return err
+}
+
+// decodeChunk decodes data into m (decodeChunkRequest), its chunk's copy counted under
+// the decode gate until the frames are freed (the bytes counted are given back as
+// Unmarshal returns: gRPC frees the frames right after).
+func (c chunkCodec) decodeChunk(data mem.BufferSlice, m *chunkupv1.UploadChunkRequest) error {
+	var held int64
+	defer func() { c.decode.release(held) }()
+	return decodeChunkRequest(data, m, func(n int) []byte {
+		// A bytes field repeated: the earlier copy went back to the pool (the last one
+		// wins); holding its count while waiting for the next could deadlock two decodes.
+		c.decode.release(held)
+		held = int64(chunkBuffers.sizeFor(n, c.largest))
+		c.decode.acquire(held)
+		return chunkBuffers.getWithin(n, c.largest)
+	})
 }
 
 // errUnusual makes decodeChunkRequest hand a message over to protobuf.
@@ -54,9 +90,10 @@ var errUnusual = errors.New("unusual field")
 var errWire = errors.New("server: malformed UploadChunkRequest")
 
 // decodeChunkRequest decodes data into m (reset first) as proto.Unmarshal would,
-// reading the frames in place. It returns errUnusual for anything it leaves to
-// protobuf: unknown fields, and wire types a field does not have.
-func decodeChunkRequest(data mem.BufferSlice, m *chunkupv1.UploadChunkRequest) error {
+// reading the frames in place, the chunk's bytes into a buffer from get (of the
+// given length). It returns errUnusual for anything it leaves to protobuf: unknown
+// fields, and wire types a field does not have.
+func decodeChunkRequest(data mem.BufferSlice, m *chunkupv1.UploadChunkRequest, get func(n int) []byte) error {
 	proto.Reset(m)
 	r := data.Reader()
 	defer r.Close()
@@ -104,7 +141,7 @@ func decodeChunkRequest(data mem.BufferSlice, m *chunkupv1.UploadChunkRequest) e
 			if m.Data != nil {
 				chunkBuffers.put(m.Data)
 			}
-			m.Data = chunkBuffers.get(int(n))
+			m.Data = get(int(n))
 			if _, err := io.ReadFull(r, m.Data); err != nil {
 				return errWire
 			}
@@ -134,10 +171,11 @@ func decodeChunkRequest(data mem.BufferSlice, m *chunkupv1.UploadChunkRequest) e
 	return nil
 }
 
-// chunkBuffers pools the buffers chunk bytes are received into, by size class (powers
-// of two from 64 KiB), so that receiving a chunk does not allocate one. A buffer comes
-// back only when the bytes are known to be no longer in use (see releaseData); one that
-// is handed on (to a worker in this process) is left to the garbage collector.
+// chunkBuffers pools the buffers chunk bytes are received into, by size class (four
+// per doubling from 64 KiB to 1 GiB: 5, 6, 7 and 8 MiB, 10, 12, 14 and 16 MiB, ...), so
+// that receiving a chunk does not allocate one. A buffer comes back only when the bytes
+// are known to be no longer in use (see releaseData); one that is handed on (to a
+// worker in this process) is left to the garbage collector.
 var chunkBuffers = newBufferPool(16, 30)
 
 type bufferPool struct {
@@ -146,36 +184,72 @@ type bufferPool struct {
 }
 
 func newBufferPool(minShift, maxShift int) *bufferPool {
-	return &bufferPool{minShift: minShift, maxShift: maxShift, classes: make([]sync.Pool, maxShift-minShift+1)}
+	return &bufferPool{minShift: minShift, maxShift: maxShift, classes: make([]sync.Pool, 1+4*(maxShift-minShift))}
 }
 
 // class is the index of the smallest class holding n bytes, or -1 when n is outside
-// the pooled sizes.
+// the pooled sizes. Class 0 is 1<<minShift; above it, n in (2^k, 2^(k+1)] rounds up to
+// a multiple of 2^(k-2), as sizeClass does (up to a quarter more than n).
 func (p *bufferPool) class(n int) int {
-	for i := range p.classes {
-		if n <= 1<<(p.minShift+i) {
-			return i
-		}
+	if n <= 1<<p.minShift {
+		return 0
 	}
-	return -1
+	if n > 1<<p.maxShift {
+		return -1
+	}
+	k := bits.Len(uint(n-1)) - 1
+	step := 1 << (k - 2)
+	return 4*(k-p.minShift) + (n-1<<k+step-1)/step
+}
+
+// size is class c's capacity.
+func (p *bufferPool) size(c int) int {
+	if c == 0 {
+		return 1 << p.minShift
+	}
+	k := p.minShift + (c-1)/4
+	return 1<<k + ((c-1)%4+1)<<(k-2)
 }
 
 // get returns a buffer of length n.
-func (p *bufferPool) get(n int) []byte {
-	c := p.class(n)
-	if c < 0 || n < 1<<p.minShift/2 {
-		return make([]byte, n) // small or huge: not worth pooling
+func (p *bufferPool) get(n int) []byte { return p.getWithin(n, 0) }
+
+// getWithin returns a buffer of length n and capacity sizeFor(n, most).
+func (p *bufferPool) getWithin(n, most int) []byte {
+	c := p.pooled(n, most)
+	if c < 0 {
+		return make([]byte, n)
 	}
 	if b, ok := p.classes[c].Get().(*[]byte); ok {
 		return (*b)[:n]
 	}
-	return make([]byte, n, 1<<(p.minShift+c))
+	return make([]byte, n, p.size(c))
+}
+
+// sizeFor is the capacity of the buffer getWithin(n, most) returns, the memory it
+// holds: its pool class (at most a quarter more than n), or n when n is not worth
+// pooling (small, huge) or when the class is larger than most (when most > 0), so that
+// a buffer never holds more than the largest message.
+func (p *bufferPool) sizeFor(n, most int) int {
+	if c := p.pooled(n, most); c >= 0 {
+		return p.size(c)
+	}
+	return n
+}
+
+// pooled is the class getWithin(n, most) takes a buffer from, or -1 (allocated to size).
+func (p *bufferPool) pooled(n, most int) int {
+	c := p.class(n)
+	if c < 0 || n < 1<<p.minShift/2 || most > 0 && p.size(c) > most {
+		return -1
+	}
+	return c
 }
 
 // put takes back a buffer from get (others are ignored).
 func (p *bufferPool) put(b []byte) {
 	c := p.class(cap(b))
-	if c < 0 || cap(b) != 1<<(p.minShift+c) {
+	if c < 0 || cap(b) != p.size(c) {
 		return
 	}
 	b = b[:0]

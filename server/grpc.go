@@ -51,7 +51,9 @@ func NewGRPCServer(svc *UploadService, logger *slog.Logger, extra ...grpc.Server
 		// A message is taken in whole once its length is read, so nothing larger than a
 		// chunk of the largest size an upload may have is accepted (see memoryGate).
 		grpc.MaxRecvMsgSize(svc.cfg.MaxMessageSize()),
-		grpc.ForceServerCodecV2(newChunkCodec()),
+		// A chunk message being decoded is held twice (frames and copy): the copies made
+		// at once are capped at decodeReserve, beyond --max-receive-memory.
+		grpc.ForceServerCodecV2(newChunkCodec(newDecodeGate(decodeReserve(svc.cfg)), svc.cfg.MaxMessageSize())),
 		// Request metadata stays in memory for the whole call, and gRPC accepts 16 MiB of
 		// it by default: a few held streams (watches, reads, idle uploads) with large
 		// headers would escape every other bound (docs/limits.md). Credentials and

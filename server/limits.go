@@ -290,3 +290,77 @@ func (g *memoryGate) Held() int64 {
 	defer g.mu.Unlock()
 	return g.held
 }
+
+// decodeGate caps the bytes of chunk messages being decoded at once (see chunkCodec):
+// for a moment a message is held twice, in the HTTP/2 frames gRPC received it in (under
+// its stream's memoryGate reservation) and in the buffer the codec copies its chunk
+// into. Copying is a memory copy, not network wait, so a few at a time keep the cores
+// busy; what the gate holds is the receive memory's overdraft (decodeReserve). A
+// reservation is granted when nothing is being decoded, so that one larger than the
+// cap does not wait for ever.
+type decodeGate struct {
+	limit int64
+
+	mu   sync.Mutex
+	held int64
+	cond *sync.Cond
+}
+
+func newDecodeGate(limit int64) *decodeGate {
+	g := &decodeGate{limit: limit}
+	g.cond = sync.NewCond(&g.mu)
+	return g
+}
+
+// acquire waits until n more bytes fit, and takes them. It does not wait for a client:
+// whoever holds the gate is copying bytes it has, and gives them back within
+// milliseconds.
+func (g *decodeGate) acquire(n int64) {
+	if g == nil || n <= 0 {
+		return
+	}
+	g.mu.Lock()
+	for g.held > 0 && g.held+n > g.limit {
+		g.cond.Wait()
+	}
+	g.held += n
+	g.mu.Unlock()
+}
+
+// release gives back n bytes from acquire.
+func (g *decodeGate) release(n int64) {
+	if g == nil || n <= 0 {
+		return
+	}
+	g.mu.Lock()
+	g.held -= n
+	g.mu.Unlock()
+	g.cond.Broadcast()
+}
+
+// decodeReserve is what chunk messages being decoded may hold beyond the receive memory
+// cap: an eighth of it, and at least the largest message (decodeGate lets one message
+// through alone whatever its size).
+func decodeReserve(c Config) int64 {
+	return max(c.MaxReceiveMemory/8, int64(c.MaxMessageSize()))
+}
+
+// MemoryLimit is the soft memory limit (runtime/debug.SetMemoryLimit) chunkup serve
+// sets for cfg unless GOMEMLIMIT is set: the receive memory cap, what messages being
+// decoded hold beyond it (decodeReserve), and gcSlack for the rest of the process and
+// for what the garbage collector has not collected yet (freed frames and chunk buffers
+// wait in pools until a collection, and without a limit the collector lets the heap
+// grow past what is live by GOGC percent). The collector collects sooner as the process
+// nears it (chunk bytes are pointer-free: a collection costs little); it is soft, so a
+// process that needs more (many ReadObject or idle streams, chunks handed to its
+// worker) gets it, at the cost of more collections.
+func MemoryLimit(cfg Config) int64 {
+	cfg.setDefaults()
+	return cfg.MaxReceiveMemory + decodeReserve(cfg) + gcSlack(cfg)
+}
+
+// gcSlack is what MemoryLimit leaves beyond the chunk messages: a sixteenth of the
+// receive memory cap, and 32 MiB more (at least 64 MiB in all).
+func gcSlack(c Config) int64 {
+	return max(c.MaxReceiveMemory/16, 32<<20) + 32<<20
+}

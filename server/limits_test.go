@@ -138,6 +138,28 @@ func TestMemoryGate(t *testing.T) {
 	}
 }
 
+// TestDecodeGate: acquisitions fit under the limit; one that does not waits for a
+// release; one larger than the limit is granted when nothing is held.
+func TestDecodeGate(t *testing.T) {
+	g := newDecodeGate(100)
+	g.acquire(60)
+	got := make(chan struct{})
+	go func() { g.acquire(60); close(got) }()
+	select {
+	case <-got:
+		t.Fatal("acquired over the limit")
+	case <-time.After(50 * time.Millisecond):
+	}
+	g.release(60)
+	<-got
+	g.release(60)
+	g.acquire(150) // alone: granted
+	g.release(150)
+	if g.held != 0 {
+		t.Fatalf("held %d after every release", g.held)
+	}
+}
+
 // TestMemoryGateTenantShare: one tenant's streams, however many wait, hold at most its
 // share; another tenant still finds room at once; the tenant over its share is told so.
 func TestMemoryGateTenantShare(t *testing.T) {

@@ -209,7 +209,9 @@ func (cs *chunkStream) receive(msgs chan<- message, recvErr chan<- error) {
 		}
 		cs.touch()
 		size := int64(len(req.Data))
-		m := message{req: req, memory: size + 1<<10, budget: want}
+		// What the message holds is its buffer's capacity (chunkCodec: at most a quarter
+		// over its length, and at most the largest message).
+		m := message{req: req, memory: int64(cap(req.Data)) + 1<<10, budget: want}
 		s.memory.release(cs.tenant, largest-m.memory)
 		if size > 0 && !req.IsLast {
 			cs.expect.Store(size)
