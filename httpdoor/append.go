@@ -16,8 +16,8 @@ import (
 
 // The cutter: how a request body becomes chunks.
 //
-// A body starts at the upload's durable offset, which is always a chunk boundary (or
-// the end of the upload). The cutter reads the body into one chunk buffer and stages
+// A body starts at the upload's durable offset: a chunk boundary, or that boundary and
+// the upload's tail, which the cutter puts first in its buffer. The cutter reads the body into one chunk buffer and stages
 // each chunk as soon as it is whole, so memory is one chunk per request and the offset
 // advances as the bytes arrive. Three cases need care:
 //
@@ -28,9 +28,10 @@ import (
 //     Upload-Complete: ?1 on a body of unknown length), any whole chunk may be the last:
 //     the cutter holds it back until one more byte arrives (then it is not the last) or
 //     the body ends (then it is). One byte of look-ahead, no second buffer.
-//   - A trailing partial chunk that does not end the upload, and a held-back chunk when
-//     the body breaks, are dropped: chunkup stages only whole chunks, so the client sends
-//     those bytes again from the offset it is told (at most one chunk).
+//   - A trailing partial chunk that does not end the upload (the body ended, broke, was
+//     too slow or was drained) is kept as the upload's tail (Core.SaveTail), and the
+//     next request begins its first chunk with it (Core.ReadTail): the offset moves by
+//     every byte received, whatever the size of the requests.
 //
 // A body that carries a checksum (Upload-Checksum, Content-Digest) must stage nothing
 // if the checksum fails, so its chunks are kept in memory (at most
@@ -66,15 +67,25 @@ type appendJob struct {
 
 // appendResult is what an append achieved; it is valid with or without an error.
 type appendResult struct {
-	offset   int64
+	offset   int64  // the bytes of the contiguous chunks
 	crc      uint32 // CRC32C of the first offset bytes
 	complete bool
 	size     int64
+	// tail and tailCRC are the upload's tail after offset: bytes of the next chunk.
+	tail    int64
+	tailCRC uint32
 }
 
-// action is one change to the upload: a chunk to stage, or a size to declare.
+// durable is the offset the client is told (chunks and tail), and its CRC32C.
+func (r appendResult) durable() (int64, uint32) {
+	return r.offset + r.tail, crc.Combine(r.crc, r.tailCRC, r.tail)
+}
+
+// action is one change to the upload: a chunk to stage, a size to declare, or a tail
+// to keep.
 type action struct {
 	declare bool
+	tail    bool
 	size    int64
 	n       uint32
 	data    []byte
@@ -85,7 +96,8 @@ type action struct {
 // appendBody cuts r's body into chunks and stages them. It returns what is durable;
 // its error, if any, is answered with that offset.
 func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *appendJob) (appendResult, error) {
-	res := appendResult{offset: job.st.offset, crc: job.st.crc, complete: job.st.complete, size: job.up.Size}
+	res := appendResult{offset: job.st.chunkOffset, crc: job.st.chunkCRC, complete: job.st.complete, size: job.up.Size,
+		tail: job.st.tail.Size, tailCRC: job.st.tail.CRC32C}
 	checked := len(job.checks) > 0
 	var queue []action
 	var owned [][]byte // buffers handed to the queue (checked bodies)
@@ -109,6 +121,13 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 			}
 			return nil
 		}
+		if a.tail {
+			if err := h.core.SaveTail(ctx, job.id, a.n, a.data); err != nil {
+				return err
+			}
+			res.tail, res.tailCRC = int64(len(a.data)), a.crc
+			return nil
+		}
 		if a.last && job.reprCRC != nil {
 			if whole := crc.Combine(res.crc, a.crc, int64(len(a.data))); whole != *job.reprCRC {
 				return &reprDigestError{Offset: res.offset}
@@ -122,6 +141,9 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 		}
 		res.offset += int64(len(a.data))
 		res.crc = crc.Combine(res.crc, a.crc, int64(len(a.data)))
+		if a.n == job.st.tail.N {
+			res.tail, res.tailCRC = 0, 0 // the chunk began with the tail
+		}
 		if a.last {
 			res.complete = true
 			res.size = res.offset
@@ -132,7 +154,8 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 	// goroutine, the request's, writes to the response.
 	staged := func() {
 		if job.progress != nil && !res.complete {
-			job.progress(res.offset)
+			off, _ := res.durable()
+			job.progress(off)
 		}
 	}
 	// A chunk's stage runs while the next chunk is read (read-ahead of one chunk, in a
@@ -170,7 +193,7 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 		if err := do(a); err != nil {
 			return err
 		}
-		if !a.declare {
+		if !a.declare && !a.tail {
 			staged()
 		}
 		return nil
@@ -186,7 +209,8 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 	defer body.close()
 	cut := func() (err error) {
 		C, S := job.up.ChunkSize, job.size
-		if S >= 0 && S == job.st.offset && S > 0 {
+		T := job.st.tail.Size // bytes of the first chunk already held as the tail
+		if S >= 0 && S == job.st.offset && S > 0 && T == 0 {
 			// The size makes the chunks already here the whole upload; the body must
 			// be empty.
 			if _, err := body.peek(); err == nil {
@@ -230,8 +254,35 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 			return k, nil, nil
 		}
 		n := job.st.next
-		start := job.st.offset
+		start := job.st.chunkOffset
 		carry, hasCarry := byte(0), false
+		// The first chunk begins with the tail.
+		k0 := T
+		if T > 0 {
+			ctx, cancel := context.WithTimeout(job.held, h.cfg.CoreTimeout)
+			data, err := h.core.ReadTail(ctx, job.id, job.st.tail)
+			cancel()
+			if err != nil {
+				return err
+			}
+			if err := cb.ensure(T, 0); err != nil {
+				return err
+			}
+			copy(cb.buf, data)
+		}
+		// keepTail keeps the first k bytes of chunk n, which the body ended (or broke)
+		// inside, as the upload's tail, so that the offset counts them.
+		keepTail := func(k int64) error {
+			if k == 0 || k == T && n == job.st.next {
+				return nil // nothing new
+			}
+			data := cb.buf[:k]
+			a := action{tail: true, n: n, data: data, crc: crc.Checksum(data)}
+			if checked {
+				owned = append(owned, cb.take())
+			}
+			return emit(a, false)
+		}
 		// chunk hands the buffer's first k bytes to emit; a queued chunk keeps its
 		// buffer and the cutter grows a new one.
 		chunk := func(k int64, last bool) error {
@@ -267,7 +318,8 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 			if S >= 0 {
 				want = min(C, S-start)
 			}
-			var k int64
+			k := k0
+			k0 = 0
 			if hasCarry {
 				if err := cb.ensure(1, 0); err != nil {
 					return err
@@ -316,13 +368,20 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 				return chunk(k, true)
 			case err == io.EOF:
 				// The body ended inside a chunk that does not end the upload: those
-				// bytes are dropped and sent again.
+				// bytes are kept as the tail.
 				if job.ends {
 					return fmt.Errorf("%w: the request says it completes the upload but its body ends at byte %d of %d", errLength, start+k, S)
 				}
-				return nil
+				return keepTail(k)
 			default:
-				return body.interrupted(err)
+				berr := body.interrupted(err)
+				if !checked && !errors.Is(berr, ErrLocked) {
+					// What arrived is kept (a lost lock could not write it anyway).
+					if terr := keepTail(k); terr != nil {
+						h.cfg.Logger.Debug("keeping the bytes of a broken request", "upload", job.id, "err", terr)
+					}
+				}
+				return berr
 			}
 			n++
 			start += want
@@ -340,8 +399,17 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 		if err := do(a); err != nil {
 			return res, err
 		}
-		if !a.declare {
+		if !a.declare && !a.tail {
 			staged()
+		}
+	}
+	if job.st.tail.Size > 0 && res.tail == 0 {
+		// The tail went into a chunk and no new one was kept: drop its bytes now
+		// rather than when the upload's keys expire.
+		ctx, cancel := context.WithTimeout(job.held, h.cfg.CoreTimeout)
+		defer cancel()
+		if err := h.core.SaveTail(ctx, job.id, job.st.tail.N, nil); err != nil {
+			h.cfg.Logger.Debug("dropping a used tail", "upload", job.id, "err", err)
 		}
 	}
 	return res, nil
@@ -463,7 +531,7 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 			// The rate's deadline, not the idle timeout's, if the credit ran out (within
 			// the timer's slack).
 			if b.credit-b.rate*now.Sub(b.last).Seconds() <= b.rate/10 {
-				b.err = fmt.Errorf("%w: its body arrived slower than %d bytes per second over %s; what arrived in whole chunks is stored, resume from Upload-Offset", errTooSlow, int64(b.rate), b.window)
+				b.err = fmt.Errorf("%w: its body arrived slower than %d bytes per second over %s; what arrived is stored, resume from Upload-Offset", errTooSlow, int64(b.rate), b.window)
 				return 0, b.err
 			}
 		}
@@ -534,7 +602,7 @@ func (b *bodyReader) interrupted(err error) error {
 	case b.held != nil && b.held.Err() != nil:
 		return fmt.Errorf("%w: this request lost the upload's lock; what arrived in whole chunks is stored", ErrLocked)
 	case b.h != nil && b.h.draining():
-		return fmt.Errorf("%w: it stopped reading after %d bytes; whole chunks are stored, resume from Upload-Offset", errDraining, b.n)
+		return fmt.Errorf("%w: it stopped reading after %d bytes; what arrived is stored, resume from Upload-Offset", errDraining, b.n)
 	}
-	return fmt.Errorf("%w after %d bytes (%v); whole chunks are stored, resume from Upload-Offset", errInterrupted, b.n, err)
+	return fmt.Errorf("%w after %d bytes (%v); what arrived is stored, resume from Upload-Offset", errInterrupted, b.n, err)
 }

@@ -49,6 +49,18 @@ type Core interface {
 	// as ctx allows. When the upload has ended: ErrGone.
 	Stage(ctx context.Context, id string, n uint32, data []byte, crc32c uint32, last bool) error
 
+	// SaveTail durably keeps data as the upload's tail: the first bytes of chunk n,
+	// which a request delivered without filling the chunk, so that the offset moves by
+	// every byte a client sent however small its requests. It returns once the tail is
+	// as durable as a staged chunk. It replaces the tail before; empty data drops it.
+	// It must be called under the upload's lock (with the context Lock returned). A
+	// chunk n received since is ErrConflict; an ended upload ErrGone.
+	SaveTail(ctx context.Context, id string, n uint32, data []byte) error
+
+	// ReadTail returns the bytes of the tail t (as Get reported it). A tail replaced
+	// or dropped since is ErrConflict.
+	ReadTail(ctx context.Context, id string, t Tail) ([]byte, error)
+
 	// Abort ends the upload: nothing more can be staged and its resources are
 	// released. Aborting an aborted upload is a no-op; one that is completing or
 	// completed cannot be aborted: ErrConflict.
@@ -109,6 +121,10 @@ type Upload struct {
 	Size int64
 	// Chunks are the received chunks, in any order (the door sorts them).
 	Chunks []Chunk
+	// Tail is the first bytes of the next chunk, saved by SaveTail; the zero Tail
+	// when there is none. The door counts it only while its chunk is the first one
+	// missing.
+	Tail Tail
 	// Expires is when the upload expires if nothing more happens; zero if unknown.
 	Expires time.Time
 	// Key is the object's key in the bucket, shown to the client on completion.
@@ -130,6 +146,13 @@ type Chunk struct {
 	CRC32C uint32
 	// Stored: the chunk's part is in the object store (so it can no longer be replaced).
 	Stored bool
+}
+
+// Tail describes an upload's tail: the first Size bytes of chunk N, with their CRC32C.
+type Tail struct {
+	N      uint32
+	Size   int64
+	CRC32C uint32
 }
 
 // The errors a Core returns, wrapped with a message for the client. Each becomes one

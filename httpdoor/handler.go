@@ -7,9 +7,9 @@
 // chunks as the bytes arrive and hands each whole chunk to the Core, the narrow
 // interface it declares for chunkup's upload store; everything after staging (S3
 // parts, completion, events, OCR) is chunkup's as for any upload. The offset it
-// reports is always the durable, contiguous prefix of staged chunks, so a client
-// resumes from there on any replica; a trailing part of a chunk that a request did not
-// finish is dropped and sent again by the client, as both protocols allow.
+// reports is always durable: the contiguous staged chunks and the upload's tail, the
+// bytes of the next chunk a request delivered without filling it (Core.SaveTail), so a
+// client resumes from there on any replica, whatever the size of its requests.
 // docs/http-uploads.md describes the protocols as implemented.
 package httpdoor
 
@@ -93,7 +93,7 @@ func New(core Core, cfg Config) (*Handler, error) {
 }
 
 // Drain prepares for shutdown: every request body being read stops at once (the chunk
-// being staged, if any, is staged to the end; the partial chunk after it is dropped)
+// being staged, if any, is staged to the end; the partial chunk after it is kept as the tail)
 // and is answered 503 with Retry-After, so that its client resumes, on another replica
 // if this one is gone; bodies that start afterwards stop at once the same way. Call it
 // before http.Server.Shutdown, which then finds the requests ending instead of waiting
@@ -285,10 +285,8 @@ func (h *Handler) limit(up *Upload) string {
 		parts = append(parts, "max-size="+strconv.FormatInt(h.cfg.MaxSize, 10))
 	}
 	if up != nil {
-		// An append that ends no chunk makes no progress (its partial chunk is
-		// dropped); min-append-size tells IETF clients so. It does not bind requests
-		// that end the upload.
-		parts = append(parts, "min-append-size="+strconv.FormatInt(up.ChunkSize, 10))
+		// No min-append-size: an append of any size is kept (a chunk's first bytes
+		// as the upload's tail).
 		if !up.Expires.IsZero() && !up.State.Ended() {
 			parts = append(parts, "max-age="+strconv.FormatInt(max(0, int64(time.Until(up.Expires)/time.Second)), 10))
 		}
@@ -323,7 +321,8 @@ func (h *Handler) options(w http.ResponseWriter, r *http.Request, id string) {
 
 // summary is what the door derives from an upload's chunks.
 type summary struct {
-	// offset is the durable offset: the bytes of the contiguous chunks from chunk 1.
+	// offset is the durable offset: the bytes of the contiguous chunks from chunk 1,
+	// and of the tail that follows them.
 	offset int64
 	// next is the number of the first chunk not received contiguously.
 	next uint32
@@ -331,6 +330,11 @@ type summary struct {
 	crc uint32
 	// complete: the size is known and every chunk up to the last was received.
 	complete bool
+	// chunkOffset and chunkCRC are offset and crc without the tail.
+	chunkOffset int64
+	chunkCRC    uint32
+	// tail is the upload's tail when it begins chunk next (the zero Tail otherwise).
+	tail Tail
 }
 
 func summarize(up Upload) summary {
@@ -349,6 +353,12 @@ func summarize(up Upload) summary {
 		s.next++
 	}
 	s.complete = up.Size >= 0 && s.next > totalChunks(up.Size, up.ChunkSize)
+	s.chunkOffset, s.chunkCRC = s.offset, s.crc
+	if t := up.Tail; t.Size > 0 && t.N == s.next && !s.complete && up.State == StateActive {
+		s.tail = t
+		s.offset += t.Size
+		s.crc = crc.Combine(s.crc, t.CRC32C, t.Size)
+	}
 	return s
 }
 

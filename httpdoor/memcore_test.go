@@ -32,6 +32,7 @@ type memCore struct {
 type memUpload struct {
 	up     Upload
 	data   map[uint32][]byte
+	tail   []byte
 	tenant string
 }
 
@@ -225,6 +226,44 @@ func (c *memCore) Lock(ctx context.Context, id string) (context.Context, func(),
 			delete(c.locks, id)
 		})
 	}, nil
+}
+
+func (c *memCore) SaveTail(ctx context.Context, id string, n uint32, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: the lock was lost", ErrLocked)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u, err := c.find(ctx, id)
+	if err != nil {
+		return err
+	}
+	if len(data) == 0 {
+		u.tail, u.up.Tail = nil, Tail{}
+		return nil
+	}
+	if u.up.State != StateActive {
+		return fmt.Errorf("%w: upload is %s", ErrGone, u.up.State)
+	}
+	if _, ok := u.data[n]; ok {
+		return fmt.Errorf("%w: chunk %d was received since", ErrConflict, n)
+	}
+	u.tail = bytes.Clone(data)
+	u.up.Tail = Tail{N: n, Size: int64(len(data)), CRC32C: crc32.Checksum(data, castagnoli)}
+	return nil
+}
+
+func (c *memCore) ReadTail(ctx context.Context, id string, t Tail) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u, err := c.find(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if u.up.Tail != t {
+		return nil, fmt.Errorf("%w: the tail changed", ErrConflict)
+	}
+	return bytes.Clone(u.tail), nil
 }
 
 // loseLock cancels the holder's context, as an adapter does when a lease is lost.

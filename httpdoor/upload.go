@@ -301,12 +301,14 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 			job.progress = func(off int64) { h.interim(w, r, rq, "Upload-Offset", strconv.FormatInt(off, 10)) }
 		}
 		if res, err = h.appendBody(w, r, job); err != nil {
-			rq.setOffset(res.offset)
+			off, _ := res.durable()
+			rq.setOffset(off)
 			h.fail(w, r, rq, err)
 			return
 		}
 	}
-	rq.setOffset(res.offset)
+	off, _ := res.durable()
+	rq.setOffset(off)
 	rq.complete = res.complete
 	h.respond(ctx, w, r, rq, up, res, http.StatusCreated, loc)
 }
@@ -371,7 +373,6 @@ func (h *Handler) patch(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return
 	}
 	if cl := r.ContentLength; cl >= 0 {
-		end := size >= 0 && hd.offset+cl == size || hd.ends
 		switch {
 		case size >= 0 && hd.offset+cl > size:
 			h.fail(w, r, rq, job.overflow)
@@ -379,18 +380,14 @@ func (h *Handler) patch(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		case len(hd.checks) > 0 && cl > h.cfg.MaxChecksumBody:
 			h.fail(w, r, rq, fmt.Errorf("%w: a request body with a checksum is held in memory until it is verified, so it may have at most %d bytes; this one has %d", ErrTooLarge, h.cfg.MaxChecksumBody, cl))
 			return
-		case cl > 0 && cl < up.ChunkSize && !end:
-			// Its bytes could only be dropped, and a client that sends the same again
-			// would loop for ever.
-			h.fail(w, r, rq, fmt.Errorf("%w: an append must carry at least one whole chunk (%d bytes) unless it ends the upload; this one has %d bytes", ErrInvalid, up.ChunkSize, cl))
-			return
 		}
 	}
 	if rq.proto == protoIETF {
 		job.progress = func(off int64) { h.interim(w, r, rq, "Upload-Offset", strconv.FormatInt(off, 10)) }
 	}
 	res, err := h.appendBody(w, r, job)
-	rq.setOffset(res.offset)
+	off, _ := res.durable()
+	rq.setOffset(off)
 	rq.complete = res.complete
 	if err != nil {
 		h.fail(w, r, rq, err)
@@ -439,7 +436,8 @@ func (h *Handler) respond(ctx context.Context, w http.ResponseWriter, r *http.Re
 		hdr.Set("Location", loc)
 	}
 	up.Size = res.size
-	st := summary{offset: res.offset, crc: res.crc, complete: res.complete}
+	off, sum := res.durable()
+	st := summary{offset: off, crc: sum, complete: res.complete}
 	h.progressHeaders(w, rq, up, st)
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(h.cfg.IdleTimeout))
 	if rq.proto == protoIETF && res.complete {

@@ -47,6 +47,8 @@ type Store interface {
 	RenewAppend(ctx context.Context, id, token string, lease time.Duration) (bool, error)
 	UnlockAppend(ctx context.Context, id, token string) error
 	DeclareSize(ctx context.Context, id, tenant string, size int64) error
+	SaveTail(ctx context.Context, id string, n uint32, data []byte) error
+	ReadTail(ctx context.Context, id string, t uploads.Tail) ([]byte, error)
 	StateTTL() time.Duration
 }
 
@@ -143,6 +145,7 @@ func (c *Core) door(u *uploads.Upload) httpdoor.Upload {
 	up := httpdoor.Upload{
 		ID: u.ID, State: httpdoor.State(u.Status), ChunkSize: u.ChunkSize, Size: u.ExpectedSize,
 		Key: u.Key, Name: u.Name, ContentType: u.ContentType, Metadata: u.Metadata, Reason: u.Error,
+		Tail: httpdoor.Tail{N: u.Tail.N, Size: u.Tail.Size, CRC32C: u.Tail.CRC32C},
 	}
 	for _, ch := range u.Chunks {
 		up.Chunks = append(up.Chunks, httpdoor.Chunk{N: ch.N, Size: ch.Size, CRC32C: ch.CRC32C, Stored: ch.Stored})
@@ -209,6 +212,33 @@ func (c *Core) Stage(ctx context.Context, id string, n uint32, data []byte, crc3
 		return fmt.Errorf("%w: %s", httpdoor.ErrTooLarge, server.Message(id, err))
 	}
 	return c.mapErr(id, err)
+}
+
+// SaveTail implements httpdoor.Core with the store's tail, fenced by the append lock.
+func (c *Core) SaveTail(ctx context.Context, id string, n uint32, data []byte) error {
+	if err := known(id); err != nil {
+		return err
+	}
+	err := c.store.SaveTail(ctx, id, n, data)
+	if err != nil && errors.Is(context.Cause(ctx), uploads.ErrLockLost) {
+		err = uploads.ErrLockLost
+	}
+	if errors.Is(err, staging.ErrChunkBusy) {
+		return fmt.Errorf("%w: upload %s: %v", httpdoor.ErrConflict, id, err)
+	}
+	return c.mapErr(id, err)
+}
+
+// ReadTail implements httpdoor.Core.
+func (c *Core) ReadTail(ctx context.Context, id string, t httpdoor.Tail) ([]byte, error) {
+	if err := known(id); err != nil {
+		return nil, err
+	}
+	data, err := c.store.ReadTail(ctx, id, uploads.Tail{N: t.N, Size: t.Size, CRC32C: t.CRC32C})
+	if errors.Is(err, staging.ErrChunkMissing) {
+		return nil, fmt.Errorf("%w: upload %s: its bytes after the last whole chunk changed since this request read the offset; send HEAD and resume", httpdoor.ErrConflict, id)
+	}
+	return data, c.mapErr(id, err)
 }
 
 // Abort implements httpdoor.Core: AbortUpload's path.

@@ -436,6 +436,10 @@ type Upload struct {
 	Tenant            string
 	HandoffPending    bool
 	Metadata          map[string]string
+	// Tail is the first bytes of a chunk an HTTP append received without filling it
+	// (see SaveTail); the zero Tail when there is none. It is current only while its
+	// chunk has not been received.
+	Tail Tail
 	// IfAbsent: the object must not replace one at its key.
 	IfAbsent bool
 	Document
@@ -544,7 +548,7 @@ func parseUpload(id string, h, m, received map[string]string, partsAll *redis.Ma
 		CorrelationID: m["correlation_id"], Tenant: h["tenant"], HandoffPending: h["handoff"] == "pending",
 		Created: rdb.MsTime(h["created_ms"]), Updated: rdb.MsTime(h["updated_ms"]),
 		FirstChunk: rdb.MsTime(h["first_ms"]), Completed: rdb.MsTime(h["completed_ms"]),
-		DetectedContentType: h["detected_ct"], IfAbsent: h["if_absent"] == "1",
+		DetectedContentType: h["detected_ct"], IfAbsent: h["if_absent"] == "1", Tail: parseTail(h["tail"]),
 		Document: Document{NodeID: m["node_id"], ConnectorID: m["connector_id"], ParentID: m["parent_id"],
 			Path: m["path"], Drive: m["drive"], CustomMetadata: m["custom_metadata"]},
 	}

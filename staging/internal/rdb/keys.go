@@ -54,6 +54,12 @@ func DocKey(id string) string { return upKey(id, "doc") }
 // write.
 func AppendLockKey(id string) string { return upKey(id, "httplock") }
 
+// TailKey holds the bytes an HTTP append received of an upload's next chunk without
+// filling it (its tail): kept as durably as a staged chunk, so that a client whose
+// requests are smaller than a chunk moves its offset by every byte it sent. The state
+// hash's tail field says which chunk it begins ("N|size|crc32c").
+func TailKey(id string) string { return upKey(id, "tail") }
+
 // ChunkKey holds chunk N's staged bytes until its part is recorded.
 func ChunkKey(id string, n uint32) string {
 	return upKey(id, "chunk:"+strconv.FormatUint(uint64(n), 10))
