@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -69,6 +70,7 @@ that it cannot reach it.`
 // once, not after retries (see connectHelp).
 func (fs *flagSet) conn(ctx context.Context, target string) (*grpc.ClientConn, error) {
 	c := fs.creds
+	target = serverTarget(target)
 	transport := insecure.NewCredentials()
 	cfg, err := c.tlsConfig()
 	if err != nil {
@@ -98,6 +100,39 @@ func (fs *flagSet) conn(ctx context.Context, target string) (*grpc.ClientConn, e
 		return nil, err
 	}
 	return conn, nil
+}
+
+// defaultPort is chunkup's gRPC port: --server HOST means HOST:defaultPort. (A
+// variable for the tests.)
+var defaultPort = "7070"
+
+// serverTarget is the gRPC target for --server s: HOST (a name, an IPv4 address, an
+// IPv6 address with or without brackets) gets chunkup's port, where gRPC would take
+// 443; HOST:PORT and gRPC target URLs (dns:///HOST:PORT, unix:PATH, …) are kept, but
+// for dns:///HOST, which gets the port too.
+func serverTarget(s string) string {
+	if rest, ok := strings.CutPrefix(s, "dns:"); ok {
+		// dns:HOST, dns:///HOST, dns://RESOLVER/HOST
+		authority, host := "", rest
+		if r, ok := strings.CutPrefix(rest, "//"); ok {
+			authority, host, _ = strings.Cut(r, "/")
+			authority = "//" + authority + "/"
+		}
+		return "dns:" + authority + serverTarget(host)
+	}
+	if s == "" || strings.Contains(s, "/") || strings.HasPrefix(s, "unix:") || strings.HasPrefix(s, "unix-abstract:") ||
+		strings.HasPrefix(s, "passthrough:") || strings.HasPrefix(s, "xds:") {
+		return s // empty (gRPC says what is wrong), a URL or another resolver's target
+	}
+	host, port, err := net.SplitHostPort(s)
+	switch {
+	case err == nil && port != "":
+		return s
+	case err == nil: // "HOST:"
+		return net.JoinHostPort(host, defaultPort)
+	}
+	// No port: HOST, [IPV6] or a bare IPv6 address.
+	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"), defaultPort)
 }
 
 // reach asks the server's health service (which needs no credentials) whether anyone

@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/chunkup/chunkup/app"
@@ -53,6 +55,12 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Every role runs, named so that the log says which (ocr only when OCR is on).
+	for _, r := range app.AllRoles {
+		if r != app.RoleOCR || cfg.OCR.Enabled {
+			cfg.Roles = append(cfg.Roles, r)
+		}
+	}
 	logger, err := newLogger(*logFormat, *logLevel, stderr)
 	if err != nil {
 		return err
@@ -91,10 +99,12 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
+	cli, install := cliCommand(os.Args[0])
 	tryOCR := ""
 	if cfg.OCR.Enabled {
-		tryOCR = fmt.Sprintf("\n       chunkup ocr watch --server %s ID   (then: chunkup ocr status --text ID)", a.GRPCAddr())
+		tryOCR = fmt.Sprintf("\n       %s ocr watch --server %s ID   (then: %s ocr status --text ID)", cli, a.GRPCAddr(), cli)
 	}
+	tryOCR += install
 	fmt.Fprintf(stdout, `chunkup dev: every role in one process, for development only (no authentication)
   gRPC   %s
   HTTP   http://%s  (upload page; tus and IETF uploads at /files/; /healthz, /readyz, /metrics, %s)
@@ -103,14 +113,25 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
   Redis  %s  (%s)
   OCR    %s
   Data   %s  (locked by this process, pid %d)
-Try:   chunkup upload --server %s FILE
-       chunkup events --brokers %s%s
+Try:   %s upload --server %s FILE
+       %s events --brokers %s%s
 `, a.GRPCAddr(), a.HTTPAddr(), ocr.WebhookPath, env.S3Endpoint, *bucket, env.S3Dir, env.KafkaAddr, *topic,
-		env.RedisURL, env.RedisKind, ocrLine, *data, os.Getpid(), a.GRPCAddr(), env.KafkaAddr, tryOCR)
+		env.RedisURL, env.RedisKind, ocrLine, *data, os.Getpid(), cli, a.GRPCAddr(), cli, env.KafkaAddr, tryOCR)
 	if f, ok := stdout.(interface{ Sync() error }); ok {
 		_ = f.Sync()
 	}
 	return a.Run(ctx)
+}
+
+// cliCommand is how the banner's Try: lines run the CLI, given the name dev was started
+// by (os.Args[0]): as it was typed (chunkup found on PATH, bin/chunkup), or under go run
+// (a binary in a go-build directory) go run ./cmd/chunkup, with a line saying how to
+// install it.
+func cliCommand(arg0 string) (cli, install string) {
+	if strings.Contains(filepath.ToSlash(arg0), "/go-build") {
+		return "go run ./cmd/chunkup", "\n       (go install ./cmd/chunkup puts chunkup on your PATH)"
+	}
+	return arg0, ""
 }
 
 // devOCR turns OCR on in o as mode says (auto: when an engine is there) and returns

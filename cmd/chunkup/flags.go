@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +30,9 @@ func newFlagSet(name, usage string) *flagSet {
 			return
 		}
 		fmt.Fprintf(fs.Output(), "usage: chunkup %s\n\n", usage)
+		if s := commandSummary(name); s != "" {
+			fmt.Fprintf(fs.Output(), "%s\n\n", s)
+		}
 		for _, n := range fs.notes {
 			fmt.Fprintf(fs.Output(), "%s\n\n", n)
 		}
@@ -148,13 +153,60 @@ func (v *sizeValue) Set(s string) error {
 	return nil
 }
 
-// parse parses args and reports flag and environment errors together.
+// commandSummary is the sentence that says what command name ("upload", "ocr status")
+// does, or "" for a name no list holds.
+func commandSummary(name string) string {
+	list := commands()
+	if sub, ok := strings.CutPrefix(name, "ocr "); ok {
+		list, name = ocrCommands(), sub
+	}
+	for _, c := range list {
+		if c.name == name && c.summary != "" {
+			return strings.ToUpper(c.summary[:1]) + c.summary[1:] + "."
+		}
+	}
+	return ""
+}
+
+// parse parses args and reports flag and environment errors together. -h (or --help)
+// prints the command's help; a bad flag is one line that names it and points to -h,
+// not the flag package's error followed by every flag.
 func (fs *flagSet) parse(args []string) error {
-	if err := fs.Parse(args); err != nil {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
 		return err
+	case err != nil:
+		return fmt.Errorf("%s: %s (see 'chunkup %s -h')", fs.Name(), flagMessage(err.Error()), fs.Name())
 	}
 	if len(fs.errs) > 0 {
 		return fs.errs[0]
 	}
 	return nil
+}
+
+// flagNameInError finds the flag a flag package error names ("-bogus").
+var flagNameInError = regexp.MustCompile(`(defined: |for flag |for |argument: )-([^\s:]+)`)
+
+// flagMessage rewrites a flag package error in chunkup's words: flags written as the
+// help writes them (--name; -r for one letter), an undefined one as "unknown flag".
+func flagMessage(msg string) string {
+	msg = flagNameInError.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := flagNameInError.FindStringSubmatch(m)
+		dashes := "--"
+		if len(sub[2]) == 1 {
+			dashes = "-"
+		}
+		return sub[1] + dashes + sub[2]
+	})
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		return "unknown flag " + name
+	}
+	return msg
 }

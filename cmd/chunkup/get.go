@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -53,7 +55,7 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if dest != "" {
 		dir = filepath.Dir(dest)
 	}
-	tmp, err := os.CreateTemp(dir, ".chunkup-get-*")
+	tmp, err := createTemp(dir, ".chunkup-get-")
 	if err != nil {
 		return err
 	}
@@ -74,6 +76,12 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			dest = "object"
 		}
 	}
+	if fi, err := os.Stat(dest); err == nil && fi.Mode().IsRegular() {
+		// A file replaced keeps its mode, as cp leaves it.
+		if err := os.Chmod(tmp.Name(), fi.Mode().Perm()); err != nil {
+			return err
+		}
+	}
 	if err := os.Rename(tmp.Name(), dest); err != nil {
 		return err
 	}
@@ -83,6 +91,19 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "%s: %d bytes\n", dest, n)
 	return nil
+}
+
+// createTemp creates a new file in dir named prefix and random letters, with mode
+// 0666 less the umask, as cp and aws s3 cp create files (os.CreateTemp's 0600 would
+// stay on the file once it is renamed into place).
+func createTemp(dir, prefix string) (*os.File, error) {
+	for {
+		name := filepath.Join(dir, prefix+rand.Text()[:10])
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
 }
 
 func describeRead(err error) error {

@@ -13,6 +13,8 @@
 //	chunkup ocr …                      OCR documents: status, stats, dead letters, reprocessing
 //	chunkup apikey TENANT              make an API key and its --api-keys entry
 //	chunkup completion bash|zsh|fish   print a shell completion script
+//	chunkup version                    print the version and commit (also --version)
+//	chunkup help COMMAND               print a command's help (also chunkup COMMAND -h)
 //
 // main only turns flags into configurations and wires packages together (app does the
 // assembly).
@@ -28,6 +30,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -82,6 +85,7 @@ func commands() []command {
 		}},
 		{"ocr", "OCR documents: status, stats, dead list|requeue, reprocess", ocrCmd},
 		{"completion", "print a shell completion script: completion bash|zsh|fish", completionCmd},
+		{"version", "print chunkup's version and the commit it was built from (also --version)", versionCmd},
 	}
 }
 
@@ -91,7 +95,7 @@ func usage() string {
 	for _, c := range commands() {
 		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
 	}
-	b.WriteString("\nRun 'chunkup COMMAND -h' for a command's flags.\n")
+	b.WriteString("\nRun 'chunkup help COMMAND' (or 'chunkup COMMAND -h') for a command's flags.\n")
 	return b.String()
 }
 
@@ -104,12 +108,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage())
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := interruptible(context.Background())
 	defer stop()
 	var err error
 	switch i := slices.IndexFunc(commands(), func(c command) bool { return c.name == args[0] }); {
 	case i >= 0:
 		err = commands()[i].run(ctx, args[1:], stdout, stderr)
+	case args[0] == "--version" || args[0] == "-version":
+		err = versionCmd(ctx, args[1:], stdout, stderr)
+	case args[0] == "help" && len(args) > 1:
+		err = helpCmd(ctx, args[1:], stdout)
 	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
 		fmt.Fprint(stdout, usage())
 		return exitOK
@@ -118,11 +126,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	var ue usageError
+	var sig interruption
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
+	case errors.As(context.Cause(ctx), &sig):
+		// The command failed because it was interrupted: say that, not how the
+		// interruption broke its calls, and exit as a shell does (128 + the signal).
+		fmt.Fprintf(stderr, "chunkup: %s\n", interruptedLine(args[0]))
+		return 128 + int(sig.sig)
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "chunkup: %v\n", err)
 		return exitUsage
@@ -130,6 +144,117 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "chunkup: %s\n", describe(err))
 		return exitFailure
 	}
+}
+
+// interruption is the cause of a command's context when a signal ended it.
+type interruption struct{ sig syscall.Signal }
+
+func (i interruption) Error() string {
+	if i.sig == syscall.SIGINT {
+		return "interrupted (SIGINT)"
+	}
+	return fmt.Sprintf("interrupted (%v)", i.sig)
+}
+
+// interruptible returns a context that is canceled with an interruption on the first
+// SIGINT or SIGTERM (a second one is ignored: the command is winding down).
+func interruptible(parent context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel(interruption{s.(syscall.Signal)})
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		cancel(nil)
+	}
+}
+
+// interruptedLine is what a command interrupted by a signal says.
+func interruptedLine(cmd string) string {
+	switch cmd {
+	case "upload":
+		return "interrupted: run the same command again to resume"
+	case "get":
+		return "interrupted: the download did not finish (no FILE was written); run the same command again"
+	}
+	return "interrupted"
+}
+
+// helpCmd prints the help of command args[0] (for ocr, of its command args[1:]) on
+// stdout, as `chunkup COMMAND -h` does on stderr.
+func helpCmd(ctx context.Context, args []string, stdout io.Writer) error {
+	i := slices.IndexFunc(commands(), func(c command) bool { return c.name == args[0] })
+	switch {
+	case args[0] == "help":
+		fmt.Fprint(stdout, usage())
+		return nil
+	case i < 0:
+		return usageError{fmt.Errorf("help: unknown command %q: 'chunkup help' lists the commands", args[0])}
+	case len(args) > 1 && args[0] != "ocr":
+		return usageError{fmt.Errorf("help takes one command: chunkup help %s", args[0])}
+	}
+	// The command sees only -h (after ocr's command words): it prints its help and
+	// does nothing else.
+	return commands()[i].run(ctx, append(slices.Clone(args[1:]), "-h"), stdout, stdout)
+}
+
+// versionCmd prints chunkup's version: the module version and the commit it was built
+// from, as the Go toolchain recorded them in the binary.
+func versionCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("version", "version")
+	fs.SetOutput(stderr)
+	if err := fs.parse(args); err != nil {
+		return usageErr(err)
+	}
+	if fs.NArg() > 0 {
+		return usageError{errors.New("version takes no arguments")}
+	}
+	bi, ok := debug.ReadBuildInfo()
+	fmt.Fprintln(stdout, versionLine(bi, ok))
+	return nil
+}
+
+// versionLine describes a build: "chunkup VERSION (commit REV, TIME, modified;
+// go1.26.8 linux/amd64)". VERSION is "(devel)" when the module has no version (a
+// build from a checkout); the commit is "no commit recorded" when the build recorded
+// none (go run, -buildvcs=false).
+func versionLine(bi *debug.BuildInfo, ok bool) string {
+	if !ok || bi == nil {
+		return "chunkup (devel) (no build information)"
+	}
+	var rev, when string
+	var modified bool
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			when = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	var parts []string
+	if rev != "" {
+		parts = append(parts, "commit "+rev)
+		if when != "" {
+			parts = append(parts, when)
+		}
+		if modified {
+			parts = append(parts, "modified")
+		}
+	}
+	built := strings.TrimSpace(bi.GoVersion + " " + runtime.GOOS + "/" + runtime.GOARCH)
+	if len(parts) == 0 {
+		parts = append(parts, "no commit recorded")
+	}
+	return fmt.Sprintf("chunkup %s (%s; %s)", cmp.Or(bi.Main.Version, "(devel)"), strings.Join(parts, ", "), built)
 }
 
 type usageError struct{ error }
@@ -226,7 +351,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	maxStreams := fs.Int("max-streams-per-tenant", "CHUNKUP_MAX_STREAMS_PER_TENANT", server.DefaultMaxStreamsPerTenant, "upload streams one tenant may have open on this process (negative: no limit)")
 	maxReads := fs.Int("max-reads-per-tenant", "CHUNKUP_MAX_READS_PER_TENANT", server.DefaultMaxReadsPerTenant, "ReadObject streams one tenant may have open on this process (-1: no limit)")
 	maxWatches := fs.Int("max-watches-per-tenant", "CHUNKUP_MAX_WATCHES_PER_TENANT", 1000, "WatchUpload and WatchDocument streams one tenant may have open on this process (-1: no limit)")
-	maxReceive := fs.Size("max-receive-memory", "CHUNKUP_MAX_RECEIVE_MEMORY", server.DefaultMaxReceiveMemory, "cap on the bytes held in chunk messages being received or processed; a stream waiting for a message counts the largest one (--max-chunk-size + 64KiB); messages being decoded may hold an eighth more; also sets the soft memory limit (GOMEMLIMIT overrides it; docs/limits.md)")
+	maxReceive := fs.Size("max-receive-memory", "CHUNKUP_MAX_RECEIVE_MEMORY", server.DefaultMaxReceiveMemory, "cap on the bytes held in chunk messages being received or processed; a stream waiting for a message counts the largest one (--max-chunk-size + 64KiB); messages being decoded may hold a sixteenth more; also sets the soft memory limit (GOMEMLIMIT overrides it; docs/limits.md)")
 	maxReceiveTenant := fs.Size("max-receive-memory-per-tenant", "CHUNKUP_MAX_RECEIVE_MEMORY_PER_TENANT", 0, "what one tenant's streams may hold of --max-receive-memory, so that its streams waiting for messages cannot lock other tenants out (0: all but one largest message; the same as --max-receive-memory: no cap of its own)")
 	idleTimeout := fs.Duration("stream-idle-timeout", "CHUNKUP_STREAM_IDLE_TIMEOUT", server.DefaultStreamIdleTimeout, "close an upload stream that sent no chunk for this long (DEADLINE_EXCEEDED; the upload stays resumable; negative: never)")
 	stagingMode := fs.String("staging", "CHUNKUP_STAGING", server.StagingAdaptive, "adaptive: write a chunk straight through to S3 when this process's worker has a free slot and S3 keeps pace, else stage it in Redis; always: stage every chunk in Redis")
@@ -317,7 +442,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		// docs/limits.md): freed chunk buffers wait in pools for a collection, and
 		// without a limit the collector lets the heap grow past what is live by GOGC
 		// percent; near the limit it collects sooner. GOMEMLIMIT overrides it (off: none).
-		debug.SetMemoryLimit(server.MemoryLimit(cfg.Server))
+		limit := server.MemoryLimit(cfg.Server)
+		if !cfg.HTTPDoor.Off {
+			// The HTTP door's chunk buffers have a cap of their own (--http-receive-memory).
+			limit += max(cmp.Or(cfg.HTTPDoor.Door.BufferBudget, 512<<20), 0)
+		}
+		debug.SetMemoryLimit(limit)
 	}
 	a, err := app.New(ctx, cfg)
 	if err != nil {
@@ -340,7 +470,7 @@ func usageErr(err error) error {
 // clientFlags are the flags every client command takes.
 func clientFlags(fs *flagSet) (server *string, asJSON *bool) {
 	fs.notes = append(fs.notes, connectHelp)
-	server = fs.String("server", "CHUNKUP_SERVER", "127.0.0.1:7070", "chunkup server address")
+	server = fs.String("server", "CHUNKUP_SERVER", "127.0.0.1:7070", "chunkup server address, HOST[:PORT] (port 7070 when left out)")
 	asJSON = fs.Bool("json", "", false, "print the result as one JSON object")
 	fs.creds = &credFlags{
 		apiKey: fs.String("api-key", "CHUNKUP_API_KEY", "", "API key for the server"),

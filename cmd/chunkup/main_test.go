@@ -101,7 +101,7 @@ func TestUsage(t *testing.T) {
 		{"--help", nil, []string{"--help"}, exitOK, "serve", ""},
 		{"help", nil, []string{"help"}, exitOK, "abort", ""},
 
-		{"serve: unknown flag", nil, []string{"serve", "--bogus"}, exitUsage, "", "flag provided but not defined: -bogus"},
+		{"serve: unknown flag", nil, []string{"serve", "--bogus"}, exitUsage, "", "serve: unknown flag --bogus (see 'chunkup serve -h')"},
 		{"serve: chunk size under 5 MiB", nil, []string{"serve", "--chunk-size", "1MiB"}, exitUsage, "", "chunk size must be between 5 MiB and 5 GiB"},
 		{"serve: chunk size over 5 GiB", nil, []string{"serve", "--chunk-size", "6GiB", "--max-chunk-size", "6GiB"}, exitUsage, "", "between 5 MiB and 5 GiB"},
 		{"serve: chunk size over the max", nil, []string{"serve", "--chunk-size", "16MiB", "--max-chunk-size", "8MiB"}, exitUsage, "", "must not exceed max chunk size"},

@@ -172,7 +172,7 @@ func printDocument(w io.Writer, d *chunkupv1.Document) {
 	}
 	fmt.Fprintln(w)
 	if o := d.Ocr; o != nil {
-		fmt.Fprintf(w, "  ocr: %d pages, %d words, mean confidence %.1f, result s3://%s/%s\n", o.Pages, o.Words, o.MeanConfidence, d.Bucket, o.ResultKey)
+		fmt.Fprintf(w, "  ocr: %s, %s, mean confidence %.1f, result s3://%s/%s\n", plural(int64(o.Pages), "page"), plural(int64(o.Words), "word"), o.MeanConfidence, d.Bucket, o.ResultKey)
 	}
 	if e := d.Evaluation; e != nil {
 		fmt.Fprintf(w, "  evaluation: score %d, %s %v\n", e.Score, e.Decision, e.Reasons)

@@ -52,7 +52,7 @@ func newProgressDisplay(mode string, out io.Writer, jobs []uploadJob, tree bool)
 	files := func(decor.Statistics) string { return fmt.Sprintf("%d/%d files", d.filesDone.Load(), len(jobs)) }
 	d.total = d.bars.AddBar(size, mpb.BarWidth(barWidth), mpb.BarPriority(math.MaxInt), // below the files' bars
 		mpb.PrependDecorators(decor.Name("total", decor.WCSyncSpaceR), decor.CountersKibiByte("% .1f / % .1f", decor.WCSyncSpace)),
-		mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace), decor.Name(" "), d.totalSpeed.decorator(), decor.Name("  "), decor.Any(files)),
+		mpb.AppendDecorators(percentage(), decor.Name(" "), d.totalSpeed.decorator(), decor.Name("  "), decor.Any(files)),
 	)
 	return d
 }
@@ -98,7 +98,7 @@ func (d *progressDisplay) track(i int, j uploadJob) *tracker {
 	if d.bars != nil {
 		opts := []mpb.BarOption{mpb.BarWidth(barWidth), mpb.BarPriority(i),
 			mpb.PrependDecorators(decor.Name(j.name, decor.WCSyncSpaceR), decor.CountersKibiByte("% .1f / % .1f", decor.WCSyncSpace)),
-			mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace), decor.Name(" "), t.speed.decorator()),
+			mpb.AppendDecorators(percentage(), decor.Name(" "), t.speed.decorator()),
 		}
 		if d.removeDone {
 			opts = append(opts, mpb.BarRemoveOnComplete())
@@ -141,8 +141,11 @@ func (t *tracker) update(p client.Progress) {
 	}
 	if tenth := 10 * t.shown / p.Size; tenth > t.tenths {
 		t.tenths = tenth
-		t.d.println(fmt.Sprintf("%s: %3d%% (%d of %d bytes acknowledged; %d chunks in S3)",
-			t.name, 100*t.shown/p.Size, t.shown, p.Size, p.ChunksUploaded))
+		line := fmt.Sprintf("%s: %3d%% (%d of %d bytes acknowledged", t.name, 100*t.shown/p.Size, t.shown, p.Size)
+		if p.ChunksUploaded > 0 { // a small file is in S3 only once its upload completes
+			line += "; " + plural(int64(p.ChunksUploaded), "chunk") + " in S3"
+		}
+		t.d.println(line + ")")
 	}
 }
 
@@ -199,6 +202,28 @@ func (s *speed) decorator() decor.Decorator {
 		}
 		return last
 	}, decor.WCSyncSpace)
+}
+
+// percentage is mpb's percentage ("42 %"), but 100 % for a bar completed at 0 bytes
+// (an empty file), which mpb shows as 0 %.
+func percentage() decor.Decorator {
+	return decor.Any(func(st decor.Statistics) string {
+		p := int64(100)
+		if st.Total > 0 {
+			p = min(100*st.Current/st.Total, 100)
+		} else if !st.Completed {
+			p = 0
+		}
+		return fmt.Sprintf("%d %%", p)
+	}, decor.WCSyncSpace)
+}
+
+// plural is n and noun, plural unless n is 1: "1 chunk", "2 chunks".
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // sizeString formats n bytes as mpb does ("1.5 MiB").

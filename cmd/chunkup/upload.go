@@ -339,8 +339,9 @@ launch:
 	}
 	wg.Wait()
 	r.display.finish() // results are printed after the bars stop redrawing the terminal
-	var done, failed, notStarted int
+	var done, failed, notStarted, interrupted int
 	var bytes int64
+	var sig interruption
 	for i, res := range results {
 		switch {
 		case res.notStarted:
@@ -348,6 +349,10 @@ launch:
 			continue
 		case res.err == nil:
 			res.err = printUpload(r.stdout, res.up, r.asJSON)
+		case errors.As(context.Cause(ctx), &sig):
+			// Said once for all (run); the same command resumes these.
+			interrupted++
+			continue
 		}
 		if res.err != nil {
 			failed++
@@ -364,13 +369,16 @@ launch:
 		if failed > 0 {
 			line += fmt.Sprintf("; %d failed", failed)
 		}
+		if interrupted > 0 {
+			line += fmt.Sprintf("; %d interrupted", interrupted)
+		}
 		if notStarted > 0 {
 			line += fmt.Sprintf("; %d not started (interrupted)", notStarted)
 		}
 		fmt.Fprintln(r.stderr, line)
 	}
-	if failed+notStarted > 0 {
-		return fmt.Errorf("%d of %d uploads did not complete", failed+notStarted, len(todo))
+	if failed+notStarted+interrupted > 0 {
+		return fmt.Errorf("%d of %d uploads did not complete", failed+notStarted+interrupted, len(todo))
 	}
 	return nil
 }
