@@ -28,8 +28,8 @@ import (
 // While a chunk is copied, its bytes are held twice: in the frames (which gRPC frees
 // when Unmarshal returns) and in the copy. The frames are under their stream's
 // reservation of receive memory (memoryGate); the copies of the messages being decoded
-// are under decode (decodeGate: an eighth of the receive memory cap, at least one
-// largest message), so that with the defaults the two together stay within 1.125 ×
+// are under decode (decodeGate: a sixteenth of the receive memory cap, at least one
+// largest message), so that with the defaults the two together stay within 1.0625 ×
 // --max-receive-memory instead of twice it.
 type chunkCodec struct {
 	fallback encoding.CodecV2

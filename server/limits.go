@@ -339,10 +339,12 @@ func (g *decodeGate) release(n int64) {
 }
 
 // decodeReserve is what chunk messages being decoded may hold beyond the receive memory
-// cap: an eighth of it, and at least the largest message (decodeGate lets one message
-// through alone whatever its size).
+// cap: a sixteenth of it, and at least the largest message (decodeGate lets one
+// message through alone whatever its size). With the defaults that is one 64 MiB
+// message, or eight 8 MiB ones, at once: a copy is memory work, and more copies at once
+// than there are cores go no faster, while each holds its message twice.
 func decodeReserve(c Config) int64 {
-	return max(c.MaxReceiveMemory/8, int64(c.MaxMessageSize()))
+	return max(c.MaxReceiveMemory/16, int64(c.MaxMessageSize()))
 }
 
 // MemoryLimit is the soft memory limit (runtime/debug.SetMemoryLimit) chunkup serve
@@ -359,8 +361,8 @@ func MemoryLimit(cfg Config) int64 {
 	return cfg.MaxReceiveMemory + decodeReserve(cfg) + gcSlack(cfg)
 }
 
-// gcSlack is what MemoryLimit leaves beyond the chunk messages: a sixteenth of the
-// receive memory cap, and 32 MiB more (at least 64 MiB in all).
+// gcSlack is what MemoryLimit leaves beyond the chunk messages: a thirty-second of the
+// receive memory cap (at least 32 MiB), and 32 MiB more.
 func gcSlack(c Config) int64 {
-	return max(c.MaxReceiveMemory/16, 32<<20) + 32<<20
+	return max(c.MaxReceiveMemory/32, 32<<20) + 32<<20
 }

@@ -72,7 +72,7 @@ func resetPeak(t *testing.T, pid int) {
 // process, so its RSS is its own) with the default --max-receive-memory (1 GiB), while a
 // normal 20 MiB upload goes on. The server takes in only as many messages as the cap
 // holds (the others wait, unread, and are refused with RESOURCE_EXHAUSTED or, once
-// read, with INVALID_ARGUMENT), decodes only an eighth of the cap at once beyond it, its
+// read, with INVALID_ARGUMENT), decodes only a sixteenth of the cap at once beyond it, its
 // peak RSS stays under R₀ + 1.25 × the cap (docs/limits.md: the flag is the bound, not
 // twice it), and the normal upload completes exact.
 func TestHostileMessagesBoundMemory(t *testing.T) {
@@ -147,9 +147,9 @@ func TestHostileMessagesBoundMemory(t *testing.T) {
 	}
 	peak := peakRSS(t, pid)
 	// docs/limits.md: what the process holds anyway (measured before the attack) and
-	// the receive cap, plus an eighth of it for messages being decoded (held for a
-	// moment in the frames they arrived in and in the buffer they are copied into) and
-	// an eighth for the garbage collector (the soft memory limit the cap sets).
+	// the receive cap, plus a sixteenth of it for messages being decoded (held for a
+	// moment in the frames they arrived in and in the buffer they are copied into), the
+	// open streams' windows and the garbage collector's slack: a quarter in all.
 	bound := base + receiveCap*5/4
 	t.Logf("%d hostile %d MiB messages: %v; server RSS %d MiB before, peak %d MiB during; bound %d MiB",
 		hostile, message>>20, seen, base>>20, peak>>20, bound>>20)
