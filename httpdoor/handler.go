@@ -1,7 +1,9 @@
 // Package httpdoor is chunkup's HTTP front door: resumable uploads over tus 1.0.0 and
-// the IETF "Resumable Uploads for HTTP" draft (draft-ietf-httpbis-resumable-upload-11,
-// interop versions 5 to 8), on the same URLs and onto the same uploads as gRPC, so that
-// browsers (tus-js-client, Uppy), mobile tus clients and curl can upload to chunkup.
+// the IETF "Resumable Uploads for HTTP" draft (draft-ietf-httpbis-resumable-upload,
+// interop versions 5 to 10: drafts -03 to -13, each answered with the semantics of its
+// version where they differ; see interopDrafts), on the same URLs and onto the same
+// uploads as gRPC, so that browsers (tus-js-client, Uppy), mobile tus clients (iOS
+// URLSession) and curl can upload to chunkup.
 //
 // The door is a protocol layer only. It cuts each request body into the upload's
 // chunks as the bytes arrive and hands each whole chunk to the Core, the narrow
@@ -38,11 +40,60 @@ const (
 	ctIETFPatch = "application/partial-upload"
 )
 
-// interopVersions are the draft interop versions the door speaks: 5 and 6 are what
-// tus-js-client sends (its ietf-draft-03 and ietf-draft-05 protocols), 7 is drafts -06
-// to -08, 8 is drafts -09 to -11 and the editor's copy after -11, the newest revision
-// published.
-const minInterop, maxInterop = 5, 8
+// minInterop and maxInterop bound the draft interop versions the door speaks (the
+// "Upload-Draft-Interop-Version" a request names; the 104 names it back). 5 and 6 are
+// what tus-js-client sends (its ietf-draft-03 and ietf-draft-05 protocols), 8 what iOS
+// 26.2's URLSession sends, 9 and 10 the revisions since. Versions 3 and 4 used
+// Upload-Incomplete and are refused (412), as is anything above maxInterop: a new
+// interop version is a breaking change, read from the draft's "Changes" appendix before
+// it is accepted here.
+const minInterop, maxInterop = 5, 10
+
+// interopDrafts names the draft revisions of each interop version the door speaks
+// ("The current interop version is N" in the revision's "Draft Version Identification"
+// appendix; docs/http-uploads.md says how each was established). -14 and -15 are not
+// listed: their interop version could not be read here.
+var interopDrafts = [...]string{
+	5:  "-03",
+	6:  "-04, -05",
+	7:  "-06 to -08",
+	8:  "-09 to -11",
+	9:  "-12",
+	10: "-13",
+}
+
+// Where the interop versions differ, the first version with the later behaviour.
+const (
+	// interopPartialUpload: an append must have Content-Type: application/partial-upload
+	// (draft -04). Before, any content type.
+	interopPartialUpload = 6
+	// interopCompleteRequired: an append must carry Upload-Complete (draft -06). Before,
+	// an append without it is the last one.
+	interopCompleteRequired = 7
+	// interopTargetSemantics: draft -12 redefined Upload-Complete in responses. ?1 says
+	// that the target resource's semantics apply (the response is the target's, to the
+	// request that completed the upload), ?0 that the resumable upload protocol's do: so
+	// every error of the protocol (409 mismatching offset, 400 inconsistent length, 410,
+	// 415, …) carries ?0 even when the upload is complete, where before it said whether
+	// the upload was complete. The same revision made GET on the upload resource an
+	// offset retrieval like HEAD (the door answers it as HEAD: 204, 410 once the upload
+	// ended) and dropped the completed-upload problem type.
+	interopTargetSemantics = 9
+)
+
+// interopList says which interop versions the door speaks, for messages.
+func interopList() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d to %d (", minInterop, maxInterop)
+	for v := minInterop; v <= maxInterop; v++ {
+		if v > minInterop {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%d: drafts %s", v, interopDrafts[v])
+	}
+	b.WriteString(")")
+	return b.String()
+}
 
 type protocol int
 
@@ -153,6 +204,13 @@ type request struct {
 
 func (rq *request) setOffset(o int64) { rq.offset, rq.offsetKnown = o, true }
 
+// targetSemantics: the request speaks an interop version (9, draft -12, and later) in
+// which Upload-Complete in a response says whose semantics apply rather than whether
+// the upload is complete (interopTargetSemantics).
+func (rq *request) targetSemantics() bool {
+	return rq.proto == protoIETF && rq.interop >= interopTargetSemantics
+}
+
 // ServeHTTP routes a request to its protocol and method.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
@@ -225,7 +283,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch method {
 	case http.MethodHead, http.MethodGet:
-		h.head(ctx, w, r, rq, method == http.MethodGet)
+		// Since draft -12, an IETF GET is an offset retrieval like HEAD; otherwise GET
+		// shows the upload's state as JSON.
+		h.head(ctx, w, r, rq, method == http.MethodGet && !rq.targetSemantics())
 	case http.MethodPatch:
 		h.patch(ctx, w, r, rq)
 	case http.MethodDelete:
@@ -259,7 +319,7 @@ func detect(r *http.Request, method string) (protocol, int, error) {
 	if vs := r.Header.Values("Upload-Draft-Interop-Version"); len(vs) > 0 {
 		n, _, ok := sfInteger(vs)
 		if !ok || n < minInterop || n > maxInterop {
-			return protoIETF, 0, &versionError{Msg: fmt.Sprintf("Upload-Draft-Interop-Version %s is not supported: this server speaks interop versions %d to %d of draft-ietf-httpbis-resumable-upload, and tus %s", clip(strings.Join(vs, ",")), minInterop, maxInterop, tusVersion)}
+			return protoIETF, 0, &versionError{Msg: fmt.Sprintf("Upload-Draft-Interop-Version %s is not supported: this server speaks interop versions %s of draft-ietf-httpbis-resumable-upload, and tus %s", clip(strings.Join(vs, ",")), interopList(), tusVersion)}
 		}
 		return protoIETF, int(n), nil
 	}
@@ -464,10 +524,11 @@ func (h *Handler) progressHeaders(w http.ResponseWriter, rq *request, up Upload,
 	}
 }
 
-// head answers offset retrieval (HEAD) and, for GET, the upload's state as JSON (which
-// neither protocol defines; the upload page polls it). HEAD of an upload that ended is
-// 410, as both protocols want; GET shows it as any other, 200 with its state and the
-// reason it failed, which is what the page polls for.
+// head answers offset retrieval (HEAD, and an IETF GET since draft -12) and, for get,
+// the upload's state as JSON (which tus does not define, nor the draft before -12; the
+// upload page polls it). HEAD of an upload that ended is 410, as both protocols want;
+// get shows it as any other, 200 with its state and the reason it failed, which is what
+// the page polls for.
 func (h *Handler) head(ctx context.Context, w http.ResponseWriter, r *http.Request, rq *request, get bool) {
 	up, st, err := h.read(ctx, rq)
 	if err == nil && !get {

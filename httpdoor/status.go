@@ -90,7 +90,8 @@ type versionError struct{ Msg string }
 
 func (e *versionError) Error() string { return e.Msg }
 
-// Problem types of draft-ietf-httpbis-resumable-upload.
+// Problem types of draft-ietf-httpbis-resumable-upload (completed-upload up to draft
+// -11, interop 8).
 const (
 	problemMismatchingOffset  = "https://iana.org/assignments/http-problem-types#mismatching-upload-offset"
 	problemInconsistentLength = "https://iana.org/assignments/http-problem-types#inconsistent-upload-length"
@@ -222,8 +223,11 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rq *request, err 
 	}
 	// Upload-Complete describes an upload: a response about none (a 412 for the
 	// protocol version, a 401, a creation refused before it created anything) has none.
+	// Up to interop 8 it says whether the upload is complete; since 9 (draft -12) whose
+	// semantics apply, and an error is the resumable upload protocol's: ?0, even for an
+	// upload that is complete.
 	if rq.proto == protoIETF && r.Method != http.MethodOptions && rq.offsetKnown {
-		hd.Set("Upload-Complete", sfBool(rq.complete))
+		hd.Set("Upload-Complete", sfBool(rq.complete && !rq.targetSemantics()))
 	} else {
 		hd.Del("Upload-Complete")
 	}
@@ -259,7 +263,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rq *request, err 
 		p.ExpectedOffset, p.ProvidedOffset = &off.Expected, &off.Provided
 	case errors.Is(err, errLength):
 		p.Type, p.Title = problemInconsistentLength, "inconsistent length values for upload"
-	case errors.Is(err, ErrGone) && rq.complete:
+	case errors.Is(err, ErrGone) && rq.complete && !rq.targetSemantics():
+		// Draft -12 dropped this problem type.
 		p.Type, p.Title = problemCompletedUpload, "upload is already completed"
 	}
 	if p.Title == "" {

@@ -169,7 +169,7 @@ func (h *Handler) readHeaders(r *http.Request, rq *request, create bool) (header
 		switch {
 		case ok:
 			hd.ends = ends
-		case create || rq.interop >= 7:
+		case create || rq.interop >= interopCompleteRequired:
 			return hd, fmt.Errorf("%w: the request needs Upload-Complete: ?1 (its body ends the upload) or ?0", ErrInvalid)
 		case present:
 			return hd, fmt.Errorf("%w: Upload-Complete must be ?0 or ?1", ErrInvalid)
@@ -179,7 +179,7 @@ func (h *Handler) readHeaders(r *http.Request, rq *request, create bool) (header
 			hd.ends = true
 		}
 		if !create {
-			if rq.interop >= 6 && mediaType(r) != ctIETFPatch {
+			if rq.interop >= interopPartialUpload && mediaType(r) != ctIETFPatch {
 				return hd, fmt.Errorf("%w: an append must have Content-Type: %s", errMediaType, ctIETFPatch)
 			}
 			v, err := single(r, "Upload-Offset")
