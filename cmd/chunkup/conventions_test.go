@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -42,6 +44,8 @@ func TestCLIConventions(t *testing.T) {
 		{"help ocr status", []string{"help", "ocr", "status"}, exitOK,
 			[]string{"usage: chunkup ocr status", "Print a document's OCR", "-text"}, nil, false, "commands:"},
 		{"help ocr", []string{"help", "ocr"}, exitOK, []string{"usage: chunkup ocr COMMAND", "dead requeue"}, nil, false, ""},
+		{"help ocr dead", []string{"help", "ocr", "dead"}, exitOK, []string{"usage: chunkup ocr COMMAND", "dead requeue"}, nil, false, ""},
+		{"help ocr dead list", []string{"help", "ocr", "dead", "list"}, exitOK, []string{"usage: chunkup ocr dead list", "List dead-lettered jobs"}, nil, false, ""},
 		{"help version", []string{"help", "version"}, exitOK, []string{"usage: chunkup version", "Print chunkup's version"}, nil, false, ""},
 		{"help help", []string{"help", "help"}, exitOK, []string{"usage: chunkup COMMAND", "help COMMAND"}, nil, false, ""},
 		{"help: unknown command", []string{"help", "frob"}, exitUsage, nil, []string{`unknown command "frob"`, "chunkup help"}, true, ""},
@@ -400,5 +404,64 @@ func TestDevBanner(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no 'chunkup running' line naming the roles in dev's log:\n%s", d.Stderr())
 		}
+	}
+}
+
+// TestProgressOnTerminal uploads a small file, an empty file and two large ones on a
+// terminal (tmux's, 100 × 40) and reads the screen back: a bar per file at 100 %, in
+// the order of the arguments, and the total, each drawn once.
+func TestProgressOnTerminal(t *testing.T) {
+	tmux, err := exec.LookPath("tmux")
+	if err != nil {
+		t.Skip("tmux is not installed")
+	}
+	clearEnv(t)
+	addr, _ := startServer(t)
+	bin := testenv.BuildBinary(t, "github.com/chunkup/chunkup/cmd/chunkup")
+	dir := t.TempDir()
+	names := []string{"small.txt", "empty.txt", "big1.bin", "big2.bin"}
+	for i, n := range []int{12, 0, 24 << 20, 20 << 20} {
+		if err := os.WriteFile(filepath.Join(dir, names[i]), bytes.Repeat([]byte{byte(i)}, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sock := filepath.Join(t.TempDir(), "tmux.sock")
+	cmd := fmt.Sprintf("%s upload --server %s %s >%s; echo EXIT=$?", bin, addr, strings.Join(names, " "), filepath.Join(t.TempDir(), "stdout"))
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(tmux, append([]string{"-S", sock, "-f", "/dev/null"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tmux %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	run("new-session", "-d", "-x", "100", "-y", "40", "-c", dir, "sh", "-c", cmd+"; sleep 600")
+	t.Cleanup(func() { _ = exec.Command(tmux, "-S", sock, "kill-server").Run() })
+	var screen string
+	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(screen, "EXIT="); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the upload did not end within 2 minutes; the screen:\n%s", screen)
+		}
+		screen = run("capture-pane", "-p", "-S", "-100")
+	}
+	t.Logf("the screen:\n%s", screen)
+	if !strings.Contains(screen, "EXIT=0") {
+		t.Fatalf("upload failed; the screen:\n%s", screen)
+	}
+	last := -1
+	for _, name := range append(names, "total") {
+		re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` .*\[.*\] +100 %`)
+		all := re.FindAllStringIndex(screen, -1)
+		if len(all) != 1 {
+			t.Errorf("the bar of %s is on the screen %d times at 100 %%, want once", name, len(all))
+			continue
+		}
+		if all[0][0] <= last {
+			t.Errorf("the bar of %s is not below the bars before it", name)
+		}
+		last = all[0][0]
+	}
+	if !regexp.MustCompile(`(?m)^empty\.txt .*\[=+\]`).MatchString(screen) {
+		t.Errorf("the empty file's bar is not full")
 	}
 }

@@ -65,6 +65,9 @@ func ocrCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	switch {
 	case args[0] == "dead" && len(args) < 2:
 		return usageError{errors.New("ocr dead needs list or requeue")}
+	case args[0] == "dead" && (args[1] == "-h" || args[1] == "--help"):
+		fmt.Fprint(stdout, ocrUsage)
+		return nil
 	case args[0] == "dead":
 		return usageError{fmt.Errorf("ocr dead: unknown command %q (list, requeue)", args[1])}
 	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":

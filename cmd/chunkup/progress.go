@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
+	"golang.org/x/term"
 
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
@@ -40,7 +43,7 @@ func newProgressDisplay(mode string, out io.Writer, jobs []uploadJob, tree bool)
 	}
 	// Drawn even when out is not a terminal, as bars were asked for (auto picks lines
 	// there); lines are as wide as the terminal, or 80 columns.
-	d.bars = mpb.New(mpb.WithOutput(out), mpb.WithAutoRefresh(), mpb.WithRefreshRate(150*time.Millisecond))
+	d.bars = mpb.New(mpb.WithOutput(barOutput(out)), mpb.WithAutoRefresh(), mpb.WithRefreshRate(150*time.Millisecond))
 	if len(jobs) < 2 {
 		return d
 	}
@@ -55,6 +58,18 @@ func newProgressDisplay(mode string, out io.Writer, jobs []uploadJob, tree bool)
 		mpb.AppendDecorators(percentage(), decor.Name(" "), d.totalSpeed.decorator(), decor.Name("  "), decor.Any(files)),
 	)
 	return d
+}
+
+// barOutput is where mpb draws to out: out itself, but for a terminal that reports no
+// size (0 × 0, as some ptys do), in which mpb would draw nothing, out as a mere writer,
+// in which mpb draws 80 columns.
+func barOutput(out io.Writer) io.Writer {
+	if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		if cols, rows, err := term.GetSize(int(f.Fd())); err != nil || cols <= 0 || rows <= 0 {
+			return struct{ io.Writer }{f}
+		}
+	}
+	return out
 }
 
 // println writes a line above the bars, or among the progress lines.
@@ -102,6 +117,9 @@ func (d *progressDisplay) track(i int, j uploadJob) *tracker {
 		}
 		if d.removeDone {
 			opts = append(opts, mpb.BarRemoveOnComplete())
+		}
+		if j.size == 0 { // mpb leaves a bar of no bytes empty: a complete one is full
+			opts = append(opts, mpb.BarFillerOnComplete("["+strings.Repeat("=", barWidth-2)+"]"))
 		}
 		t.bar = d.bars.AddBar(max(j.size, 0), opts...)
 	}
