@@ -16,6 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"github.com/chunkup/chunkup/app"
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
@@ -463,5 +467,63 @@ func TestProgressOnTerminal(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^empty\.txt .*\[=+\]`).MatchString(screen) {
 		t.Errorf("the empty file's bar is not full")
+	}
+}
+
+// stalledReads is an UploadService whose ReadObject sends nothing until its caller
+// goes away; reading tells when a call came.
+type stalledReads struct {
+	chunkupv1.UnimplementedUploadServiceServer
+	reading chan struct{}
+}
+
+func (s *stalledReads) ReadObject(_ *chunkupv1.ReadObjectRequest, stream grpc.ServerStreamingServer[chunkupv1.ReadObjectResponse]) error {
+	select {
+	case s.reading <- struct{}{}:
+	default:
+	}
+	<-stream.Context().Done()
+	return stream.Context().Err()
+}
+
+// TestInterruptedGet sends SIGINT to `chunkup get` while it waits for the object: it
+// exits 130, says so in one line, and leaves no file behind.
+func TestInterruptedGet(t *testing.T) {
+	clearEnv(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	reads := &stalledReads{reading: make(chan struct{}, 1)}
+	chunkupv1.RegisterUploadServiceServer(srv, reads)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+
+	dir := t.TempDir()
+	bin := testenv.BuildBinary(t, "github.com/chunkup/chunkup/cmd/chunkup")
+	p := testenv.StartProcess(t, bin, []string{"get", "--server", l.Addr().String(), "--key", "some/object.bin", filepath.Join(dir, "object.bin")}, nil)
+	select {
+	case <-reads.reading:
+	case <-time.After(time.Minute):
+		t.Fatalf("get did not call ReadObject within a minute; stderr:\n%s", p.Stderr())
+	}
+	if err := p.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("get still running 30s after SIGINT")
+	}
+	if code := p.ExitCode(); code != 130 {
+		t.Errorf("get exited %d after SIGINT, want 130; stderr:\n%s", code, p.Stderr())
+	}
+	if want := "chunkup: interrupted: the download did not finish (no FILE was written); run the same command again\n"; p.Stderr() != want {
+		t.Errorf("stderr %q, want %q", p.Stderr(), want)
+	}
+	if left, _ := os.ReadDir(dir); len(left) > 0 {
+		t.Errorf("the interrupted get left %v", left)
 	}
 }
