@@ -242,7 +242,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.s3 = s3store.New(client, cfg.S3.StoreOptions()...)
+	a.s3 = s3store.New(client, s3store.StoreOptions(cfg.S3)...)
 	if err := a.s3.EnsureBucket(ctx, cfg.bucket()); err != nil {
 		return nil, err
 	}
@@ -561,9 +561,6 @@ func (a *App) Close() {
 		_ = a.rdb.Close()
 	}
 }
-
-// Completer is the process's completer, or nil without that role.
-func (a *App) Completer() *completion.Completer { return a.completer }
 
 var _ server.LocalWorker = (*chunkworker.Worker)(nil)
 

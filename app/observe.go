@@ -118,6 +118,3 @@ func (a *App) closeObservability() {
 	}
 	a.ownTracing = nil
 }
-
-// Metrics is the process's metrics.
-func (a *App) Metrics() *metrics.Set { return a.metrics }

@@ -184,11 +184,3 @@ func (a *App) OCRQueue() *ocr.Queue {
 	}
 	return a.ocr.queue
 }
-
-// OCRWorker is the process's OCR worker, or nil without the ocr role.
-func (a *App) OCRWorker() *ocr.Worker {
-	if a.ocr == nil {
-		return nil
-	}
-	return a.ocr.worker
-}

@@ -578,7 +578,7 @@ func (w *Worker) failed(ctx context.Context, c uploads.Claim, err error, log *sl
 		log.Info("lease lost while uploading", "err", err)
 		return
 	}
-	if retry.Permanent(err) {
+	if s3store.Permanent(err) {
 		log.Error("chunk upload failed permanently; failing the upload", "err", err)
 		w.endThenDrop(ctx, c.Ref, err.Error(), log)
 		return

@@ -139,7 +139,7 @@ func (e *Ender) abortStrays(ctx context.Context, id string, res uploads.EndResul
 	if len(aborted) > 0 {
 		log.Info("aborted stray multipart uploads of an ended upload", "aborted", aborted)
 	}
-	if err != nil && retry.Permanent(err) {
+	if err != nil && s3store.Permanent(err) {
 		log.Warn("abort stray multipart uploads of an ended upload; giving up", "err", err)
 		return nil
 	}

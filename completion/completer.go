@@ -340,7 +340,7 @@ func (c *Completer) detect(ctx context.Context, b uploads.Begin, head []byte) (s
 	defer cancel()
 	head, err := c.s3.FirstBytes(ctx, b.Bucket, b.Key, sniff.HeadSize)
 	if err != nil {
-		if retry.Permanent(err) {
+		if s3store.Permanent(err) {
 			c.cfg.Logger.Warn("cannot read the object's first bytes; its type stays undetected", "bucket", b.Bucket, "key", b.Key, "err", err)
 			return "", nil
 		}
@@ -437,7 +437,7 @@ func (c *Completer) abortStrays(ctx context.Context, id string, b uploads.Begin)
 }
 
 func (c *Completer) failed(ctx context.Context, id string, err error) error {
-	if retry.Permanent(err) {
+	if s3store.Permanent(err) {
 		c.cfg.Logger.Error("completion failed permanently; failing the upload", "upload_id", id, "err", err)
 		if endErr := c.ender.End(ctx, id, staging.StatusFailed, err.Error(), c.token); endErr != nil {
 			return endErr

@@ -402,7 +402,7 @@ func (w *Worker) download(ctx context.Context, job *ocrqueue.Job) ([]byte, error
 // the SDK will not retry), an outage otherwise.
 func s3Err(what string, err error) error {
 	err = fmt.Errorf("%s: %w", what, err)
-	if retry.Permanent(err) {
+	if s3store.Permanent(err) {
 		return Permanent(err)
 	}
 	return outage(err)

@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/chunkup/chunkup/internal/crc"
-	"github.com/chunkup/chunkup/internal/retry"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/s3store"
 )
@@ -48,7 +47,7 @@ func TestIfAbsent(t *testing.T) {
 			wantOther := func(key string, err error) {
 				t.Helper()
 				var exists *s3store.ExistsError
-				if !errors.As(err, &exists) || exists.Key != key || !retry.Permanent(err) {
+				if !errors.As(err, &exists) || exists.Key != key || !s3store.Permanent(err) {
 					t.Fatalf("write over %s: %v, want a permanent ExistsError naming the key", key, err)
 				}
 				if got := minio.Object(t, "bkt", key); !bytes.Equal(got, other) {

@@ -18,7 +18,6 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/chunkup/chunkup/internal/crc"
-	"github.com/chunkup/chunkup/internal/retry"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/s3store"
 )
@@ -158,7 +157,7 @@ func TestChunkChecksums(t *testing.T) {
 	data := bytes.Repeat([]byte("chunkup "), 5<<20/8+3) // a little over 5 MiB
 	sum := crc.Checksum(data)
 
-	if _, err := st.PutChunk(ctx, "bkt", "one", "", s3store.Owner{}, data, sum+1); err == nil || retry.Permanent(err) || !strings.Contains(err.Error(), "Checksum") {
+	if _, err := st.PutChunk(ctx, "bkt", "one", "", s3store.Owner{}, data, sum+1); err == nil || s3store.Permanent(err) || !strings.Contains(err.Error(), "Checksum") {
 		t.Fatalf("put with a wrong CRC32C: %v; want a transient refusal", err)
 	}
 	if _, err := st.PutChunk(ctx, "bkt", "one", "", s3store.Owner{}, data, sum); err != nil {
@@ -194,7 +193,7 @@ func TestChunkChecksums(t *testing.T) {
 		whole := uint32(0)
 		for n, part := range [][]byte{data, data[:1000]} {
 			psum := crc.Checksum(part)
-			if _, err := st.UploadPart(ctx, "bkt", "multi", mpu, true, uint32(n+1), part, psum+1); err == nil || retry.Permanent(err) {
+			if _, err := st.UploadPart(ctx, "bkt", "multi", mpu, true, uint32(n+1), part, psum+1); err == nil || s3store.Permanent(err) {
 				t.Fatalf("part with a wrong CRC32C: %v; want a transient refusal", err)
 			}
 			etag, err := st.UploadPart(ctx, "bkt", "multi", mpu, true, uint32(n+1), part, psum)

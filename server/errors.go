@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/chunkup/chunkup/internal/retry"
+	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/documents"
 	"github.com/chunkup/chunkup/staging/ocrqueue"
@@ -90,7 +90,7 @@ func toStatus(id string, err error) error {
 	case errors.As(err, &prm):
 		return status.Error(codes.PermissionDenied, prm.Msg)
 	case errors.As(err, &res):
-		if retry.Permanent(res.Err) {
+		if s3store.Permanent(res.Err) {
 			return status.Errorf(codes.FailedPrecondition, "document %s: %v; reprocess the document to make it again", id, res)
 		}
 		return status.Errorf(codes.Unavailable, "document %s: %v; retry later", id, res)

@@ -1,17 +1,16 @@
-// Package retry holds the two retry decisions every chunkup loop shares: whether an S3
-// error is worth retrying, and how long to wait before the next attempt.
+// Package retry holds what every chunkup retry loop shares, the SDK's included: how long
+// to wait before the next attempt (Backoff, Pacer), and the marks that say an error is
+// or is not worth retrying (PermanentError, TransientError). It imports no AWS package,
+// so the SDK (package client) links none; which S3 errors are worth retrying is
+// s3store.Permanent's decision.
 package retry
 
 import (
-	"errors"
 	"math/rand/v2"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsretry "github.com/aws/aws-sdk-go-v2/aws/retry"
 )
 
-// PermanentError marks an error as not worth retrying.
+// PermanentError marks an error as not worth retrying (see s3store.Permanent).
 type PermanentError struct{ Err error }
 
 func (e *PermanentError) Error() string { return e.Err.Error() }
@@ -24,33 +23,6 @@ type TransientError struct{ Err error }
 
 func (e *TransientError) Error() string { return e.Err.Error() }
 func (e *TransientError) Unwrap() error { return e.Err }
-
-var retryables = awsretry.IsErrorRetryables(awsretry.DefaultRetryables)
-
-// Permanent reports whether an error will not go away by retrying: it is marked
-// PermanentError, or, unless it is marked TransientError, the AWS SDK's own classifier
-// says it is not retryable and S3 answered with a 4xx status (a missing bucket or
-// multipart upload, denied access, a malformed request). Network errors, throttling and
-// 5xx answers are transient.
-func Permanent(err error) bool {
-	var pe *PermanentError
-	if errors.As(err, &pe) {
-		return true
-	}
-	var te *TransientError
-	if errors.As(err, &te) {
-		return false
-	}
-	if retryables.IsErrorRetryable(err) == aws.TrueTernary {
-		return false
-	}
-	var hs interface{ HTTPStatusCode() int }
-	if errors.As(err, &hs) {
-		code := hs.HTTPStatusCode()
-		return code >= 400 && code < 500 && code != 408 && code != 429
-	}
-	return false
-}
 
 // Backoff returns the wait before attempt n (from 1): a random duration up to
 // base·2^(n-1), capped at max ("full jitter", so retries of many clients spread out).

@@ -17,7 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
-	"github.com/chunkup/chunkup/s3store"
+	"github.com/chunkup/chunkup/internal/s3client"
 )
 
 // The fixed credentials of every MinIO that StartMinIO starts.
@@ -150,17 +150,17 @@ func minioEnv() []string {
 	)
 }
 
-// S3Config is the s3store configuration for this server.
-func (m *MinIO) S3Config() s3store.Config {
-	return s3store.Config{Endpoint: m.Endpoint, Region: m.Region, AccessKey: m.AccessKey, SecretKey: m.SecretKey}
+// S3Config is the S3 configuration for this server (s3store.Config is this type).
+func (m *MinIO) S3Config() s3client.Config {
+	return s3client.Config{Endpoint: m.Endpoint, Region: m.Region, AccessKey: m.AccessKey, SecretKey: m.SecretKey}
 }
 
-// Client returns an S3 client for this server, built by s3store.NewClient like chunkup's own.
+// Client returns an S3 client for this server, built by s3client.New like chunkup's own.
 func (m *MinIO) Client(t TB) *s3.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := s3store.NewClient(ctx, m.S3Config())
+	c, err := s3client.New(ctx, m.S3Config())
 	if err != nil {
 		t.Fatalf("testenv: s3 client: %v", err)
 	}

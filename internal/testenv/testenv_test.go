@@ -21,8 +21,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/chunkup/chunkup/internal/s3client"
 	"github.com/chunkup/chunkup/internal/testenv"
-	"github.com/chunkup/chunkup/s3store"
 )
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -418,9 +418,9 @@ func TestBuildBinary(t *testing.T) {
 	}
 }
 
-func s3ClientFor(t *testing.T, cfg s3store.Config) *s3.Client {
+func s3ClientFor(t *testing.T, cfg s3client.Config) *s3.Client {
 	t.Helper()
-	c, err := s3store.NewClient(ctxT(t, 10*time.Second), cfg)
+	c, err := s3client.New(ctxT(t, 10*time.Second), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,15 +63,6 @@ func LosePending(t testing.TB, client redis.UniversalClient, ref staging.ChunkRe
 	}
 }
 
-// LoseCompletion drops upload id's completion-index entry.
-func LoseCompletion(t testing.TB, client redis.UniversalClient, id string) {
-	t.Helper()
-	c := rdb.Open(client, staging.Config{})
-	if err := rdb.NewIndex(c, rdb.CompletionsIndex).Done(testenv.Context(t, 10*time.Second), id, id); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // LoseRecord undoes the record of chunk ref's part, as when the upload's master died
 // before its replica got the record: the part is not recorded, the staged bytes (data)
 // and the lease are back, while the chunk's removal from the pending index (on another
