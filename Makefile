@@ -40,7 +40,7 @@ GO_TEST_FLAGS ?=
 NODE_PACKAGES := internal/testenv/node
 NODE_DIR = $(CACHE)/node/$(shell sha256sum $(NODE_PACKAGES)/package-lock.json | cut -c1-16)
 
-.PHONY: all deps deps-apt deps-minio deps-node test chaos bench bench-go tools generate lint check-generate ci clean-cache
+.PHONY: all deps deps-apt deps-minio deps-node test chaos bench bench-go tools generate docs lint check-generate ci clean-cache
 
 all: test
 
@@ -132,6 +132,11 @@ tools:
 ## generate: regenerate gen/ from proto/
 generate: tools
 	PATH="$(BIN):$$PATH" buf generate
+
+## docs: regenerate the flag tables of docs/configuration.md from the flags' definitions
+## (TestConfigurationDocIsCurrent fails when they are stale)
+docs:
+	$(GO) run ./cmd/chunkup docs-flags -w docs/configuration.md
 
 ## lint: buf lint, go vet and gofmt
 lint: tools

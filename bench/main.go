@@ -81,7 +81,7 @@ func main() {
 	part := flag.String("part-size", "8MiB", "chunk size for chunkup, part size for the AWS upload manager")
 	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "the SDK's window of unacknowledged chunks; the upload manager's concurrency (chunkup's own part uploads use its --worker-concurrency, default 8, set with -chunkup-args)")
 	budget := flag.String("budget", "256MiB", "chunkup's --staged-bytes-budget")
-	flag.StringVar(&cfg.MallocConf, "redis-malloc-conf", cfg.MallocConf, "MALLOC_CONF of the contenders' redis-server, as README recommends (empty: jemalloc's defaults, which cost Redis far more CPU on staged chunks)")
+	flag.StringVar(&cfg.MallocConf, "redis-malloc-conf", cfg.MallocConf, "MALLOC_CONF of the contenders' redis-server, as docs/configuration.md recommends (empty: jemalloc's defaults, which cost Redis far more CPU on staged chunks)")
 	flag.BoolVar(&cfg.AOF, "aof", false, "run Redis with the append-only file (appendfsync everysec), as in production")
 	flag.StringVar(&cfg.ExtraArgs, "chunkup-args", "", "extra `chunkup serve` flags, space-separated (to compare settings)")
 	flag.StringVar(&cfg.ExtraEnv, "chunkup-env", "", "extra environment for `chunkup serve`, space-separated NAME=VALUE (e.g. GOGC=50)")

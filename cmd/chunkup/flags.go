@@ -20,6 +20,8 @@ type flagSet struct {
 	creds *credFlags // set by clientFlags
 	// notes are paragraphs -h prints between the usage line and the flags.
 	notes []string
+	// envNames maps each flag to its environment twin (flags that have one).
+	envNames map[string]string
 }
 
 func newFlagSet(name, usage string) *flagSet {
@@ -43,19 +45,34 @@ func newFlagSet(name, usage string) *flagSet {
 }
 
 // flagCollector, as the output of a command's flag set, takes the flag set instead of
-// its -h text: `chunkup completion` runs each command with -h to learn its flags from
-// the definitions themselves.
+// its -h text: `chunkup completion` and `chunkup docs-flags` run a command with -h to
+// learn its flags from the definitions themselves. The environment is not read then,
+// so each flag keeps the default its definition gives.
 type flagCollector struct {
 	io.Writer // discards anything else the command writes
 	flags     []*flag.Flag
+	envNames  map[string]string // flag name to its environment variable
 }
 
 func (c *flagCollector) add(fs *flagSet) {
 	fs.VisitAll(func(f *flag.Flag) { c.flags = append(c.flags, f) })
+	for name, env := range fs.envNames {
+		if c.envNames == nil {
+			c.envNames = make(map[string]string)
+		}
+		c.envNames[name] = env
+	}
 }
 
 func (fs *flagSet) env(name, envName string) (string, bool) {
 	if envName == "" {
+		return "", false
+	}
+	if fs.envNames == nil {
+		fs.envNames = make(map[string]string)
+	}
+	fs.envNames[name] = envName
+	if _, collecting := fs.Output().(*flagCollector); collecting {
 		return "", false
 	}
 	return os.LookupEnv(envName)

@@ -116,6 +116,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = commands()[i].run(ctx, args[1:], stdout, stderr)
 	case args[0] == "--version" || args[0] == "-version":
 		err = versionCmd(ctx, args[1:], stdout, stderr)
+	case args[0] == "docs-flags": // hidden: `make docs` writes docs/configuration.md with it
+		err = docsFlagsCmd(ctx, args[1:], stdout, stderr)
 	case args[0] == "help" && len(args) > 1:
 		err = helpCmd(ctx, args[1:], stdout)
 	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":

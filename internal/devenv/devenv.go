@@ -30,7 +30,8 @@ import (
 // Redis modes.
 // RedisMallocConf is the allocator setting for a redis-server that stages chunks: freed
 // pages are kept for reuse (docs/performance.md, "Redis and its allocator"). It is the
-// environment of the redis-server dev spawns, and the setting README recommends.
+// environment of the redis-server dev spawns, and the setting docs/configuration.md
+// recommends.
 const RedisMallocConf = "MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1"
 
 const (

@@ -21,7 +21,7 @@ import (
 )
 
 // TestConformance checks, one case each, the behaviours that proto/chunkup/v1/upload.proto
-// and README.md promise, as a client written from the proto alone sees them: through
+// and docs/grpc-api.md promise, as a client written from the proto alone sees them: through
 // the raw generated stubs, never the SDK. TestOnCluster runs it on a Redis Cluster too.
 func TestConformance(t *testing.T) {
 	e := newEnv(t)

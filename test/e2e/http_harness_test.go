@@ -151,7 +151,7 @@ func curl(t testing.TB, args ...string) (final headerBlock, interim []headerBloc
 }
 
 // curlShell runs script with bash (its arguments in "$@"): a pipeline ending in
-// curl -i, like the README's commands, and parses curl's output. Without pipefail, as
+// curl -i, like the commands of docs/http-uploads.md, and parses curl's output. Without pipefail, as
 // in an interactive shell: head closing the pipe early kills tail with SIGPIPE, and the
 // pipeline's status is curl's.
 func curlShell(t testing.TB, script string, args ...string) (final headerBlock, interim []headerBlock, body string) {

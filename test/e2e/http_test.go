@@ -70,10 +70,10 @@ func TestHTTPTusJSClientResumes(t *testing.T) {
 	}
 }
 
-// TestHTTPCurl: the README's curl commands. A small file in one request
-// (creation-with-upload); 30 MB in three PATCH requests with a HEAD before each, the
-// server keeping whole chunks; a wrong Upload-Offset is 409 and a bad checksum 460, and
-// neither changes the upload.
+// TestHTTPCurl: the curl commands of README.md and docs/http-uploads.md ("With curl
+// and from a web page"). A small file in one request (creation-with-upload); 30 MB in
+// three PATCH requests with a HEAD before each, the server keeping whole chunks; a wrong
+// Upload-Offset is 409 and a bad checksum 460, and neither changes the upload.
 func TestHTTPCurl(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("curl is not on PATH: run `make deps`")
@@ -112,7 +112,7 @@ func TestHTTPCurl(t *testing.T) {
 			res, _, _ := curl(t, "-I", url, "-H", "Tus-Resumable: 1.0.0")
 			return headerInt(t, res.header, "Upload-Offset")
 		}
-		// As the README does it: the file's bytes from the offset, through a pipe
+		// As docs/http-uploads.md does it: the file's bytes from the offset, through a pipe
 		// (so curl sends them chunked, without a Content-Length).
 		patch := func(off int64, n string) headerBlock {
 			res, _, body := curlShell(t, `tail -c +$(($2 + 1)) "$1" | head -c "$3" | curl -sS -i -T - -X PATCH "$4" `+
