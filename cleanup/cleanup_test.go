@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,8 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/chunkup/chunkup/cleanup"
 	"github.com/chunkup/chunkup/internal/crc"
@@ -359,31 +356,10 @@ func (w *warnings) WithGroup(string) slog.Handler      { return w }
 // release is done (not left for cleanup to retry).
 func TestEndWithoutDataWarnsNothing(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
-	for _, tc := range []struct {
-		name  string
-		store func(t *testing.T) *s3.Client
-	}{
-		{"minio", func(t *testing.T) *s3.Client {
-			minio := testenv.StartMinIO(t)
-			minio.CreateBucket(t, "bkt")
-			return minio.Client(t)
-		}},
-		{"gofakes3", func(t *testing.T) *s3.Client {
-			srv := httptest.NewServer(gofakes3.New(s3mem.New(), gofakes3.WithAutoBucket(true), gofakes3.WithLogger(gofakes3.DiscardLog())).Server())
-			t.Cleanup(srv.Close)
-			c, err := s3store.NewClient(context.Background(), s3store.Config{Endpoint: srv.URL, AccessKey: "k", SecretKey: "s", MaxAttempts: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-				t.Fatal(err)
-			}
-			return c
-		}},
-	} {
+	for _, tc := range testenv.S3Stores {
 		for _, status := range []staging.Status{staging.StatusAborted, staging.StatusFailed} {
-			t.Run(tc.name+"/"+string(status), func(t *testing.T) {
-				s3c := tc.store(t)
+			t.Run(tc.Name+"/"+string(status), func(t *testing.T) {
+				s3c := tc.Start(t, "bkt")
 				ctx := testenv.Context(t, time.Minute)
 				store := stagingtest.Open(t, rdb, staging.Config{StateTTL: time.Hour}).Uploads
 				w := &warnings{}

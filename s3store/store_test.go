@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -14,8 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/testenv"
@@ -236,31 +233,9 @@ func TestChunkChecksums(t *testing.T) {
 // dev WARN "abort stray multipart uploads ... NoSuchUpload"). An abort of a multipart
 // upload that does not exist is none either.
 func TestAbortStraysNothingToAbort(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		store func(t *testing.T) *s3.Client
-	}{
-		{"minio", func(t *testing.T) *s3.Client {
-			minio := testenv.StartMinIO(t)
-			minio.CreateBucket(t, "bkt")
-			return minio.Client(t)
-		}},
-		{"gofakes3", func(t *testing.T) *s3.Client {
-			srv := httptest.NewServer(gofakes3.New(s3mem.New(), gofakes3.WithAutoBucket(true), gofakes3.WithLogger(gofakes3.DiscardLog())).Server())
-			t.Cleanup(srv.Close)
-			c, err := s3store.NewClient(context.Background(), s3store.Config{Endpoint: srv.URL, AccessKey: "k", SecretKey: "s", MaxAttempts: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			// The bucket exists, as dev's does once something was put in it.
-			if _, err := c.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bkt")}); err != nil {
-				t.Fatal(err)
-			}
-			return c
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			st := s3store.New(tc.store(t))
+	for _, tc := range testenv.S3Stores {
+		t.Run(tc.Name, func(t *testing.T) {
+			st := s3store.New(tc.Start(t, "bkt"))
 			ctx := testenv.Context(t, time.Minute)
 			for _, key := range []string{"uploads/NEVERDATA/f.bin", "uploads/NEVERDATA/"} {
 				aborted, err := st.AbortStrays(ctx, "bkt", key, "")

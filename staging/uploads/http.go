@@ -211,26 +211,10 @@ return {'ok', ready}
 func (s *Store) DeclareSize(ctx context.Context, id, tenant string, size int64) error {
 	keys := []string{rdb.StateKey(id), rdb.ReceivedKey(id), rdb.AppendLockKey(id), rdb.MetaKey(id), rdb.PartsKey(id), rdb.LeasesKey(id)}
 	args := []any{size, tenant, s.c.NowMs(), s.c.KeysTTL(), rdb.ProgressChannel, fenceToken(ctx, id), id}
-	var eval, wait *redis.Cmd
-	run := func(p redis.Pipeliner) error {
+	var eval *redis.Cmd
+	wait, err := s.pipelineReplicated(ctx, id, func(p redis.Pipeliner) {
 		eval = declareSizeScript.Eval(ctx, s.c, p, keys, args...)
-		if s.c.Cfg.MinReplicas > 0 {
-			wait = p.Do(ctx, "WAIT", s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout.Milliseconds())
-		}
-		return nil
-	}
-	var err error
-	if cc, ok := s.c.Client.(*redis.ClusterClient); ok && s.c.Cfg.MinReplicas > 0 {
-		// WAIT counts the replicas that have this connection's writes: the script and
-		// the WAIT go to the upload's master on one connection.
-		var node *redis.Client
-		if node, err = cc.MasterForKey(ctx, rdb.StateKey(id)); err == nil {
-			_, err = node.Pipelined(ctx, run)
-		}
-		err = rdb.Classify(err) // a node's client has no hook of its own
-	} else {
-		_, err = s.c.Client.Pipelined(ctx, run)
-	}
+	})
 	if eval == nil {
 		return err
 	}
@@ -267,4 +251,30 @@ func (s *Store) DeclareSize(ctx context.Context, id, tenant string, size int64) 
 	default:
 		return fmt.Errorf("staging: unexpected declare-size result %q", code)
 	}
+}
+
+// pipelineReplicated sends what queue queues in one pipeline to upload id's master,
+// followed by a WAIT for the configured replicas when there are any, on the same
+// connection, since WAIT counts the replicas that have that connection's writes. It
+// returns the WAIT's reply (nil without replicas) and the pipeline's error.
+func (s *Store) pipelineReplicated(ctx context.Context, id string, queue func(p redis.Pipeliner)) (*redis.Cmd, error) {
+	var wait *redis.Cmd
+	run := func(p redis.Pipeliner) error {
+		queue(p)
+		if s.c.Cfg.MinReplicas > 0 {
+			wait = p.Do(ctx, "WAIT", s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout.Milliseconds())
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := s.c.Client.(*redis.ClusterClient); ok && s.c.Cfg.MinReplicas > 0 {
+		var node *redis.Client
+		if node, err = cc.MasterForKey(ctx, rdb.StateKey(id)); err == nil {
+			_, err = node.Pipelined(ctx, run)
+		}
+		err = rdb.Classify(err) // a node's client has no hook of its own
+	} else {
+		_, err = s.c.Client.Pipelined(ctx, run)
+	}
+	return wait, err
 }

@@ -101,26 +101,11 @@ func (s *Store) SaveTail(ctx context.Context, id string, n uint32, data []byte) 
 	if len(data) > 0 {
 		field = Tail{N: n, Size: int64(len(data)), CRC32C: crc.Checksum(data)}.String()
 	}
-	var eval, wait *redis.Cmd
-	save := func(p redis.Pipeliner) error {
+	var eval *redis.Cmd
+	wait, err := s.pipelineReplicated(ctx, id, func(p redis.Pipeliner) {
 		eval = saveTailScript.Eval(ctx, s.c, p, []string{rdb.StateKey(id), rdb.ReceivedKey(id), rdb.TailKey(id), rdb.AppendLockKey(id)},
 			token, n, field, data, s.c.NowMs(), s.c.KeysTTL())
-		if s.c.Cfg.MinReplicas > 0 {
-			// As for a staged chunk: the replicas must have the tail before it is
-			// acknowledged, and WAIT counts this connection's writes.
-			wait = p.Do(ctx, "WAIT", s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout.Milliseconds())
-		}
-		return nil
-	}
-	var err error
-	if cc, ok := s.c.Client.(*redis.ClusterClient); ok && s.c.Cfg.MinReplicas > 0 {
-		var node *redis.Client
-		if node, err = cc.MasterForKey(ctx, rdb.StateKey(id)); err == nil {
-			_, err = node.Pipelined(ctx, save)
-		}
-	} else {
-		_, err = s.c.Client.Pipelined(ctx, save)
-	}
+	})
 	if eval == nil {
 		return rdb.Classify(err)
 	}

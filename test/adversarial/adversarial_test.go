@@ -427,36 +427,14 @@ func TestDNSRebindingRefused(t *testing.T) {
 	}
 }
 
-// peakRSS is the process's peak resident set (VmHWM).
-func peakRSS(t *testing.T, pid int) int64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmHWM")
-	return 0
-}
-
 // 300 connections each sending a large header that never ends hold at most
 // --http-max-header-bytes each (64 KiB): the server's peak RSS grows by little, and
 // each such connection is closed (431, or when its 5 s to send a header run out).
 func TestUnfinishedHeadersBounded(t *testing.T) {
 	e := serve(t, true, "--http-max-conns-per-ip", "1000")
 	pid := e.node.Proc.Pid()
-	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
-		t.Fatal(err)
-	}
-	base := peakRSS(t, pid)
+	harness.ResetPeakRSS(t, pid)
+	base := harness.PeakRSS(t, pid)
 	filler := "X-Filler: " + strings.Repeat("a", 1<<20) // 1 MiB of header, no end
 	var wg sync.WaitGroup
 	for range 300 {
@@ -472,7 +450,7 @@ func TestUnfinishedHeadersBounded(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	grown := peakRSS(t, pid) - base
+	grown := harness.PeakRSS(t, pid) - base
 	t.Logf("peak RSS grew by %d MiB for 300 unfinished 1 MiB headers", grown>>20)
 	if grown > 100<<20 {
 		t.Fatalf("peak RSS grew by %d MiB (bound: 300 × 64 KiB and buffers, well under 100 MiB)", grown>>20)

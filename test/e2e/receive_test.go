@@ -3,9 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +17,7 @@ import (
 
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/test/harness"
 )
 
 // rawMsg is a message already encoded, sent and received as is (rawCodec).
@@ -41,31 +39,9 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 // peakRSS is process pid's peak resident set (VmHWM) in bytes; resetPeak resets it.
-func peakRSS(t *testing.T, pid int) int64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmHWM")
-	return 0
-}
+func peakRSS(t *testing.T, pid int) int64 { return harness.PeakRSS(t, pid) }
 
-func resetPeak(t *testing.T, pid int) {
-	t.Helper()
-	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
-		t.Fatal(err)
-	}
-}
+func resetPeak(t *testing.T, pid int) { harness.ResetPeakRSS(t, pid) }
 
 // TestHostileMessagesBoundMemory sends 16 messages of 64 MiB at once, each on a stream
 // of its own, to an upload of 8 MiB chunks on a `chunkup serve` process (its own
