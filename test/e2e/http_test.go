@@ -131,8 +131,8 @@ func TestHTTPCurl(t *testing.T) {
 				t.Fatalf("PATCH from %d: %d", off, res.code)
 			}
 		}
-		if want := []int64{0, chunk, 2 * chunk}; !slices.Equal(offsets, want) {
-			t.Fatalf("offsets before each PATCH %v, want %v: whole chunks kept, the rest sent again", offsets, want)
+		if want := []int64{0, 10_000_000, 20_000_000}; !slices.Equal(offsets, want) {
+			t.Fatalf("offsets before each PATCH %v, want %v: every byte of each PATCH kept", offsets, want)
 		}
 		if off := head(); off != int64(len(data)) {
 			t.Fatalf("final offset %d", off)
@@ -289,7 +289,7 @@ func TestHTTPReplicas(t *testing.T) {
 				t.Fatalf("first run: %+v", first)
 			}
 			onTwo := "http://" + two.HTTPAddr + "/files/" + idOf(first.url)
-			waitFor(t, "replica one to store the chunk it received", func() bool { return doorOf(t, two.HTTPAddr).offset(onTwo) == serveChunk })
+			waitFor(t, "replica one to store the bytes it received", func() bool { return doorOf(t, two.HTTPAddr).offset(onTwo) == 9000000 })
 			second := runTusJS(t, "TUS_FILE="+file, "TUS_UPLOAD_URL="+onTwo, "TUS_PROTOCOL="+protocol)
 			if second.done != onTwo {
 				t.Fatalf("resumed on the other replica: %+v", second)
@@ -353,8 +353,8 @@ func TestHTTPUnknownLength(t *testing.T) {
 	t.Run("length with the last bytes", func(t *testing.T) {
 		data := randomBytes(2*chunk+777, 194)
 		path := deferred()
-		expectHTTP(t, patch(path, 0, data[:chunk+5]), http.StatusNoContent)
-		r := patch(path, chunk, data[chunk:], "Upload-Length", strconv.Itoa(len(data)))
+		expectHTTP(t, patch(path, 0, data[:chunk+5]), http.StatusNoContent) // the 5 bytes past the chunk are kept
+		r := patch(path, chunk+5, data[chunk+5:], "Upload-Length", strconv.Itoa(len(data)))
 		expectHTTP(t, r, http.StatusNoContent)
 		if headerInt(t, r.Header, "Upload-Offset") != int64(len(data)) {
 			t.Fatalf("offset %s", r.Header.Get("Upload-Offset"))
@@ -455,8 +455,8 @@ func TestHTTPConcurrentAppends(t *testing.T) {
 }
 
 // TestHTTPShutdownDrains: a replica shutting down stops an HTTP append after the chunk
-// it is staging, answers 503 with the durable offset, and the client resumes on another
-// replica.
+// it is staging, keeps the bytes after it as the upload's tail, answers 503 with the
+// durable offset, and the client resumes on another replica.
 func TestHTTPShutdownDrains(t *testing.T) {
 	e := newEnv(t)
 	a := e.start(t, e.config("api"))
@@ -471,10 +471,11 @@ func TestHTTPShutdownDrains(t *testing.T) {
 	pw.Close()
 	<-stopped
 	expectHTTP(t, r, http.StatusServiceUnavailable)
-	if r.Header.Get("Retry-After") == "" || headerInt(t, r.Header, "Upload-Offset") != chunk {
+	// Every byte it received is kept: the chunk, and the 10 bytes after it as the tail.
+	if r.Header.Get("Retry-After") == "" || headerInt(t, r.Header, "Upload-Offset") != chunk+10 {
 		t.Fatalf("drained PATCH: %v", r.Header)
 	}
-	r = db.do("PATCH", path, bytes.NewReader(data[chunk:]), "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", strconv.Itoa(chunk))
+	r = db.do("PATCH", path, bytes.NewReader(data[chunk+10:]), "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", strconv.Itoa(chunk+10))
 	expectHTTP(t, r, http.StatusNoContent)
 	e.requireExact(t, waitCompleted(t, e.client(t, b), idOf(path)), data)
 }
