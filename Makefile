@@ -26,9 +26,10 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 # is not on PATH; a bare PACKAGE installs it when dpkg does not have it. The Redis
 # Cluster tests need redis-cli (--cluster create); the OCR tests need tesseract with its
 # English data and poppler's pdftoppm; the HTTP door's tests need curl, Node and npm
-# (tus-js-client, puppeteer-core) and chromium (the upload page, headless).
+# (tus-js-client, puppeteer-core) and chromium (the upload page, headless); the CLI's
+# terminal test needs tmux (it reads the progress bars back from the screen).
 APT_DEPS ?= redis-server:redis-server redis-cli:redis-tools tesseract:tesseract-ocr tesseract-ocr-eng pdftoppm:poppler-utils \
-	curl:curl node:nodejs npm:npm chromium:chromium
+	curl:curl node:nodejs npm:npm chromium:chromium tmux:tmux
 APT_DEPS += $(APT_DEPS_EXTRA)
 
 GO_TEST_FLAGS ?=

@@ -91,7 +91,7 @@ func (e *env) do(method, path string, body io.Reader, kv ...string) reply {
 		req.ContentLength = int64(b.Len())
 	}
 	for i := 0; i+1 < len(kv); i += 2 {
-		req.Header.Set(kv[i], kv[i+1])
+		req.Header.Add(kv[i], kv[i+1]) // a name given twice is sent as two lines
 	}
 	res, err := e.srv.Client().Do(req)
 	if err != nil {

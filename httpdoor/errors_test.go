@@ -225,23 +225,7 @@ func TestGetEndedUpload(t *testing.T) {
 // added, so a name twice is two lines), and reads the whole response.
 func (e *env) doLines(method, path string, body []byte, kv ...string) reply {
 	e.t.Helper()
-	req, err := http.NewRequest(method, e.srv.URL+path, bytes.NewReader(body))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		req.Header.Add(kv[i], kv[i+1])
-	}
-	res, err := e.srv.Client().Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return reply{Response: res, body: b}
+	return e.do(method, path, bytes.NewReader(body), kv...)
 }
 
 // message is a refusal's text: tus's body, or the IETF problem's detail (which must

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 )
 
@@ -295,22 +296,21 @@ func (g *memoryGate) Held() int64 {
 // for a moment a message is held twice, in the HTTP/2 frames gRPC received it in (under
 // its stream's memoryGate reservation) and in the buffer the codec copies its chunk
 // into. Copying is a memory copy, not network wait, so a few at a time keep the cores
-// busy; what the gate holds is the receive memory's overdraft (decodeReserve). A
-// reservation is granted when nothing is being decoded, so that one larger than the
-// cap does not wait for ever.
+// busy; what the gate holds is the receive memory's overdraft (decodeReserve). It is
+// x/sync's weighted semaphore (first come, first served); a message larger than the
+// cap takes all of it, so it goes alone and does not wait for ever.
 type decodeGate struct {
 	limit int64
-
-	mu   sync.Mutex
-	held int64
-	cond *sync.Cond
+	sem   *semaphore.Weighted
 }
 
 func newDecodeGate(limit int64) *decodeGate {
-	g := &decodeGate{limit: limit}
-	g.cond = sync.NewCond(&g.mu)
-	return g
+	return &decodeGate{limit: limit, sem: semaphore.NewWeighted(limit)}
 }
+
+// weight is what n bytes take of the gate: a message larger than the whole limit takes
+// all of it, so it goes alone.
+func (g *decodeGate) weight(n int64) int64 { return min(n, g.limit) }
 
 // acquire waits until n more bytes fit, and takes them. It does not wait for a client:
 // whoever holds the gate is copying bytes it has, and gives them back within
@@ -319,12 +319,7 @@ func (g *decodeGate) acquire(n int64) {
 	if g == nil || n <= 0 {
 		return
 	}
-	g.mu.Lock()
-	for g.held > 0 && g.held+n > g.limit {
-		g.cond.Wait()
-	}
-	g.held += n
-	g.mu.Unlock()
+	_ = g.sem.Acquire(context.Background(), g.weight(n)) // fails only with its context
 }
 
 // release gives back n bytes from acquire.
@@ -332,10 +327,7 @@ func (g *decodeGate) release(n int64) {
 	if g == nil || n <= 0 {
 		return
 	}
-	g.mu.Lock()
-	g.held -= n
-	g.mu.Unlock()
-	g.cond.Broadcast()
+	g.sem.Release(g.weight(n))
 }
 
 // decodeReserve is what chunk messages being decoded may hold beyond the receive memory

@@ -417,7 +417,7 @@ func TestDevBanner(t *testing.T) {
 func TestProgressOnTerminal(t *testing.T) {
 	tmux, err := exec.LookPath("tmux")
 	if err != nil {
-		t.Skip("tmux is not installed")
+		t.Fatalf("tmux not found (%v): make deps installs it", err)
 	}
 	clearEnv(t)
 	addr, _ := startServer(t)

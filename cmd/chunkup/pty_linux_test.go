@@ -20,7 +20,7 @@ func openPTY(t *testing.T, cols, rows uint16) (pty, tty *os.File) {
 	t.Helper()
 	pty, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
-		t.Skipf("no pseudo-terminal: %v", err)
+		t.Fatalf("no pseudo-terminal (/dev/ptmx): %v; the terminal tests need one", err)
 	}
 	t.Cleanup(func() { pty.Close() })
 	ioctl := func(f *os.File, req uintptr, arg unsafe.Pointer) {
