@@ -61,7 +61,7 @@ func newThroughRig(t *testing.T, cfg chunkworker.Config) *throughRig {
 func (r *throughRig) upload(t *testing.T, total uint32) string {
 	t.Helper()
 	id := ids.New()
-	if _, err := r.st.Create(testenv.Context(t, time.Minute), uploads.NewUpload{ID: id, Bucket: throughBucket, Key: id, ChunkSize: 5 << 20, ExpectedSize: -1, Total: total}); err != nil {
+	if _, err := r.st.Create(testenv.Context(t, time.Minute), staging.NewUpload{ID: id, Bucket: throughBucket, Key: id, ChunkSize: 5 << 20, ExpectedSize: -1, Total: total}); err != nil {
 		t.Fatal(err)
 	}
 	return id

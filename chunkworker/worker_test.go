@@ -45,7 +45,7 @@ func TestS3OutageRetriesThenGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := ids.New()
-	if _, err := store.Create(ctx, uploads.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 5 << 20, ExpectedSize: 3, Total: 1}); err != nil {
+	if _, err := store.Create(ctx, staging.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 5 << 20, ExpectedSize: 3, Total: 1}); err != nil {
 		t.Fatal(err)
 	}
 	data := []byte("abc")
@@ -116,7 +116,7 @@ func TestMissingChunkStaysPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := ids.New()
-	if _, err := store.Create(ctx, uploads.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 4, ExpectedSize: -1}); err != nil {
+	if _, err := store.Create(ctx, staging.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 4, ExpectedSize: -1}); err != nil {
 		t.Fatal(err)
 	}
 	full := []byte("abcd")
@@ -200,7 +200,7 @@ func TestLocalFastPath(t *testing.T) {
 			upIDs := make([]string, len(tc.uploads))
 			for i, c := range tc.uploads {
 				upIDs[i] = ids.New()
-				if _, err := st.Create(ctx, uploads.NewUpload{ID: upIDs[i], Bucket: bucket, Key: upIDs[i], ChunkSize: 5 << 20, ExpectedSize: -1}); err != nil {
+				if _, err := st.Create(ctx, staging.NewUpload{ID: upIDs[i], Bucket: bucket, Key: upIDs[i], ChunkSize: 5 << 20, ExpectedSize: -1}); err != nil {
 					t.Fatal(err)
 				}
 				ref := staging.ChunkRef{UploadID: upIDs[i], N: 1}

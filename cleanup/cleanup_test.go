@@ -53,7 +53,7 @@ func TestTwoReplicasExpireEachUploadOnce(t *testing.T) {
 	var upIDs []string
 	for range n {
 		id := ids.New()
-		if _, err := store.Create(ctx, uploads.NewUpload{ID: id, Bucket: "bkt", Key: "k/" + id, ChunkSize: 5 << 20, ExpectedSize: -1}); err != nil {
+		if _, err := store.Create(ctx, staging.NewUpload{ID: id, Bucket: "bkt", Key: "k/" + id, ChunkSize: 5 << 20, ExpectedSize: -1}); err != nil {
 			t.Fatal(err)
 		}
 		mpu, err := s3c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("bkt"), Key: aws.String("k/" + id)})
@@ -149,7 +149,7 @@ func TestReleaseRetriedAfterS3Outage(t *testing.T) {
 
 	// A multipart upload in MinIO, recorded on an upload.
 	multi := ids.New()
-	if _, err := store.Create(ctx, uploads.NewUpload{ID: multi, Bucket: "bkt", Key: "multi", ChunkSize: 5 << 20, ExpectedSize: -1}); err != nil {
+	if _, err := store.Create(ctx, staging.NewUpload{ID: multi, Bucket: "bkt", Key: "multi", ChunkSize: 5 << 20, ExpectedSize: -1}); err != nil {
 		t.Fatal(err)
 	}
 	mpu, err := s3c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("bkt"), Key: aws.String("multi")})
@@ -161,7 +161,7 @@ func TestReleaseRetriedAfterS3Outage(t *testing.T) {
 	}
 	// A one-chunk upload whose object is written and recorded, not yet completed.
 	single := ids.New()
-	if _, err := store.Create(ctx, uploads.NewUpload{ID: single, Bucket: "bkt", Key: "single", ChunkSize: 5 << 20, ExpectedSize: 3, Total: 1}); err != nil {
+	if _, err := store.Create(ctx, staging.NewUpload{ID: single, Bucket: "bkt", Key: "single", ChunkSize: 5 << 20, ExpectedSize: 3, Total: 1}); err != nil {
 		t.Fatal(err)
 	}
 	data := []byte("abc")
@@ -273,7 +273,7 @@ func TestEndAbortsStrayMultipartUploads(t *testing.T) {
 		if key == "" {
 			key = "uploads/" + id + "/f.bin"
 		}
-		if _, err := store.Create(ctx, uploads.NewUpload{ID: id, Bucket: "bkt", Key: key, ChunkSize: 5 << 20, ExpectedSize: -1}); err != nil {
+		if _, err := store.Create(ctx, staging.NewUpload{ID: id, Bucket: "bkt", Key: key, ChunkSize: 5 << 20, ExpectedSize: -1}); err != nil {
 			t.Fatal(err)
 		}
 		if recorded {
@@ -365,7 +365,7 @@ func TestEndWithoutDataWarnsNothing(t *testing.T) {
 				w := &warnings{}
 				ender := &cleanup.Ender{Store: store.Ends(), S3: s3store.New(s3c), Logger: slog.New(w)}
 				id := ids.New()
-				if _, err := store.Create(ctx, uploads.NewUpload{ID: id, Bucket: "bkt", Key: "uploads/" + id + "/f.bin", ChunkSize: 5 << 20, ExpectedSize: 10}); err != nil {
+				if _, err := store.Create(ctx, staging.NewUpload{ID: id, Bucket: "bkt", Key: "uploads/" + id + "/f.bin", ChunkSize: 5 << 20, ExpectedSize: 10}); err != nil {
 					t.Fatal(err)
 				}
 				if err := ender.End(ctx, id, status, "test", ""); err != nil {

@@ -33,7 +33,7 @@ var _ Objects = (*s3store.Store)(nil)
 type Store interface {
 	Now() time.Time
 	StateTTL() time.Duration
-	Get(ctx context.Context, id string) (*uploads.Upload, error)
+	Get(ctx context.Context, id string) (*staging.Upload, error)
 	End(ctx context.Context, r uploads.EndRequest) (uploads.EndResult, error)
 	Released(ctx context.Context, id string) error
 	RetryRelease(ctx context.Context, id string, at time.Time) error

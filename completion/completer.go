@@ -39,12 +39,12 @@ var _ Objects = (*s3store.Store)(nil)
 // Store is the part of the uploads store a completer uses.
 type Store interface {
 	Now() time.Time
-	BeginSnapshot(ctx context.Context, id, token string, lease time.Duration) (uploads.Begin, *uploads.Upload, []uploads.Part, error)
+	BeginSnapshot(ctx context.Context, id, token string, lease time.Duration) (uploads.Begin, *staging.Upload, []uploads.Part, error)
 	Finish(ctx context.Context, id, token string, f uploads.Final, ev staging.OutboxEvent, handoff bool) error
 	HandedOff(ctx context.Context, id string) (bool, error)
 	Retry(ctx context.Context, id string, at time.Time) error
 	Drop(ctx context.Context, id string) error
-	Get(ctx context.Context, id string) (*uploads.Upload, error)
+	Get(ctx context.Context, id string) (*staging.Upload, error)
 	Due(ctx context.Context, limit int64) ([]string, error)
 }
 
@@ -63,7 +63,7 @@ type Handoff interface {
 	// Handoff passes a completed upload on. The completer calls it once per upload, and
 	// records that it did; only a crash between the call and that record makes it call
 	// again, so it must be idempotent per upload id (e.g. a queue that deduplicates).
-	Handoff(ctx context.Context, u *uploads.Upload, force bool) error
+	Handoff(ctx context.Context, u *staging.Upload, force bool) error
 }
 
 // Config tunes a Completer. Zero values mean the documented defaults.
@@ -219,7 +219,7 @@ func (c *Completer) Complete(ctx context.Context, id string) error {
 // head is the object's first bytes (up to sniff.HeadSize) when the caller has them, as
 // the process that wrote a one-chunk upload through does: content detection then needs
 // no read from S3. nil: they are read from S3 when needed.
-func (c *Completer) CompleteUpload(ctx context.Context, id string, head []byte) (*uploads.Upload, error) {
+func (c *Completer) CompleteUpload(ctx context.Context, id string, head []byte) (*staging.Upload, error) {
 	u, err := c.complete(ctx, id, head)
 	if err != nil && (u == nil || u.Status != staging.StatusCompleted) {
 		return nil, err
@@ -227,7 +227,7 @@ func (c *Completer) CompleteUpload(ctx context.Context, id string, head []byte) 
 	return u, err
 }
 
-func (c *Completer) complete(ctx context.Context, id string, head []byte) (*uploads.Upload, error) {
+func (c *Completer) complete(ctx context.Context, id string, head []byte) (*staging.Upload, error) {
 	c.mu.Lock()
 	if c.inflight[id] {
 		c.mu.Unlock()

@@ -28,7 +28,7 @@ type recordingHandoff struct {
 
 func (h *recordingHandoff) Wants(ct string) bool { return strings.HasPrefix(ct, "image/") }
 
-func (h *recordingHandoff) Handoff(_ context.Context, u *uploads.Upload, force bool) error {
+func (h *recordingHandoff) Handoff(_ context.Context, u *staging.Upload, force bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls = append(h.calls, u.ID)
@@ -53,7 +53,7 @@ func readyUpload(t *testing.T, ctx context.Context, s *uploads.Store, ct string)
 func readyUploadAt(t *testing.T, ctx context.Context, s *uploads.Store, bucket, key, ct string) string {
 	t.Helper()
 	id := ids.New()
-	if _, err := s.Create(ctx, uploads.NewUpload{ID: id, Bucket: bucket, Key: key, ChunkSize: 8, ExpectedSize: 3, Total: 1, ContentType: ct}); err != nil {
+	if _, err := s.Create(ctx, staging.NewUpload{ID: id, Bucket: bucket, Key: key, ChunkSize: 8, ExpectedSize: 3, Total: 1, ContentType: ct}); err != nil {
 		t.Fatal(err)
 	}
 	data := []byte("abc")

@@ -69,7 +69,7 @@ func readyMultipart(t *testing.T, ctx context.Context, store *uploads.Store, s3c
 	t.Helper()
 	chunks := [][]byte{bytes.Repeat([]byte{'a'}, 5<<20), []byte("tail")}
 	size := int64(len(chunks[0]) + len(chunks[1]))
-	if _, err := store.Create(ctx, uploads.NewUpload{ID: id, Bucket: strayBucket, Key: key, ChunkSize: 5 << 20, ExpectedSize: size, Total: 2}); err != nil {
+	if _, err := store.Create(ctx, staging.NewUpload{ID: id, Bucket: strayBucket, Key: key, ChunkSize: 5 << 20, ExpectedSize: size, Total: 2}); err != nil {
 		t.Fatal(err)
 	}
 	mpu := workerMPU(t, ctx, store, s3c, id, key, false)

@@ -68,7 +68,7 @@ func HeadersOf(hs []kafka.Header) EventHeaders {
 // JSON matches the schema in proto/chunkup/v1/events.proto.
 var eventJSON = protojson.MarshalOptions{UseProtoNames: true}
 
-func outboxEvent(u *uploads.Upload, id string, msg proto.Message, now time.Time) (staging.OutboxEvent, error) {
+func outboxEvent(u *staging.Upload, id string, msg proto.Message, now time.Time) (staging.OutboxEvent, error) {
 	b, err := eventJSON.Marshal(msg)
 	if err != nil {
 		return staging.OutboxEvent{}, err
@@ -101,7 +101,7 @@ func tsOrNil(t time.Time) *timestamppb.Timestamp {
 
 // Completed builds the UploadCompleted event for u, finished as f at now by the process
 // instance.
-func Completed(u *uploads.Upload, instance string, f uploads.Final, now time.Time) (staging.OutboxEvent, error) {
+func Completed(u *staging.Upload, instance string, f uploads.Final, now time.Time) (staging.OutboxEvent, error) {
 	id := ids.New()
 	return outboxEvent(u, id, &chunkupv1.UploadCompleted{
 		EventId: id, UploadId: u.ID, NodeId: u.NodeID, Tenant: u.Tenant, Bucket: u.Bucket, Key: u.Key,
@@ -115,7 +115,7 @@ func Completed(u *uploads.Upload, instance string, f uploads.Final, now time.Tim
 
 // Ended builds the event that says u ended with status (FAILED, ABORTED or EXPIRED)
 // for reason at now, as seen by the process instance.
-func Ended(u *uploads.Upload, status staging.Status, reason, instance string, now time.Time) (staging.OutboxEvent, error) {
+func Ended(u *staging.Upload, status staging.Status, reason, instance string, now time.Time) (staging.OutboxEvent, error) {
 	id := ids.New()
 	var msg proto.Message
 	cm := StructOf(u.CustomMetadata)

@@ -21,7 +21,6 @@ import (
 	"github.com/chunkup/chunkup/staging/documents"
 	"github.com/chunkup/chunkup/staging/ocrqueue"
 	"github.com/chunkup/chunkup/staging/stagingtest"
-	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 const bucket = "ocr-test"
@@ -64,7 +63,7 @@ func (e *env) config() ocr.Config {
 
 // upload puts data in MinIO and returns a completed upload of it, as the completer
 // hands it off.
-func (e *env) upload(t testing.TB, contentType string, data []byte) *uploads.Upload {
+func (e *env) upload(t testing.TB, contentType string, data []byte) *staging.Upload {
 	t.Helper()
 	id := ids.New()
 	key := "docs/" + id
@@ -72,7 +71,7 @@ func (e *env) upload(t testing.TB, contentType string, data []byte) *uploads.Upl
 		Body: bytes.NewReader(data)}); err != nil {
 		t.Fatal(err)
 	}
-	return &uploads.Upload{ID: id, Status: staging.StatusCompleted, Bucket: bucket, Key: key,
+	return &staging.Upload{ID: id, Status: staging.StatusCompleted, Bucket: bucket, Key: key,
 		ContentType: contentType, CorrelationID: "corr-" + id, Size: int64(len(data))}
 }
 

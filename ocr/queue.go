@@ -37,7 +37,7 @@ var _ QueueDocs = (*documents.Store)(nil)
 // Uploads reads uploads (to recreate the document of one that expired) and keeps the
 // node index, so a document is found by its node id as long as it lives.
 type Uploads interface {
-	Get(ctx context.Context, id string) (*uploads.Upload, error)
+	Get(ctx context.Context, id string) (*staging.Upload, error)
 	IndexNode(ctx context.Context, tenant, nodeID, id string, created time.Time, ttl time.Duration) error
 }
 
@@ -67,14 +67,14 @@ func (q *Queue) Wants(contentType string) bool { return Supported(contentType) }
 // Handoff implements completion.Handoff: it creates the document (uploaded) and enqueues
 // its job. Without force it is idempotent per upload id: the document's dedupe key makes
 // a second enqueue a no-op.
-func (q *Queue) Handoff(ctx context.Context, u *uploads.Upload, force bool) error {
+func (q *Queue) Handoff(ctx context.Context, u *staging.Upload, force bool) error {
 	_, _, err := q.Enqueue(ctx, u, force)
 	return err
 }
 
 // Enqueue creates u's document unless it exists and enqueues a job for it, unless it has
 // one and force is false. It returns the document's job id and whether it is new.
-func (q *Queue) Enqueue(ctx context.Context, u *uploads.Upload, force bool) (string, bool, error) {
+func (q *Queue) Enqueue(ctx context.Context, u *staging.Upload, force bool) (string, bool, error) {
 	d := documents.NewDocument{ID: u.ID, Bucket: u.Bucket, Key: u.Key, ContentType: u.EffectiveContentType(),
 		Tenant: u.Tenant, CorrelationID: u.CorrelationID,
 		Identity: documents.Identity{NodeID: u.NodeID, ClientNodeID: u.ClientNodeID, ConnectorID: u.ConnectorID,

@@ -10,9 +10,9 @@ import (
 
 	"github.com/chunkup/chunkup/internal/testdocs"
 	"github.com/chunkup/chunkup/ocr"
+	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/documents"
 	"github.com/chunkup/chunkup/staging/ocrqueue"
-	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 // TestFailingEngineBacksOffThenDeadLetters: a job whose engine fails is retried after
@@ -339,7 +339,7 @@ func TestJobThatKillsEveryWorkerEnds(t *testing.T) {
 
 // takeDocument hands a PNG of words to q and does what a worker does first: fetches
 // its job, indexes the document as processing and takes it (one attempt recorded).
-func (e *env) takeDocument(t *testing.T, q *ocr.Queue, cfg ocr.Config, words string) (*uploads.Upload, *ocrqueue.Job) {
+func (e *env) takeDocument(t *testing.T, q *ocr.Queue, cfg ocr.Config, words string) (*staging.Upload, *ocrqueue.Job) {
 	t.Helper()
 	u := e.upload(t, "image/png", testdocs.PNG(words))
 	if err := q.Handoff(ctxT(t), u, false); err != nil {
@@ -369,7 +369,7 @@ func TestStartupRecovery(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config()
 	q, r := e.queue(t, cfg), e.reaper(t, cfg)
-	handoff := func(words string) (*uploads.Upload, *ocrqueue.Job) { return e.takeDocument(t, q, cfg, words) }
+	handoff := func(words string) (*staging.Upload, *ocrqueue.Job) { return e.takeDocument(t, q, cfg, words) }
 	stuck, stuckJob := handoff("STUCK")
 	if _, err := e.stores.Jobs.Fail(ctxT(t), stuckJob.ID, stuckJob.Token, "engine exploded", ocrqueue.FailRetry, e.clk.Now(), 5); err != nil {
 		t.Fatal(err) // one failed attempt before the crash, which recovery resets
@@ -434,7 +434,7 @@ func TestPurge(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config()
 	q := e.queue(t, cfg)
-	var ups []*uploads.Upload
+	var ups []*staging.Upload
 	for i := range 3 {
 		u := e.upload(t, "image/png", testdocs.PNG("PURGE", strings.Repeat("I", i+1)))
 		if err := q.Handoff(ctxT(t), u, false); err != nil {

@@ -36,7 +36,7 @@ var _ DocumentStore = (*documents.Store)(nil)
 // document that expired while its upload did not).
 type UploadLookup interface {
 	UploadForNode(ctx context.Context, tenant, nodeID string) (string, error)
-	Get(ctx context.Context, id string) (*uploads.Upload, error)
+	Get(ctx context.Context, id string) (*staging.Upload, error)
 }
 
 var _ UploadLookup = (*uploads.Store)(nil)

@@ -12,7 +12,6 @@ import (
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/staging"
-	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 // Other doors onto the same uploads. The HTTP door (package httpdoor, through its
@@ -22,7 +21,7 @@ import (
 // instead of gRPC statuses; Message gives the words a gRPC client would read.
 
 // Create creates an upload as CreateUpload does and returns it as stored.
-func (s *UploadService) Create(ctx context.Context, req *chunkupv1.CreateUploadRequest) (*uploads.Upload, error) {
+func (s *UploadService) Create(ctx context.Context, req *chunkupv1.CreateUploadRequest) (*staging.Upload, error) {
 	up, err := s.create(ctx, req)
 	if err != nil {
 		return nil, err
@@ -31,7 +30,7 @@ func (s *UploadService) Create(ctx context.Context, req *chunkupv1.CreateUploadR
 }
 
 // Lookup reads an upload as GetUpload does: another tenant's is staging.ErrNotFound.
-func (s *UploadService) Lookup(ctx context.Context, id string) (*uploads.Upload, error) {
+func (s *UploadService) Lookup(ctx context.Context, id string) (*staging.Upload, error) {
 	if err := validID(id); err != nil {
 		return nil, err
 	}

@@ -6,7 +6,7 @@ import (
 	"regexp"
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
-	"github.com/chunkup/chunkup/staging/uploads"
+	"github.com/chunkup/chunkup/staging"
 )
 
 // Page sizes of ListUploads.
@@ -51,7 +51,7 @@ func (s *UploadService) ListUploads(ctx context.Context, req *chunkupv1.ListUplo
 }
 
 // summary is an upload without its per-chunk detail.
-func summary(u *uploads.Upload) *chunkupv1.Upload {
+func summary(u *staging.Upload) *chunkupv1.Upload {
 	p := toProto(u)
 	p.Chunks = nil
 	return p

@@ -49,7 +49,7 @@ type heldCompletions struct {
 // let lets the completer go on.
 func (h *heldCompletions) let() { h.releaseOnce.Do(func() { close(h.release) }) }
 
-func (h *heldCompletions) BeginSnapshot(ctx context.Context, id, token string, lease time.Duration) (uploads.Begin, *uploads.Upload, []uploads.Part, error) {
+func (h *heldCompletions) BeginSnapshot(ctx context.Context, id, token string, lease time.Duration) (uploads.Begin, *staging.Upload, []uploads.Part, error) {
 	b, u, parts, err := h.Completions.BeginSnapshot(ctx, id, token, lease)
 	if err != nil || b.Outcome != uploads.Begun {
 		return b, u, parts, err

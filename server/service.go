@@ -32,14 +32,14 @@ import (
 // Store is the part of the uploads store the service uses.
 type Store interface {
 	Reserve(ctx context.Context, tenant, clientNodeID, id string, at time.Time) (string, error)
-	Create(ctx context.Context, u uploads.NewUpload) (bool, error)
-	CreateReserved(ctx context.Context, u uploads.NewUpload) (bool, error)
+	Create(ctx context.Context, u staging.NewUpload) (bool, error)
+	CreateReserved(ctx context.Context, u staging.NewUpload) (bool, error)
 	IndexNode(ctx context.Context, tenant, nodeID, id string, created time.Time, ttl time.Duration) error
 	NodeTTL() time.Duration
-	Params(ctx context.Context, id string) (uploads.Params, error)
-	Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (uploads.StageResult, error)
-	Get(ctx context.Context, id string) (*uploads.Upload, error)
-	InProgress(ctx context.Context, tenant, cursor string, limit int) ([]*uploads.Upload, string, error)
+	Params(ctx context.Context, id string) (staging.Params, error)
+	Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (staging.StageResult, error)
+	Get(ctx context.Context, id string) (*staging.Upload, error)
+	InProgress(ctx context.Context, tenant, cursor string, limit int) ([]*staging.Upload, string, error)
 	StagedBytes(ctx context.Context) (int64, error)
 	Now() time.Time
 }
@@ -194,7 +194,7 @@ type Written struct {
 // completion.Completer.CompleteUpload). head is the object's first bytes when the
 // caller has them (nil otherwise), so that the completer need not read them from S3.
 type Completer interface {
-	CompleteUpload(ctx context.Context, id string, head []byte) (*uploads.Upload, error)
+	CompleteUpload(ctx context.Context, id string, head []byte) (*staging.Upload, error)
 }
 
 // Staging modes (Config.Staging).
@@ -387,16 +387,16 @@ func (s *UploadService) CreateUpload(ctx context.Context, req *chunkupv1.CreateU
 // plan validates create request req and returns the parameters the upload it makes
 // will have (Tenant unset): what a chunk sent with the create is checked against before
 // anything is created.
-func (s *UploadService) plan(req *chunkupv1.CreateUploadRequest) (uploads.Params, error) {
+func (s *UploadService) plan(req *chunkupv1.CreateUploadRequest) (staging.Params, error) {
 	if err := ValidateCreate(req); err != nil {
-		return uploads.Params{}, err
+		return staging.Params{}, err
 	}
 	expected := int64(-1)
 	if req.ExpectedSize != nil {
 		expected = *req.ExpectedSize
 	}
 	if s.cfg.MaxUploadSize > 0 && expected > s.cfg.MaxUploadSize {
-		return uploads.Params{}, invalidf("expected_size %d exceeds this server's maximum upload size of %d bytes (--max-upload-size)", expected, s.cfg.MaxUploadSize)
+		return staging.Params{}, invalidf("expected_size %d exceeds this server's maximum upload size of %d bytes (--max-upload-size)", expected, s.cfg.MaxUploadSize)
 	}
 	var chunkSize int64
 	var err error
@@ -406,9 +406,9 @@ func (s *UploadService) plan(req *chunkupv1.CreateUploadRequest) (uploads.Params
 		chunkSize, err = ChunkSizeFor(expected, s.cfg.ChunkSize, s.cfg.MaxChunkSize)
 	}
 	if err != nil {
-		return uploads.Params{}, err
+		return staging.Params{}, err
 	}
-	p := uploads.Params{ChunkSize: chunkSize, ExpectedSize: expected}
+	p := staging.Params{ChunkSize: chunkSize, ExpectedSize: expected}
 	if expected >= 0 {
 		p.Total = staging.TotalChunks(expected, chunkSize)
 	}
@@ -424,7 +424,7 @@ func (s *UploadService) create(ctx context.Context, req *chunkupv1.CreateUploadR
 }
 
 // createPlanned is create for a request plan has validated and planned as p.
-func (s *UploadService) createPlanned(ctx context.Context, req *chunkupv1.CreateUploadRequest, p uploads.Params) (*chunkupv1.Upload, error) {
+func (s *UploadService) createPlanned(ctx context.Context, req *chunkupv1.CreateUploadRequest, p staging.Params) (*chunkupv1.Upload, error) {
 	expected, chunkSize := p.ExpectedSize, p.ChunkSize
 	tenant := TenantFrom(ctx)
 	id := ids.New()
@@ -467,7 +467,7 @@ func (s *UploadService) createPlanned(ctx context.Context, req *chunkupv1.Create
 			return nil, err
 		}
 	}
-	doc := uploads.Document{NodeID: nodeID, ConnectorID: req.ConnectorId, ParentID: req.ParentId, Path: req.Path, Drive: req.Drive}
+	doc := staging.Document{NodeID: nodeID, ConnectorID: req.ConnectorId, ParentID: req.ParentId, Path: req.Path, Drive: req.Drive}
 	if req.CustomMetadata != nil {
 		b, err := protojson.Marshal(req.CustomMetadata) // checked by ValidateCreate
 		if err != nil {
@@ -475,7 +475,7 @@ func (s *UploadService) createPlanned(ctx context.Context, req *chunkupv1.Create
 		}
 		doc.CustomMetadata = string(b)
 	}
-	nu := uploads.NewUpload{
+	nu := staging.NewUpload{
 		ID: id, Bucket: s.cfg.Bucket, Key: key,
 		ChunkSize: chunkSize, ExpectedSize: expected, InstanceID: s.cfg.InstanceID, Name: req.Name,
 		ContentType: req.ContentType, ClientNodeID: req.ClientNodeId, Metadata: req.Metadata,
@@ -566,7 +566,7 @@ func (s *UploadService) keyFree(ctx context.Context, key, clientNodeID string) e
 
 // differingField names the first parameter in which a repeated create differs from the
 // upload its client_node_id names, or returns "".
-func differingField(up *uploads.Upload, nu uploads.NewUpload, proposedChunkSize int64, nodeGiven, keyGiven bool) string {
+func differingField(up *staging.Upload, nu staging.NewUpload, proposedChunkSize int64, nodeGiven, keyGiven bool) string {
 	switch {
 	case nodeGiven && up.NodeID != nu.NodeID:
 		return "node_id"
@@ -617,7 +617,7 @@ func sameJSON(a, b string) bool {
 
 // get reads an upload the caller's tenant owns: another tenant's upload does not exist
 // for it (NOT_FOUND, the same as a missing one, so ids cannot be probed).
-func (s *UploadService) get(ctx context.Context, id string) (*uploads.Upload, error) {
+func (s *UploadService) get(ctx context.Context, id string) (*staging.Upload, error) {
 	up, err := s.store.Get(ctx, id)
 	if err != nil {
 		return nil, err
@@ -709,7 +709,7 @@ var states = map[staging.Status]chunkupv1.UploadState{
 	staging.StatusExpired:    chunkupv1.UploadState_UPLOAD_STATE_EXPIRED,
 }
 
-func toProto(u *uploads.Upload) *chunkupv1.Upload {
+func toProto(u *staging.Upload) *chunkupv1.Upload {
 	return &chunkupv1.Upload{
 		UploadId: u.ID, State: states[u.Status], Bucket: u.Bucket, Key: u.Key,
 		ChunkSize: u.ChunkSize, ExpectedSize: u.ExpectedSize, TotalChunks: u.Total,
@@ -725,7 +725,7 @@ func toProto(u *uploads.Upload) *chunkupv1.Upload {
 	}
 }
 
-func receivedChunks(cs []uploads.ChunkInfo) []*chunkupv1.ReceivedChunk {
+func receivedChunks(cs []staging.ChunkInfo) []*chunkupv1.ReceivedChunk {
 	if len(cs) == 0 {
 		return nil
 	}

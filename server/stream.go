@@ -16,7 +16,6 @@ import (
 	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/sniff"
 	"github.com/chunkup/chunkup/staging"
-	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 // streamInflight is how many chunks of one stream are worked on at once. A chunk
@@ -45,7 +44,7 @@ func (s *UploadService) UploadChunk(stream chunkupv1.UploadService_UploadChunkSe
 	defer release()
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	cs := &chunkStream{s: s, stream: stream, ctx: ctx, cancel: cancel, params: map[string]uploads.Params{},
+	cs := &chunkStream{s: s, stream: stream, ctx: ctx, cancel: cancel, params: map[string]staging.Params{},
 		slots: make(chan struct{}, streamInflight), tenant: TenantFrom(stream.Context())}
 	cs.expect.Store(s.cfg.ChunkSize)
 	cs.touch()
@@ -63,7 +62,7 @@ type chunkStream struct {
 	sendMu sync.Mutex
 
 	paramsMu sync.Mutex
-	params   map[string]uploads.Params // immutable per upload, read once per stream
+	params   map[string]staging.Params // immutable per upload, read once per stream
 	created  string                    // the upload a create request on this stream made
 
 	inflight sync.WaitGroup
@@ -321,7 +320,7 @@ func (cs *chunkStream) createOnStream(m *message, first bool) error {
 	}
 	req.UploadId, cs.created = up.UploadId, up.UploadId
 	// The upload as made (a repeated create returns the one it made before).
-	p = uploads.Params{ChunkSize: up.ChunkSize, ExpectedSize: up.ExpectedSize, Total: up.TotalChunks, Tenant: up.Tenant}
+	p = staging.Params{ChunkSize: up.ChunkSize, ExpectedSize: up.ExpectedSize, Total: up.TotalChunks, Tenant: up.Tenant}
 	if p.ExpectedSize >= 0 {
 		p.Total = staging.TotalChunks(p.ExpectedSize, p.ChunkSize)
 	}
@@ -332,7 +331,7 @@ func (cs *chunkStream) createOnStream(m *message, first bool) error {
 }
 
 // paramsFor reads upload id's parameters once per stream, for its caller's tenant.
-func (cs *chunkStream) paramsFor(id string) (uploads.Params, error) {
+func (cs *chunkStream) paramsFor(id string) (staging.Params, error) {
 	cs.paramsMu.Lock()
 	p, ok := cs.params[id]
 	cs.paramsMu.Unlock()
@@ -341,10 +340,10 @@ func (cs *chunkStream) paramsFor(id string) (uploads.Params, error) {
 	}
 	p, err := cs.s.store.Params(cs.ctx, id)
 	if err != nil {
-		return uploads.Params{}, err
+		return staging.Params{}, err
 	}
 	if p.Tenant != TenantFrom(cs.ctx) {
-		return uploads.Params{}, staging.ErrNotFound
+		return staging.Params{}, staging.ErrNotFound
 	}
 	cs.paramsMu.Lock()
 	if len(cs.params) > 64 {
@@ -385,7 +384,7 @@ func (cs *chunkStream) chunk(m message) (chunkResult, error) {
 
 // takeChunk checks chunk req of an upload with parameters p, and writes it through to
 // S3 (when throughOK and S3 keeps pace) or stages it. Every door takes chunks here.
-func (s *UploadService) takeChunk(ctx context.Context, p uploads.Params, req *chunkupv1.UploadChunkRequest, throughOK bool) (chunkResult, error) {
+func (s *UploadService) takeChunk(ctx context.Context, p staging.Params, req *chunkupv1.UploadChunkRequest, throughOK bool) (chunkResult, error) {
 	sum, err := s.checkChunk(p, req)
 	if err != nil {
 		return chunkResult{}, err
@@ -396,7 +395,7 @@ func (s *UploadService) takeChunk(ctx context.Context, p uploads.Params, req *ch
 // checkChunk checks chunk req against its upload's parameters p, this server's limits
 // and the chunk's own checksum (every check that needs nothing stored), and returns
 // the chunk's CRC32C.
-func (s *UploadService) checkChunk(p uploads.Params, req *chunkupv1.UploadChunkRequest) (uint32, error) {
+func (s *UploadService) checkChunk(p staging.Params, req *chunkupv1.UploadChunkRequest) (uint32, error) {
 	n := req.ChunkNumber
 	if err := ValidateChunk(p, n, int64(len(req.Data)), req.IsLast); err != nil {
 		return 0, err
@@ -412,7 +411,7 @@ func (s *UploadService) checkChunk(p uploads.Params, req *chunkupv1.UploadChunkR
 }
 
 // takeChecked takes chunk req, checked by checkChunk (its CRC32C is sum).
-func (s *UploadService) takeChecked(ctx context.Context, p uploads.Params, req *chunkupv1.UploadChunkRequest, sum uint32, throughOK bool) (chunkResult, error) {
+func (s *UploadService) takeChecked(ctx context.Context, p staging.Params, req *chunkupv1.UploadChunkRequest, sum uint32, throughOK bool) (chunkResult, error) {
 	id := req.UploadId
 	n := req.ChunkNumber
 	last := req.IsLast || (p.Total > 0 && n == p.Total)

@@ -13,7 +13,7 @@ import (
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/ids"
-	"github.com/chunkup/chunkup/staging/uploads"
+	"github.com/chunkup/chunkup/staging"
 )
 
 // S3 limits that shape the API.
@@ -322,7 +322,7 @@ func plain(s string) bool {
 
 // ValidateChunk checks a chunk against its upload's immutable parameters, before any
 // byte is staged: its number, its size, and its last-chunk flag.
-func ValidateChunk(p uploads.Params, n uint32, size int64, isLast bool) error {
+func ValidateChunk(p staging.Params, n uint32, size int64, isLast bool) error {
 	if n == 0 {
 		return invalidf("chunk_number must be at least 1 (chunks are numbered from 1)")
 	}

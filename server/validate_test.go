@@ -14,7 +14,6 @@ import (
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/staging"
-	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 const (
@@ -179,13 +178,13 @@ func ceilDiv(a, b int64) int64 {
 
 // params are an upload's parameters as the server derives them from expected (-1:
 // unknown) with the default chunk sizes.
-func params(t testing.TB, expected int64) uploads.Params {
+func params(t testing.TB, expected int64) staging.Params {
 	t.Helper()
 	size, err := ChunkSizeFor(expected, defChunk, maxChunk)
 	if err != nil {
 		t.Fatalf("ChunkSizeFor(%d): %v", expected, err)
 	}
-	p := uploads.Params{ChunkSize: size, ExpectedSize: expected}
+	p := staging.Params{ChunkSize: size, ExpectedSize: expected}
 	if expected >= 0 {
 		p.Total = staging.TotalChunks(expected, size)
 	}
@@ -194,18 +193,18 @@ func params(t testing.TB, expected int64) uploads.Params {
 
 func TestValidateChunk(t *testing.T) {
 	const c = defChunk
-	unknown := uploads.Params{ChunkSize: c, ExpectedSize: -1}
-	three := uploads.Params{ChunkSize: c, ExpectedSize: 2*c + 10, Total: 3} // 8 MiB, 8 MiB, 10 B
-	even := uploads.Params{ChunkSize: c, ExpectedSize: 2 * c, Total: 2}     // last chunk full
-	empty := uploads.Params{ChunkSize: c, ExpectedSize: 0, Total: 1}        // one empty chunk
-	one := uploads.Params{ChunkSize: c, ExpectedSize: 5, Total: 1}
-	maxed := uploads.Params{ChunkSize: c, ExpectedSize: MaxParts * c, Total: MaxParts}
+	unknown := staging.Params{ChunkSize: c, ExpectedSize: -1}
+	three := staging.Params{ChunkSize: c, ExpectedSize: 2*c + 10, Total: 3} // 8 MiB, 8 MiB, 10 B
+	even := staging.Params{ChunkSize: c, ExpectedSize: 2 * c, Total: 2}     // last chunk full
+	empty := staging.Params{ChunkSize: c, ExpectedSize: 0, Total: 1}        // one empty chunk
+	one := staging.Params{ChunkSize: c, ExpectedSize: 5, Total: 1}
+	maxed := staging.Params{ChunkSize: c, ExpectedSize: MaxParts * c, Total: MaxParts}
 
 	type check func(error) bool
 	ok := func(err error) bool { return err == nil }
 	for _, tc := range []struct {
 		name   string
-		p      uploads.Params
+		p      staging.Params
 		n      uint32
 		size   int64
 		isLast bool
@@ -562,7 +561,7 @@ func FuzzValidateChunk(f *testing.F) {
 		if err != nil {
 			return
 		}
-		p := uploads.Params{ChunkSize: chunkSize, ExpectedSize: expected}
+		p := staging.Params{ChunkSize: chunkSize, ExpectedSize: expected}
 		if expected >= 0 {
 			p.Total = staging.TotalChunks(expected, chunkSize)
 		}

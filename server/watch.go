@@ -10,7 +10,6 @@ import (
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/staging"
-	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 // Watch pacing: a notice is answered at once when no update went out in the last
@@ -101,7 +100,7 @@ func (s *UploadService) WatchUpload(req *chunkupv1.WatchUploadRequest, stream ch
 	}
 }
 
-func progress(u *uploads.Upload) *chunkupv1.UploadProgress {
+func progress(u *staging.Upload) *chunkupv1.UploadProgress {
 	p := &chunkupv1.UploadProgress{
 		UploadId: u.ID, State: states[u.Status], ReceivedChunks: uint32(len(u.ReceivedChunks)),
 		UploadedChunks: u.Uploaded, TotalChunks: u.Total, ReceivedBytes: u.ReceivedBytes,

@@ -30,8 +30,8 @@ import (
 // Service is the part of the upload service the adapter goes through (implemented by
 // *server.UploadService).
 type Service interface {
-	Create(ctx context.Context, req *chunkupv1.CreateUploadRequest) (*uploads.Upload, error)
-	Lookup(ctx context.Context, id string) (*uploads.Upload, error)
+	Create(ctx context.Context, req *chunkupv1.CreateUploadRequest) (*staging.Upload, error)
+	Lookup(ctx context.Context, id string) (*staging.Upload, error)
 	OpenStream(ctx context.Context) (release func(), err error)
 	StageChunk(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (duplicate bool, err error)
 	Abort(ctx context.Context, id, reason string) error
@@ -48,7 +48,7 @@ type Store interface {
 	UnlockAppend(ctx context.Context, id, token string) error
 	DeclareSize(ctx context.Context, id, tenant string, size int64) error
 	SaveTail(ctx context.Context, id string, n uint32, data []byte) error
-	ReadTail(ctx context.Context, id string, t uploads.Tail) ([]byte, error)
+	ReadTail(ctx context.Context, id string, t staging.Tail) ([]byte, error)
 	StateTTL() time.Duration
 }
 
@@ -141,7 +141,7 @@ func (c *Core) Get(ctx context.Context, id string) (httpdoor.Upload, error) {
 }
 
 // door maps an upload as stored onto the door's view of it.
-func (c *Core) door(u *uploads.Upload) httpdoor.Upload {
+func (c *Core) door(u *staging.Upload) httpdoor.Upload {
 	up := httpdoor.Upload{
 		ID: u.ID, State: httpdoor.State(u.Status), ChunkSize: u.ChunkSize, Size: u.ExpectedSize,
 		Key: u.Key, Name: u.Name, ContentType: u.ContentType, Metadata: u.Metadata, Reason: u.Error,
@@ -234,7 +234,7 @@ func (c *Core) ReadTail(ctx context.Context, id string, t httpdoor.Tail) ([]byte
 	if err := known(id); err != nil {
 		return nil, err
 	}
-	data, err := c.store.ReadTail(ctx, id, uploads.Tail{N: t.N, Size: t.Size, CRC32C: t.CRC32C})
+	data, err := c.store.ReadTail(ctx, id, staging.Tail{N: t.N, Size: t.Size, CRC32C: t.CRC32C})
 	if errors.Is(err, staging.ErrChunkMissing) {
 		return nil, fmt.Errorf("%w: upload %s: its bytes after the last whole chunk changed since this request read the offset; send HEAD and resume", httpdoor.ErrConflict, id)
 	}

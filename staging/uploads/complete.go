@@ -159,10 +159,10 @@ func (c *Completions) Begin(ctx context.Context, id, token string, lease time.Du
 // BeginSnapshot is Begin and, when it begins, Snapshot, in one round trip: the reads
 // follow the script on the connection to the upload's slot, so they see the upload as
 // the guard's holder (COMPLETING). u and parts are nil unless b.Outcome is Begun.
-func (c *Completions) BeginSnapshot(ctx context.Context, id, token string, lease time.Duration) (b Begin, u *Upload, parts []Part, err error) {
+func (c *Completions) BeginSnapshot(ctx context.Context, id, token string, lease time.Duration) (b Begin, u *staging.Upload, parts []Part, err error) {
 	s := c.s
 	var begin *redis.Cmd
-	var read func() (*Upload, map[string]string, error)
+	var read func() (*staging.Upload, map[string]string, error)
 	_, err = s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		begin = beginCompleteScript.Eval(ctx, s.c, p, []string{rdb.StateKey(id), rdb.GuardKey(id)},
 			token, s.c.NowMs(), lease.Milliseconds(), s.c.Cfg.StateTTL.Milliseconds())
@@ -402,7 +402,9 @@ func (c *Completions) Due(ctx context.Context, limit int64) ([]string, error) {
 }
 
 // Get reads an upload (see Store.Get).
-func (c *Completions) Get(ctx context.Context, id string) (*Upload, error) { return c.s.Get(ctx, id) }
+func (c *Completions) Get(ctx context.Context, id string) (*staging.Upload, error) {
+	return c.s.Get(ctx, id)
+}
 
 // Now returns the store's clock reading.
 func (c *Completions) Now() time.Time { return c.s.c.Now() }

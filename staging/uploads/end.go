@@ -231,7 +231,7 @@ func (e *Ends) Recover(ctx context.Context, id string) error {
 }
 
 // Get reads an upload (see Store.Get).
-func (e *Ends) Get(ctx context.Context, id string) (*Upload, error) { return e.s.Get(ctx, id) }
+func (e *Ends) Get(ctx context.Context, id string) (*staging.Upload, error) { return e.s.Get(ctx, id) }
 
 // Now returns the store's clock reading.
 func (e *Ends) Now() time.Time { return e.s.c.Now() }

@@ -106,7 +106,7 @@ func TestRefusalsAreUnavailable(t *testing.T) {
 	r := testenv.StartRedis(t)
 	replica := testenv.StartRedis(t, testenv.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(r.Port)))
 	ro := openStore(t, replica.Client(t), staging.Config{})
-	_, err := ro.Create(ctxT(t), uploads.NewUpload{ID: ids.New(), ChunkSize: 5 << 20, ExpectedSize: -1})
+	_, err := ro.Create(ctxT(t), staging.NewUpload{ID: ids.New(), ChunkSize: 5 << 20, ExpectedSize: -1})
 	if !errors.Is(err, staging.ErrUnavailable) {
 		t.Fatalf("create on a replica: %v, want ErrUnavailable (READONLY)", err)
 	}

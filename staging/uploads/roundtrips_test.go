@@ -37,8 +37,8 @@ func TestReserveBindsOnce(t *testing.T) {
 		}
 	}
 	node := ids.NewUUID()
-	u := uploads.NewUpload{ID: first, Bucket: "b", Key: "k", ChunkSize: 8, ExpectedSize: 3, Total: 1, Tenant: "acme",
-		ClientNodeID: "cn-1", Document: uploads.Document{NodeID: node}, At: clk.Now()}
+	u := staging.NewUpload{ID: first, Bucket: "b", Key: "k", ChunkSize: 8, ExpectedSize: 3, Total: 1, Tenant: "acme",
+		ClientNodeID: "cn-1", Document: staging.Document{NodeID: node}, At: clk.Now()}
 	if ok, err := s.CreateReserved(ctx, u); err != nil || !ok {
 		t.Fatalf("CreateReserved: %v %v", ok, err)
 	}
@@ -96,8 +96,8 @@ func TestSharedRoundTripsOutOfMemory(t *testing.T) {
 	if _, err := s.Reserve(ctx, "", "cn-oom", id, at); !errors.Is(err, staging.ErrFull) {
 		t.Fatalf("Reserve at maxmemory: %v, want ErrFull", err)
 	}
-	u := uploads.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 8, ExpectedSize: 1, Total: 1,
-		ClientNodeID: "cn-oom", Document: uploads.Document{NodeID: node}, At: at}
+	u := staging.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 8, ExpectedSize: 1, Total: 1,
+		ClientNodeID: "cn-oom", Document: staging.Document{NodeID: node}, At: at}
 	if _, err := s.CreateReserved(ctx, u); !errors.Is(err, staging.ErrFull) {
 		t.Fatalf("CreateReserved at maxmemory: %v, want ErrFull", err)
 	}

@@ -27,7 +27,7 @@ func TestStageScriptWritesNothingWithoutBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := ids.New()
-	if _, err := s.Create(ctx, NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 4, ExpectedSize: 8, Total: 2}); err != nil {
+	if _, err := s.Create(ctx, staging.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 4, ExpectedSize: 8, Total: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Stage(ctx, id, 1, []byte("aaaa"), 1, false); err != nil {

@@ -112,18 +112,6 @@ if total > 0 and tonumber(st[4]) == total then ready = 1 end
 return {code, ready, stored}
 `)
 
-// StageResult says what staging a chunk did.
-type StageResult struct {
-	// Duplicate is true when the same bytes had been received before.
-	Duplicate bool
-	// Stored is true for a Duplicate whose part is in S3 already.
-	Stored bool
-	// Ready is true when the upload has all its parts and can be completed now (the
-	// last chunk arrived after every part was already in S3, e.g. is_last on a
-	// repeat); its completion is then indexed already.
-	Ready bool
-}
-
 // wakeGrace is how long after staging a chunk the sweeper leaves it to the pub/sub
 // wake-up before offering it itself.
 const wakeGrace = 2 * time.Second
@@ -134,7 +122,7 @@ const wakeGrace = 2 * time.Second
 // them or, for a repeat or a rejected chunk, deletes them. Under an append lock (ctx
 // from WithAppendLock) the script first checks that the lock is still the caller's,
 // and refuses with ErrLockLost if not.
-func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (StageResult, error) {
+func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (staging.StageResult, error) {
 	ref := staging.ChunkRef{UploadID: id, N: n}
 	now := s.c.Now()
 	incoming := rdb.IncomingKey(id, n, ids.NewToken())
@@ -183,26 +171,26 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 	}
 	if eval == nil || eval.Err() != nil && set.Err() == nil {
 		// The pipeline did not run, or the script failed on its own.
-		return StageResult{}, orErr(rdb.Classify(evalErr(eval)), err)
+		return staging.StageResult{}, orErr(rdb.Classify(evalErr(eval)), err)
 	}
 	if err := set.Err(); err != nil {
 		// The bytes were refused (Redis out of memory, say): the script found no
 		// incoming key and changed nothing.
-		return StageResult{}, rdb.Classify(err)
+		return staging.StageResult{}, rdb.Classify(err)
 	}
 	res, err := eval.Slice()
 	if err != nil {
-		return StageResult{}, rdb.Classify(err)
+		return staging.StageResult{}, rdb.Classify(err)
 	}
 	code := res[0].(string)
 	if index != nil && index.Err() != nil && (code == "ok" || code == "dup") {
 		// Staged, but not indexed as pending: refuse the acknowledgement, so that the
 		// client sends the chunk again and its repeat adds the entry.
-		return StageResult{}, rdb.Classify(index.Err())
+		return staging.StageResult{}, rdb.Classify(index.Err())
 	}
 	if wait != nil && (code == "ok" || code == "dup") {
 		if n, err := wait.Int64(); err != nil || n < int64(s.c.Cfg.MinReplicas) {
-			return StageResult{}, fmt.Errorf("%w (%d of %d replicas confirmed within %s)", staging.ErrNotReplicated, n, s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout)
+			return staging.StageResult{}, fmt.Errorf("%w (%d of %d replicas confirmed within %s)", staging.ErrNotReplicated, n, s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout)
 		}
 	}
 	if code == "ok" && s.c.Cluster {
@@ -211,34 +199,34 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 	}
 	switch code {
 	case "ok", "dup":
-		r := StageResult{Duplicate: code == "dup", Ready: res[1].(int64) == 1, Stored: len(res) > 2 && res[2].(int64) == 1}
+		r := staging.StageResult{Duplicate: code == "dup", Ready: res[1].(int64) == 1, Stored: len(res) > 2 && res[2].(int64) == 1}
 		if r.Ready {
 			// No worker will see a new part, so the completion starts here.
 			if err := s.readyToComplete(ctx, id); err != nil {
-				return StageResult{}, err
+				return staging.StageResult{}, err
 			}
 		}
 		return r, nil
 	case "notfound":
-		return StageResult{}, staging.ErrNotFound
+		return staging.StageResult{}, staging.ErrNotFound
 	case "state":
-		return StageResult{}, &staging.StateError{Status: staging.Status(res[1].(string))}
+		return staging.StageResult{}, &staging.StateError{Status: staging.Status(res[1].(string))}
 	case "beyond":
-		return StageResult{}, &staging.OutOfRangeError{N: n, Total: rdb.U32(res[1])}
+		return staging.StageResult{}, &staging.OutOfRangeError{N: n, Total: rdb.U32(res[1])}
 	case "last":
-		return StageResult{}, &staging.LastChunkError{N: n, Last: rdb.U32(res[1])}
+		return staging.StageResult{}, &staging.LastChunkError{N: n, Last: rdb.U32(res[1])}
 	case "lastbefore":
-		return StageResult{}, &staging.LastChunkError{N: n, Max: rdb.U32(res[1])}
+		return staging.StageResult{}, &staging.LastChunkError{N: n, Max: rdb.U32(res[1])}
 	case "recorded":
-		return StageResult{}, &staging.PartRecordedError{N: n}
+		return staging.StageResult{}, &staging.PartRecordedError{N: n}
 	case "busy":
-		return StageResult{}, staging.ErrChunkBusy
+		return staging.StageResult{}, staging.ErrChunkBusy
 	case "nobytes":
-		return StageResult{}, fmt.Errorf("%w: chunk %d's bytes did not reach Redis", staging.ErrUnavailable, n)
+		return staging.StageResult{}, fmt.Errorf("%w: chunk %d's bytes did not reach Redis", staging.ErrUnavailable, n)
 	case "fenced":
-		return StageResult{}, ErrLockLost
+		return staging.StageResult{}, ErrLockLost
 	}
-	return StageResult{}, fmt.Errorf("staging: unexpected stage result %q", code)
+	return staging.StageResult{}, fmt.Errorf("staging: unexpected stage result %q", code)
 }
 
 func evalErr(c *redis.Cmd) error {

@@ -72,45 +72,6 @@ func (s *Store) Now() time.Time { return s.c.Now() }
 // StateTTL is how long an upload may stay idle before it expires.
 func (s *Store) StateTTL() time.Duration { return s.c.Cfg.StateTTL }
 
-// NewUpload describes an upload to create.
-type NewUpload struct {
-	ID, Bucket, Key string
-	ChunkSize       int64
-	// ExpectedSize is -1 when unknown.
-	ExpectedSize int64
-	// Total is the number of chunks when ExpectedSize is known, else 0.
-	Total uint32
-	// InstanceID names the process that creates it.
-	InstanceID                      string
-	Name, ContentType, ClientNodeID string
-	CorrelationID, Tenant           string
-	Metadata                        map[string]string
-	// IfAbsent: the object must not replace one at its key (S3's conditional write).
-	IfAbsent bool
-	Document
-	// At is the creation time recorded; zero means the store's clock now. A caller
-	// that sets it can describe the new upload (Created) without reading it back.
-	At time.Time
-}
-
-// Document is an upload's document identity and place: its node id (a UUID, always
-// set) and where it comes from. CustomMetadata is a JSON object ("" for none).
-type Document struct {
-	NodeID, ConnectorID, ParentID, Path, Drive string
-	CustomMetadata                             string
-}
-
-// Created is the upload u describes, as Create stores it (for a caller that set At).
-func (u NewUpload) Created() *Upload {
-	at := time.UnixMilli(u.At.UnixMilli())
-	return &Upload{
-		ID: u.ID, Status: staging.StatusActive, Bucket: u.Bucket, Key: u.Key, ChunkSize: u.ChunkSize,
-		ExpectedSize: u.ExpectedSize, Total: u.Total, InstanceID: u.InstanceID, Name: u.Name, ContentType: u.ContentType,
-		ClientNodeID: u.ClientNodeID, CorrelationID: u.CorrelationID, Tenant: u.Tenant, Metadata: u.Metadata,
-		Document: u.Document, IfAbsent: u.IfAbsent, ReceivedChunks: []uint32{}, Created: at, Updated: at,
-	}
-}
-
 // Reserve readies a new upload id of tenant, created at at, in one round trip: it adds
 // its hints (the active index and the tenant's list, which lead to nothing until the
 // upload exists and are dropped when visited), and, when clientNodeID is set, binds it
@@ -280,7 +241,7 @@ return {'ok'}
 `)
 
 // Create stores a new upload. It reports false if the id exists already.
-func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
+func (s *Store) Create(ctx context.Context, u staging.NewUpload) (bool, error) {
 	if u.At.IsZero() {
 		u.At = s.c.Now()
 	}
@@ -313,7 +274,7 @@ func (s *Store) Create(ctx context.Context, u NewUpload) (bool, error) {
 // finds the upload; a script refused for memory finds the write after it refused too);
 // in two on a cluster, where the node index is on another node. It reports false if the
 // id exists already (then the node index is as it was).
-func (s *Store) CreateReserved(ctx context.Context, u NewUpload) (bool, error) {
+func (s *Store) CreateReserved(ctx context.Context, u staging.NewUpload) (bool, error) {
 	keys, args, err := s.createArgs(u)
 	if err != nil {
 		return false, err
@@ -348,7 +309,7 @@ func (s *Store) CreateReserved(ctx context.Context, u NewUpload) (bool, error) {
 }
 
 // createArgs are the keys and arguments of createScript for u (u.At set).
-func (s *Store) createArgs(u NewUpload) ([]string, []any, error) {
+func (s *Store) createArgs(u staging.NewUpload) ([]string, []any, error) {
 	nowMs := u.At.UnixMilli()
 	now := strconv.FormatInt(nowMs, 10)
 	state := []any{
@@ -382,26 +343,16 @@ func (s *Store) createArgs(u NewUpload) ([]string, []any, error) {
 	return []string{rdb.StateKey(u.ID), rdb.MetaKey(u.ID)}, args, nil
 }
 
-// Params are an upload's immutable parameters.
-type Params struct {
-	ChunkSize    int64
-	ExpectedSize int64
-	// Total is the number of chunks known from ExpectedSize, else 0.
-	Total uint32
-	// Tenant owns the upload.
-	Tenant string
-}
-
 // Params reads an upload's immutable parameters.
-func (s *Store) Params(ctx context.Context, id string) (Params, error) {
+func (s *Store) Params(ctx context.Context, id string) (staging.Params, error) {
 	v, err := s.c.Client.HMGet(ctx, rdb.StateKey(id), "chunk_size", "expected_size", "tenant").Result()
 	if err != nil {
-		return Params{}, err
+		return staging.Params{}, err
 	}
 	if v[0] == nil {
-		return Params{}, staging.ErrNotFound
+		return staging.Params{}, staging.ErrNotFound
 	}
-	var p Params
+	var p staging.Params
 	p.ChunkSize = rdb.I64(v[0])
 	p.ExpectedSize = rdb.I64(v[1])
 	p.Tenant = rdb.Str(v[2])
@@ -411,77 +362,16 @@ func (s *Store) Params(ctx context.Context, id string) (Params, error) {
 	return p, nil
 }
 
-// Upload is an upload's state as stored.
-type Upload struct {
-	ID             string
-	Status         staging.Status
-	Bucket, Key    string
-	ChunkSize      int64
-	ExpectedSize   int64
-	Total          uint32
-	ReceivedChunks []uint32
-	ReceivedBytes  int64
-	Uploaded       uint32
-	UploadedBytes  int64
-	MultipartID    string
-	// InstanceID names the process that created the upload.
-	InstanceID        string
-	Size              int64
-	ETag              string
-	CRC32C            uint32
-	Error             string
-	Name, ContentType string
-	ClientNodeID      string
-	CorrelationID     string
-	Tenant            string
-	HandoffPending    bool
-	Metadata          map[string]string
-	// Tail is the first bytes of a chunk an HTTP append received without filling it
-	// (see SaveTail); the zero Tail when there is none. It is current only while its
-	// chunk has not been received.
-	Tail Tail
-	// IfAbsent: the object must not replace one at its key.
-	IfAbsent bool
-	Document
-	// DetectedContentType is the type found in the object's first bytes at completion,
-	// when ContentType was empty or generic.
-	DetectedContentType string
-	// Chunks are the received chunks by number, with what the store holds for each.
-	Chunks           []ChunkInfo
-	Created, Updated time.Time
-	// FirstChunk is when its first chunk was staged or first part recorded (zero before).
-	FirstChunk time.Time
-	Completed  time.Time
-}
-
-// EffectiveContentType is the type the upload is taken to be: the one detected in its
-// first bytes when the declared one was empty or generic, else the declared one.
-func (u *Upload) EffectiveContentType() string {
-	if u.DetectedContentType != "" {
-		return u.DetectedContentType
-	}
-	return u.ContentType
-}
-
-// ChunkInfo is what the store holds for one received chunk.
-type ChunkInfo struct {
-	N      uint32
-	Size   int64
-	CRC32C uint32
-	// Stored: the chunk's part (or object) is in S3.
-	Stored bool
-}
-
 // Get reads an upload in one round trip.
-func (s *Store) Get(ctx context.Context, id string) (*Upload, error) {
+func (s *Store) Get(ctx context.Context, id string) (*staging.Upload, error) {
 	u, _, err := s.get(ctx, id, false)
 	return u, err
 }
 
 // get reads an upload in one round trip, and with withParts its parts hash (N →
 // "etag|crc|size") too.
-func (s *Store) get(ctx context.Context, id string, withParts bool) (*Upload, map[string]string, error) {
-	var read func() (*Upload, map[string]string, error)
+func (s *Store) get(ctx context.Context, id string, withParts bool) (*staging.Upload, map[string]string, error) {
+	var read func() (*staging.Upload, map[string]string, error)
 	if _, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		read = s.getIn(ctx, p, id, withParts)
 		return nil
@@ -493,7 +383,7 @@ func (s *Store) get(ctx context.Context, id string, withParts bool) (*Upload, ma
 
 // getIn queues get's reads in pipeline p; the function it returns reads their replies
 // once p has run.
-func (s *Store) getIn(ctx context.Context, p redis.Pipeliner, id string, withParts bool) func() (*Upload, map[string]string, error) {
+func (s *Store) getIn(ctx context.Context, p redis.Pipeliner, id string, withParts bool) func() (*staging.Upload, map[string]string, error) {
 	var partsAll *redis.MapStringStringCmd
 	var partKeys *redis.StringSliceCmd
 	st := p.HGetAll(ctx, rdb.StateKey(id))
@@ -510,7 +400,7 @@ func (s *Store) getIn(ctx context.Context, p redis.Pipeliner, id string, withPar
 	} else {
 		cmds = append(cmds, partKeys)
 	}
-	return func() (*Upload, map[string]string, error) {
+	return func() (*staging.Upload, map[string]string, error) {
 		for _, c := range cmds {
 			if err := c.Err(); err != nil {
 				return nil, nil, err
@@ -522,7 +412,7 @@ func (s *Store) getIn(ctx context.Context, p redis.Pipeliner, id string, withPar
 
 // parseUpload builds an upload from its hashes (state, meta, received) and its parts
 // hash (whole, or its keys).
-func parseUpload(id string, h, m, received map[string]string, partsAll *redis.MapStringStringCmd, partKeys *redis.StringSliceCmd) (*Upload, map[string]string, error) {
+func parseUpload(id string, h, m, received map[string]string, partsAll *redis.MapStringStringCmd, partKeys *redis.StringSliceCmd) (*staging.Upload, map[string]string, error) {
 	withParts := partsAll != nil
 	var parts []string
 	var partsHash map[string]string
@@ -537,7 +427,7 @@ func parseUpload(id string, h, m, received map[string]string, partsAll *redis.Ma
 	if len(h) == 0 {
 		return nil, nil, staging.ErrNotFound
 	}
-	u := &Upload{
+	u := &staging.Upload{
 		ID: id, Status: staging.Status(h["status"]), Bucket: h["bucket"], Key: h["key"],
 		ChunkSize: rdb.I64(h["chunk_size"]), ExpectedSize: rdb.I64(h["expected_size"]),
 		Total: rdb.U32(h["total"]), ReceivedBytes: rdb.I64(h["received_bytes"]),
@@ -549,7 +439,7 @@ func parseUpload(id string, h, m, received map[string]string, partsAll *redis.Ma
 		Created: rdb.MsTime(h["created_ms"]), Updated: rdb.MsTime(h["updated_ms"]),
 		FirstChunk: rdb.MsTime(h["first_ms"]), Completed: rdb.MsTime(h["completed_ms"]),
 		DetectedContentType: h["detected_ct"], IfAbsent: h["if_absent"] == "1", Tail: parseTail(h["tail"]),
-		Document: Document{NodeID: m["node_id"], ConnectorID: m["connector_id"], ParentID: m["parent_id"],
+		Document: staging.Document{NodeID: m["node_id"], ConnectorID: m["connector_id"], ParentID: m["parent_id"],
 			Path: m["path"], Drive: m["drive"], CustomMetadata: m["custom_metadata"]},
 	}
 	if md := m["metadata"]; md != "" {
@@ -562,11 +452,11 @@ func parseUpload(id string, h, m, received map[string]string, partsAll *redis.Ma
 		stored[k] = true
 	}
 	for k, v := range received {
-		c := ChunkInfo{N: rdb.U32(k), Stored: stored[k]}
+		c := staging.ChunkInfo{N: rdb.U32(k), Stored: stored[k]}
 		c.CRC32C, c.Size, _ = rdb.ParseCRCSize(v)
 		u.Chunks = append(u.Chunks, c)
 	}
-	slices.SortFunc(u.Chunks, func(a, b ChunkInfo) int { return cmp.Compare(a.N, b.N) })
+	slices.SortFunc(u.Chunks, func(a, b staging.ChunkInfo) int { return cmp.Compare(a.N, b.N) })
 	u.ReceivedChunks = make([]uint32, len(u.Chunks))
 	for i, c := range u.Chunks {
 		u.ReceivedChunks[i] = c.N
@@ -696,13 +586,13 @@ func (s *Store) readyToComplete(ctx context.Context, id string) error {
 // oldest first, after cursor (a next cursor of a previous call; "" for the first
 // page). It returns the next cursor, "" after the last page. Entries whose upload has
 // ended or is gone are dropped on the way.
-func (s *Store) InProgress(ctx context.Context, tenant, cursor string, limit int) ([]*Upload, string, error) {
+func (s *Store) InProgress(ctx context.Context, tenant, cursor string, limit int) ([]*staging.Upload, string, error) {
 	key := rdb.TenantUploadsKey(tenant)
 	after := "-"
 	if cursor != "" {
 		after = "(" + cursor
 	}
-	var out []*Upload
+	var out []*staging.Upload
 	for len(out) < limit {
 		want := limit - len(out)
 		members, err := s.c.Client.ZRangeByLex(ctx, key, &redis.ZRangeBy{Min: after, Max: "+", Count: int64(want)}).Result()

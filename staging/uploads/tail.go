@@ -20,31 +20,19 @@ import (
 // the next append begins its chunk with them; a chunk is still staged whole, and gRPC
 // never sees a tail. One tail per upload: saving one replaces the one before.
 
-// Tail describes an upload's tail: N is the chunk it begins, Size its bytes, CRC32C
-// their checksum. The zero Tail is none.
-type Tail struct {
-	N      uint32
-	Size   int64
-	CRC32C uint32
-}
-
-func (t Tail) String() string {
-	return fmt.Sprintf("%d|%d|%d", t.N, t.Size, t.CRC32C)
-}
-
 // parseTail reads the state hash's tail field ("" or "N|size|crc32c").
-func parseTail(v string) Tail {
+func parseTail(v string) staging.Tail {
 	parts := strings.Split(v, "|")
 	if len(parts) != 3 {
-		return Tail{}
+		return staging.Tail{}
 	}
 	n, err1 := strconv.ParseUint(parts[0], 10, 32)
 	size, err2 := strconv.ParseInt(parts[1], 10, 64)
 	c, err3 := strconv.ParseUint(parts[2], 10, 32)
 	if err1 != nil || err2 != nil || err3 != nil {
-		return Tail{}
+		return staging.Tail{}
 	}
-	return Tail{N: uint32(n), Size: size, CRC32C: uint32(c)}
+	return staging.Tail{N: uint32(n), Size: size, CRC32C: uint32(c)}
 }
 
 // saveTailScript records an upload's tail, or drops it.
@@ -99,7 +87,7 @@ func (s *Store) SaveTail(ctx context.Context, id string, n uint32, data []byte) 
 	}
 	field := ""
 	if len(data) > 0 {
-		field = Tail{N: n, Size: int64(len(data)), CRC32C: crc.Checksum(data)}.String()
+		field = staging.Tail{N: n, Size: int64(len(data)), CRC32C: crc.Checksum(data)}.String()
 	}
 	var eval *redis.Cmd
 	wait, err := s.pipelineReplicated(ctx, id, func(p redis.Pipeliner) {
@@ -135,7 +123,7 @@ func (s *Store) SaveTail(ctx context.Context, id string, n uint32, data []byte) 
 
 // ReadTail returns upload id's tail bytes if they are the tail t describes (else
 // staging.ErrChunkMissing: replaced or dropped since t was read).
-func (s *Store) ReadTail(ctx context.Context, id string, t Tail) ([]byte, error) {
+func (s *Store) ReadTail(ctx context.Context, id string, t staging.Tail) ([]byte, error) {
 	data, err := s.c.Client.Get(ctx, rdb.TailKey(id)).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, staging.ErrChunkMissing

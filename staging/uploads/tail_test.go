@@ -22,7 +22,7 @@ func TestTail(t *testing.T) {
 		t.Fatalf("lock: %v %v", ok, err)
 	}
 	held := uploads.WithAppendLock(ctx, id, "a")
-	tail := func() uploads.Tail {
+	tail := func() staging.Tail {
 		t.Helper()
 		u, err := s.Get(ctx, id)
 		if err != nil {
@@ -37,13 +37,13 @@ func TestTail(t *testing.T) {
 	if err := s.SaveTail(uploads.WithAppendLock(ctx, id, "b"), id, 1, []byte("ab")); !errors.Is(err, uploads.ErrLockLost) {
 		t.Fatalf("a tail under another's lock: %v, want ErrLockLost", err)
 	}
-	if got := tail(); got != (uploads.Tail{}) {
+	if got := tail(); got != (staging.Tail{}) {
 		t.Fatalf("refused saves left a tail: %+v", got)
 	}
 	if err := s.SaveTail(held, id, 1, []byte("abc")); err != nil {
 		t.Fatal(err)
 	}
-	want := uploads.Tail{N: 1, Size: 3, CRC32C: crc.Checksum([]byte("abc"))}
+	want := staging.Tail{N: 1, Size: 3, CRC32C: crc.Checksum([]byte("abc"))}
 	if got := tail(); got != want {
 		t.Fatalf("tail %+v, want %+v", got, want)
 	}
@@ -67,7 +67,7 @@ func TestTail(t *testing.T) {
 	if err := s.SaveTail(held, id, 2, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := tail(); got != (uploads.Tail{}) {
+	if got := tail(); got != (staging.Tail{}) {
 		t.Fatalf("a dropped tail shows: %+v", got)
 	}
 }

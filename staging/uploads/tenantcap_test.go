@@ -31,7 +31,7 @@ func TestMaxActivePerTenant(t *testing.T) {
 		if err != nil {
 			return "", err
 		}
-		ok, err := s.CreateReserved(ctx, uploads.NewUpload{ID: bound, Bucket: "b", Key: "k/" + bound, ChunkSize: 4, ExpectedSize: -1, Tenant: tenant, At: at})
+		ok, err := s.CreateReserved(ctx, staging.NewUpload{ID: bound, Bucket: "b", Key: "k/" + bound, ChunkSize: 4, ExpectedSize: -1, Tenant: tenant, At: at})
 		if err == nil && !ok {
 			t.Fatalf("create %s: exists", bound)
 		}
@@ -49,11 +49,11 @@ func TestMaxActivePerTenant(t *testing.T) {
 		t.Fatalf("create past the cap: %v, want ErrTooManyUploads", err)
 	}
 	// Create (the path of an id bound before) is counted too.
-	if _, err := s.Create(ctx, uploads.NewUpload{ID: ids.New(), Bucket: "b", Key: "k", ChunkSize: 4, ExpectedSize: -1, Tenant: "a", At: clk.Now()}); !errors.Is(err, staging.ErrTooManyUploads) {
+	if _, err := s.Create(ctx, staging.NewUpload{ID: ids.New(), Bucket: "b", Key: "k", ChunkSize: 4, ExpectedSize: -1, Tenant: "a", At: clk.Now()}); !errors.Is(err, staging.ErrTooManyUploads) {
 		t.Fatalf("Create past the cap: %v, want ErrTooManyUploads", err)
 	}
 	// A retried create of an upload that exists is not refused.
-	if ok, err := s.Create(ctx, uploads.NewUpload{ID: a[0], Bucket: "b", Key: "k/" + a[0], ChunkSize: 4, ExpectedSize: -1, Tenant: "a", At: clk.Now().Add(time.Second)}); err != nil || ok {
+	if ok, err := s.Create(ctx, staging.NewUpload{ID: a[0], Bucket: "b", Key: "k/" + a[0], ChunkSize: 4, ExpectedSize: -1, Tenant: "a", At: clk.Now().Add(time.Second)}); err != nil || ok {
 		t.Fatalf("retried create: %v %v, want exists", ok, err)
 	}
 	if _, err := create("b"); err != nil {

@@ -50,7 +50,7 @@ func ctxT(t *testing.T) context.Context {
 func newUpload(t *testing.T, s *uploads.Store, chunkSize int64, total uint32) string {
 	t.Helper()
 	id := ids.New()
-	u := uploads.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: chunkSize, ExpectedSize: -1, Total: total}
+	u := staging.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: chunkSize, ExpectedSize: -1, Total: total}
 	if total > 0 {
 		u.ExpectedSize = int64(total) * chunkSize
 	}
@@ -61,7 +61,7 @@ func newUpload(t *testing.T, s *uploads.Store, chunkSize int64, total uint32) st
 	return id
 }
 
-func stage(t *testing.T, s *uploads.Store, id string, n uint32, data []byte, last bool) (uploads.StageResult, error) {
+func stage(t *testing.T, s *uploads.Store, id string, n uint32, data []byte, last bool) (staging.StageResult, error) {
 	t.Helper()
 	return s.Stage(ctxT(t), id, n, data, crc.Checksum(data), last)
 }
@@ -459,8 +459,8 @@ func TestDocumentFieldsStored(t *testing.T) {
 	s, clk := newStore(t)
 	ctx := ctxT(t)
 	id := ids.New()
-	doc := uploads.Document{NodeID: ids.NewUUID(), ConnectorID: "c", ParentID: "p", Path: "/a/b", Drive: "d", CustomMetadata: `{"k":[1,2]}`}
-	if ok, err := s.Create(ctx, uploads.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 8, ExpectedSize: 3, Total: 1,
+	doc := staging.Document{NodeID: ids.NewUUID(), ConnectorID: "c", ParentID: "p", Path: "/a/b", Drive: "d", CustomMetadata: `{"k":[1,2]}`}
+	if ok, err := s.Create(ctx, staging.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 8, ExpectedSize: 3, Total: 1,
 		InstanceID: "api-1", Document: doc}); err != nil || !ok {
 		t.Fatalf("create: %v %v", ok, err)
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/chunkup/chunkup/client"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/staging"
-	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 // holdAt returns a progress hook that, once at least n bytes are acknowledged, closes
@@ -140,7 +139,7 @@ func testWorkerKilledHoldingClaims(t *testing.T) {
 	ctx := ctxFor(t, patience)
 	// Every chunk staged, and worker-1 (concurrency 2) holding two of them.
 	var held map[uint32]time.Time
-	var st *uploads.Upload
+	var st *staging.Upload
 	poll(t, "worker-1 to hold two chunk leases with every chunk staged", time.Minute, func() error {
 		var err error
 		if st, err = c.stores.Uploads.Get(ctx, id); err != nil {
@@ -213,7 +212,7 @@ func testCompleterKilledMidCompletion(t *testing.T) {
 			u := startUpload(ctxFor(t, patience), cl, data, nil, client.WithResume(id))
 
 			ctx := ctxFor(t, patience)
-			var st *uploads.Upload
+			var st *staging.Upload
 			poll(t, "completer-1 to take the completion guard", time.Minute, func() error {
 				var err error
 				st, err = c.stores.Uploads.Get(ctx, id)
@@ -349,7 +348,7 @@ func testMinIOStoppedMidUpload(t *testing.T) {
 	waitTrigger(t, fired, u, "a chunk was acknowledged")
 	// Stop MinIO once the multipart upload exists and a part is in it.
 	id := u.id(t)
-	var st *uploads.Upload
+	var st *staging.Upload
 	poll(t, "a first part in S3", time.Minute, func() error {
 		var err error
 		if st, err = c.stores.Uploads.Get(ctx, id); err == nil && st.Uploaded == 0 {

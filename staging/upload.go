@@ -1,0 +1,145 @@
+package staging
+
+import (
+	"fmt"
+	"time"
+)
+
+// The domain types of an upload: what the stores hold and return, and what the upload
+// core, the events and the completer speak of. They live here, in the vocabulary of the
+// keyspace, rather than in the Redis store, so that a package that only describes
+// uploads (events, completion) need not import the store.
+
+// NewUpload describes an upload to create.
+type NewUpload struct {
+	ID, Bucket, Key string
+	ChunkSize       int64
+	// ExpectedSize is -1 when unknown.
+	ExpectedSize int64
+	// Total is the number of chunks when ExpectedSize is known, else 0.
+	Total uint32
+	// InstanceID names the process that creates it.
+	InstanceID                      string
+	Name, ContentType, ClientNodeID string
+	CorrelationID, Tenant           string
+	Metadata                        map[string]string
+	// IfAbsent: the object must not replace one at its key (S3's conditional write).
+	IfAbsent bool
+	Document
+	// At is the creation time recorded; zero means the store's clock now. A caller
+	// that sets it can describe the new upload (Created) without reading it back.
+	At time.Time
+}
+
+// Document is an upload's document identity and place: its node id (a UUID, always
+// set) and where it comes from. CustomMetadata is a JSON object ("" for none).
+type Document struct {
+	NodeID, ConnectorID, ParentID, Path, Drive string
+	CustomMetadata                             string
+}
+
+// Created is the upload u describes, as Create stores it (for a caller that set At).
+func (u NewUpload) Created() *Upload {
+	at := time.UnixMilli(u.At.UnixMilli())
+	return &Upload{
+		ID: u.ID, Status: StatusActive, Bucket: u.Bucket, Key: u.Key, ChunkSize: u.ChunkSize,
+		ExpectedSize: u.ExpectedSize, Total: u.Total, InstanceID: u.InstanceID, Name: u.Name, ContentType: u.ContentType,
+		ClientNodeID: u.ClientNodeID, CorrelationID: u.CorrelationID, Tenant: u.Tenant, Metadata: u.Metadata,
+		Document: u.Document, IfAbsent: u.IfAbsent, ReceivedChunks: []uint32{}, Created: at, Updated: at,
+	}
+}
+
+// Params are an upload's immutable parameters.
+type Params struct {
+	ChunkSize    int64
+	ExpectedSize int64
+	// Total is the number of chunks known from ExpectedSize, else 0.
+	Total uint32
+	// Tenant owns the upload.
+	Tenant string
+}
+
+// Upload is an upload's state as stored.
+type Upload struct {
+	ID             string
+	Status         Status
+	Bucket, Key    string
+	ChunkSize      int64
+	ExpectedSize   int64
+	Total          uint32
+	ReceivedChunks []uint32
+	ReceivedBytes  int64
+	Uploaded       uint32
+	UploadedBytes  int64
+	MultipartID    string
+	// InstanceID names the process that created the upload.
+	InstanceID        string
+	Size              int64
+	ETag              string
+	CRC32C            uint32
+	Error             string
+	Name, ContentType string
+	ClientNodeID      string
+	CorrelationID     string
+	Tenant            string
+	HandoffPending    bool
+	Metadata          map[string]string
+	// Tail is the first bytes of a chunk an HTTP append received without filling it
+	// (see SaveTail); the zero Tail when there is none. It is current only while its
+	// chunk has not been received.
+	Tail Tail
+	// IfAbsent: the object must not replace one at its key.
+	IfAbsent bool
+	Document
+	// DetectedContentType is the type found in the object's first bytes at completion,
+	// when ContentType was empty or generic.
+	DetectedContentType string
+	// Chunks are the received chunks by number, with what the store holds for each.
+	Chunks           []ChunkInfo
+	Created, Updated time.Time
+	// FirstChunk is when its first chunk was staged or first part recorded (zero before).
+	FirstChunk time.Time
+	Completed  time.Time
+}
+
+// EffectiveContentType is the type the upload is taken to be: the one detected in its
+// first bytes when the declared one was empty or generic, else the declared one.
+func (u *Upload) EffectiveContentType() string {
+	if u.DetectedContentType != "" {
+		return u.DetectedContentType
+	}
+	return u.ContentType
+}
+
+// ChunkInfo is what the store holds for one received chunk.
+type ChunkInfo struct {
+	N      uint32
+	Size   int64
+	CRC32C uint32
+	// Stored: the chunk's part (or object) is in S3.
+	Stored bool
+}
+
+// Tail describes an upload's tail: N is the chunk it begins, Size its bytes, CRC32C
+// their checksum. The zero Tail is none.
+type Tail struct {
+	N      uint32
+	Size   int64
+	CRC32C uint32
+}
+
+func (t Tail) String() string {
+	return fmt.Sprintf("%d|%d|%d", t.N, t.Size, t.CRC32C)
+}
+
+// StageResult says what staging a chunk did.
+type StageResult struct {
+	// Duplicate is true when the same bytes had been received before.
+	Duplicate bool
+	// Stored is true for a Duplicate whose part is in S3 already.
+	Stored bool
+	// Ready is true when the upload has all its parts and can be completed now (the
+	// last chunk arrived after every part was already in S3, e.g. is_last on a
+	// repeat); its completion is then indexed already.
+	Ready bool
+}
