@@ -564,6 +564,9 @@ func (a *App) Close() {
 
 var _ server.LocalWorker = (*chunkworker.Worker)(nil)
 
+// The completer works on the uploads store's completion view.
+var _ completion.Store = (*uploads.Completions)(nil)
+
 // writeThrough adapts the worker's write-through to the API's interface.
 type writeThrough struct{ w *chunkworker.Worker }
 

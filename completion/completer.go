@@ -22,7 +22,6 @@ import (
 	"github.com/chunkup/chunkup/internal/sniff"
 	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
-	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 // Objects is the part of the S3 store a completer uses: completing the multipart
@@ -39,16 +38,14 @@ var _ Objects = (*s3store.Store)(nil)
 // Store is the part of the uploads store a completer uses.
 type Store interface {
 	Now() time.Time
-	BeginSnapshot(ctx context.Context, id, token string, lease time.Duration) (uploads.Begin, *staging.Upload, []uploads.Part, error)
-	Finish(ctx context.Context, id, token string, f uploads.Final, ev staging.OutboxEvent, handoff bool) error
+	BeginSnapshot(ctx context.Context, id, token string, lease time.Duration) (staging.Begin, *staging.Upload, []staging.Part, error)
+	Finish(ctx context.Context, id, token string, f staging.Final, ev staging.OutboxEvent, handoff bool) error
 	HandedOff(ctx context.Context, id string) (bool, error)
 	Retry(ctx context.Context, id string, at time.Time) error
 	Drop(ctx context.Context, id string) error
 	Get(ctx context.Context, id string) (*staging.Upload, error)
 	Due(ctx context.Context, limit int64) ([]string, error)
 }
-
-var _ Store = (*uploads.Completions)(nil)
 
 // Ender fails an upload that cannot be completed (see cleanup.Ender); the completer
 // passes its guard token, so it can end only an upload it is still completing.
@@ -247,14 +244,14 @@ func (c *Completer) complete(ctx context.Context, id string, head []byte) (*stag
 		return nil, err
 	}
 	switch b.Outcome {
-	case uploads.Finished:
+	case staging.Finished:
 		if b.HandoffPending {
 			if err := c.handoff(ctx, id, false); err != nil {
 				return nil, c.retryLater(ctx, id, err)
 			}
 		}
 		return nil, nil
-	case uploads.NotActive, uploads.NotReady, uploads.Guarded:
+	case staging.NotActive, staging.NotReady, staging.Guarded:
 		// NotReady: a recorded part or the last chunk will index it again. Guarded:
 		// it is due again when the guard expires.
 		return nil, nil
@@ -280,7 +277,7 @@ func (c *Completer) complete(ctx context.Context, id string, head []byte) (*stag
 	c.mu.Lock()
 	delete(c.failures, id)
 	c.mu.Unlock()
-	final := uploads.Final{ETag: etag, Size: size, CRC32C: sum}
+	final := staging.Final{ETag: etag, Size: size, CRC32C: sum}
 	if sniff.Generic(u.ContentType) {
 		if final.DetectedContentType, err = c.detect(ctx, b, head); err != nil {
 			return nil, c.retryLater(ctx, id, err)
@@ -329,7 +326,7 @@ func (c *Completer) complete(ctx context.Context, id string, head []byte) (*stag
 // none is recognized): head when the caller has them, else read from S3. An object S3 will not give back (a permanent
 // error) is left undetected, with a warning; a transient error is returned, so the
 // completion is retried.
-func (c *Completer) detect(ctx context.Context, b uploads.Begin, head []byte) (string, error) {
+func (c *Completer) detect(ctx context.Context, b staging.Begin, head []byte) (string, error) {
 	if head != nil {
 		return sniff.Detect(head), nil
 	}
@@ -385,7 +382,7 @@ func (c *Completer) retryLater(ctx context.Context, id string, err error) error 
 	return err
 }
 
-func (c *Completer) completeMultipart(ctx context.Context, id string, b uploads.Begin, parts []uploads.Part, size int64, sum uint32) (string, error) {
+func (c *Completer) completeMultipart(ctx context.Context, id string, b staging.Begin, parts []staging.Part, size int64, sum uint32) (string, error) {
 	// The guard is not renewed while S3 works: it is what lets another completer take
 	// over from one that hangs. Two completions at once are harmless (S3 completes once;
 	// the fenced finish records one), so the call is only bounded.
@@ -407,7 +404,7 @@ const strayTimeout = 30 * time.Second
 // besides the one it recorded (a worker killed between creating its own and learning it
 // lost the race leaves one behind). It is best effort: failures are logged, and the
 // completion goes on.
-func (c *Completer) abortStrays(ctx context.Context, id string, b uploads.Begin) {
+func (c *Completer) abortStrays(ctx context.Context, id string, b staging.Begin) {
 	log := c.cfg.Logger.With("upload_id", id, "bucket", b.Bucket, "key", b.Key)
 	if c.s3 == nil {
 		return

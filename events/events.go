@@ -20,7 +20,6 @@ import (
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/staging"
-	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 // Kafka headers every event carries.
@@ -101,7 +100,7 @@ func tsOrNil(t time.Time) *timestamppb.Timestamp {
 
 // Completed builds the UploadCompleted event for u, finished as f at now by the process
 // instance.
-func Completed(u *staging.Upload, instance string, f uploads.Final, now time.Time) (staging.OutboxEvent, error) {
+func Completed(u *staging.Upload, instance string, f staging.Final, now time.Time) (staging.OutboxEvent, error) {
 	id := ids.New()
 	return outboxEvent(u, id, &chunkupv1.UploadCompleted{
 		EventId: id, UploadId: u.ID, NodeId: u.NodeID, Tenant: u.Tenant, Bucket: u.Bucket, Key: u.Key,

@@ -49,21 +49,21 @@ type heldCompletions struct {
 // let lets the completer go on.
 func (h *heldCompletions) let() { h.releaseOnce.Do(func() { close(h.release) }) }
 
-func (h *heldCompletions) BeginSnapshot(ctx context.Context, id, token string, lease time.Duration) (uploads.Begin, *staging.Upload, []uploads.Part, error) {
+func (h *heldCompletions) BeginSnapshot(ctx context.Context, id, token string, lease time.Duration) (staging.Begin, *staging.Upload, []staging.Part, error) {
 	b, u, parts, err := h.Completions.BeginSnapshot(ctx, id, token, lease)
-	if err != nil || b.Outcome != uploads.Begun {
+	if err != nil || b.Outcome != staging.Begun {
 		return b, u, parts, err
 	}
 	h.heldOnce.Do(func() { h.held <- id })
 	select {
 	case <-h.release:
 	case <-ctx.Done():
-		return uploads.Begin{}, nil, nil, ctx.Err()
+		return staging.Begin{}, nil, nil, ctx.Err()
 	}
 	return b, u, parts, err
 }
 
-func (h *heldCompletions) Finish(ctx context.Context, id, token string, f uploads.Final, ev staging.OutboxEvent, handoff bool) error {
+func (h *heldCompletions) Finish(ctx context.Context, id, token string, f staging.Final, ev staging.OutboxEvent, handoff bool) error {
 	err := h.Completions.Finish(ctx, id, token, f, ev, handoff)
 	if err == nil {
 		h.finishedOnce.Do(func() { h.finished <- id })

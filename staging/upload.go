@@ -143,3 +143,67 @@ type StageResult struct {
 	// repeat); its completion is then indexed already.
 	Ready bool
 }
+
+// What the completer works with (see uploads.Completions).
+
+// BeginOutcome says what taking the completion guard found.
+type BeginOutcome int
+
+// Begin outcomes.
+const (
+	// Begun: the caller holds the guard and must finalize the object.
+	Begun BeginOutcome = iota + 1
+	// Finished: the upload is COMPLETED already. If HandoffPending, the caller hands it
+	// off and calls HandedOff; otherwise it has left the completion index.
+	Finished
+	// NotReady: some part is missing, or the last chunk is unknown; the upload has left
+	// the completion index (the last part's record puts it back).
+	NotReady
+	// Guarded: another completer holds the guard until Until; the upload is due again
+	// then.
+	Guarded
+	// NotActive: the upload ended otherwise (Status); it has left the completion index.
+	NotActive
+)
+
+// Begin is the result of Completions.Begin.
+type Begin struct {
+	Outcome     BeginOutcome
+	Total       uint32
+	MultipartID string
+	// MultipartAttempts counts the attempts to create a multipart upload for it. More
+	// than the recorded ids (one, or none for a one-chunk upload) means one may have
+	// been left behind by a worker that died.
+	MultipartAttempts int
+	// MultipartChecksummed: the multipart upload is CRC32C FULL_OBJECT; its completion
+	// carries the parts' and the whole object's CRC32C.
+	MultipartChecksummed bool
+	Bucket, Key          string
+	// IfAbsent: the object must not replace one at its key.
+	IfAbsent bool
+	Until    time.Time
+	Status   Status
+	// For Finished: the upload still has to be handed off.
+	HandoffPending bool
+}
+
+// Part is one recorded part.
+type Part struct {
+	N      uint32
+	ETag   string
+	CRC32C uint32
+	Size   int64
+}
+
+// Final describes a completed object.
+type Final struct {
+	ETag   string
+	Size   int64
+	CRC32C uint32
+	// DetectedContentType is the type found in its first bytes, when the declared one
+	// was empty or generic ("" otherwise, or when nothing was recognized).
+	DetectedContentType string
+	// Completed is when the upload completed, as its event says (Redis keeps
+	// milliseconds, so it should be a whole millisecond); zero: the store's clock now.
+	Completed time.Time
+}

@@ -104,54 +104,13 @@ redis.call('HSET', KEYS[1], 'handoff', 'done')
 return 1
 `)
 
-// BeginOutcome says what taking the completion guard found.
-type BeginOutcome int
-
-// Begin outcomes.
-const (
-	// Begun: the caller holds the guard and must finalize the object.
-	Begun BeginOutcome = iota + 1
-	// Finished: the upload is COMPLETED already. If HandoffPending, the caller hands it
-	// off and calls HandedOff; otherwise it has left the completion index.
-	Finished
-	// NotReady: some part is missing, or the last chunk is unknown; the upload has left
-	// the completion index (the last part's record puts it back).
-	NotReady
-	// Guarded: another completer holds the guard until Until; the upload is due again
-	// then.
-	Guarded
-	// NotActive: the upload ended otherwise (Status); it has left the completion index.
-	NotActive
-)
-
-// Begin is the result of Completions.Begin.
-type Begin struct {
-	Outcome     BeginOutcome
-	Total       uint32
-	MultipartID string
-	// MultipartAttempts counts the attempts to create a multipart upload for it. More
-	// than the recorded ids (one, or none for a one-chunk upload) means one may have
-	// been left behind by a worker that died.
-	MultipartAttempts int
-	// MultipartChecksummed: the multipart upload is CRC32C FULL_OBJECT; its completion
-	// carries the parts' and the whole object's CRC32C.
-	MultipartChecksummed bool
-	Bucket, Key          string
-	// IfAbsent: the object must not replace one at its key.
-	IfAbsent bool
-	Until    time.Time
-	Status   staging.Status
-	// For Finished: the upload still has to be handed off.
-	HandoffPending bool
-}
-
 // Begin takes the completion guard for id (identified by token) for lease.
-func (c *Completions) Begin(ctx context.Context, id, token string, lease time.Duration) (Begin, error) {
+func (c *Completions) Begin(ctx context.Context, id, token string, lease time.Duration) (staging.Begin, error) {
 	s := c.s
 	res, err := beginCompleteScript.Run(ctx, s.c, []string{rdb.StateKey(id), rdb.GuardKey(id)},
 		token, s.c.NowMs(), lease.Milliseconds(), s.c.Cfg.StateTTL.Milliseconds()).Slice()
 	if err != nil {
-		return Begin{}, err
+		return staging.Begin{}, err
 	}
 	return c.begun(ctx, id, res)
 }
@@ -159,7 +118,7 @@ func (c *Completions) Begin(ctx context.Context, id, token string, lease time.Du
 // BeginSnapshot is Begin and, when it begins, Snapshot, in one round trip: the reads
 // follow the script on the connection to the upload's slot, so they see the upload as
 // the guard's holder (COMPLETING). u and parts are nil unless b.Outcome is Begun.
-func (c *Completions) BeginSnapshot(ctx context.Context, id, token string, lease time.Duration) (b Begin, u *staging.Upload, parts []Part, err error) {
+func (c *Completions) BeginSnapshot(ctx context.Context, id, token string, lease time.Duration) (b staging.Begin, u *staging.Upload, parts []staging.Part, err error) {
 	s := c.s
 	var begin *redis.Cmd
 	var read func() (*staging.Upload, map[string]string, error)
@@ -171,14 +130,14 @@ func (c *Completions) BeginSnapshot(ctx context.Context, id, token string, lease
 	})
 	res, berr := begin.Slice()
 	if berr != nil {
-		return Begin{}, nil, nil, rdb.Classify(berr)
+		return staging.Begin{}, nil, nil, rdb.Classify(berr)
 	}
-	if b, err = c.begun(ctx, id, res); err != nil || b.Outcome != Begun {
+	if b, err = c.begun(ctx, id, res); err != nil || b.Outcome != staging.Begun {
 		return b, nil, nil, err
 	}
 	u, h, err := read()
 	if err != nil {
-		return Begin{}, nil, nil, rdb.Classify(err)
+		return staging.Begin{}, nil, nil, rdb.Classify(err)
 	}
 	parts, err = parseParts(id, h, b.Total)
 	return b, u, parts, err
@@ -186,44 +145,36 @@ func (c *Completions) BeginSnapshot(ctx context.Context, id, token string, lease
 
 // begun is what the begin-complete script's result res says; an upload that is not
 // to be completed now leaves the completion index (or is deferred while guarded).
-func (c *Completions) begun(ctx context.Context, id string, res []any) (Begin, error) {
+func (c *Completions) begun(ctx context.Context, id string, res []any) (staging.Begin, error) {
 	s := c.s
-	var b Begin
+	var b staging.Begin
 	switch res[0].(string) {
 	case "ok":
 		attempts, _ := strconv.Atoi(rdb.Str(res[5]))
-		return Begin{Outcome: Begun, Total: rdb.U32(res[1]), MultipartID: rdb.Str(res[2]), Bucket: rdb.Str(res[3]), Key: rdb.Str(res[4]),
+		return staging.Begin{Outcome: staging.Begun, Total: rdb.U32(res[1]), MultipartID: rdb.Str(res[2]), Bucket: rdb.Str(res[3]), Key: rdb.Str(res[4]),
 			MultipartAttempts: attempts, MultipartChecksummed: len(res) > 6 && rdb.Str(res[6]) == "1",
 			IfAbsent: len(res) > 7 && rdb.Str(res[7]) == "1"}, nil
 	case "done":
-		b = Begin{Outcome: Finished, HandoffPending: rdb.Str(res[1]) == "pending"}
+		b = staging.Begin{Outcome: staging.Finished, HandoffPending: rdb.Str(res[1]) == "pending"}
 		if b.HandoffPending {
 			return b, nil
 		}
 	case "notready":
-		b = Begin{Outcome: NotReady}
+		b = staging.Begin{Outcome: staging.NotReady}
 	case "busy":
-		b = Begin{Outcome: Guarded, Until: time.UnixMilli(rdb.I64(res[1]))}
+		b = staging.Begin{Outcome: staging.Guarded, Until: time.UnixMilli(rdb.I64(res[1]))}
 		return b, s.completions.Defer(ctx, id, id, b.Until)
 	case "gone":
-		b = Begin{Outcome: NotActive, Status: staging.Status(rdb.Str(res[1]))}
+		b = staging.Begin{Outcome: staging.NotActive, Status: staging.Status(rdb.Str(res[1]))}
 	default:
-		return Begin{}, fmt.Errorf("staging: unexpected begin-complete result %q", res[0])
+		return staging.Begin{}, fmt.Errorf("staging: unexpected begin-complete result %q", res[0])
 	}
 	return b, s.completions.Done(ctx, id, id)
 }
 
-// Part is one recorded part.
-type Part struct {
-	N      uint32
-	ETag   string
-	CRC32C uint32
-	Size   int64
-}
-
 // Parts returns the upload's recorded parts 1..total in order, or an error if one is
 // missing.
-func (c *Completions) Parts(ctx context.Context, id string, total uint32) ([]Part, error) {
+func (c *Completions) Parts(ctx context.Context, id string, total uint32) ([]staging.Part, error) {
 	h, err := c.s.c.Client.HGetAll(ctx, rdb.PartsKey(id)).Result()
 	if err != nil {
 		return nil, err
@@ -231,8 +182,8 @@ func (c *Completions) Parts(ctx context.Context, id string, total uint32) ([]Par
 	return parseParts(id, h, total)
 }
 
-func parseParts(id string, h map[string]string, total uint32) ([]Part, error) {
-	parts := make([]Part, total)
+func parseParts(id string, h map[string]string, total uint32) ([]staging.Part, error) {
+	parts := make([]staging.Part, total)
 	for i := range parts {
 		n := uint32(i + 1)
 		v, ok := h[strconv.FormatUint(uint64(n), 10)]
@@ -243,7 +194,7 @@ func parseParts(id string, h map[string]string, total uint32) ([]Part, error) {
 		if len(f) != 3 {
 			return nil, fmt.Errorf("staging: upload %s part %d is malformed", id, n)
 		}
-		parts[i] = Part{N: n, ETag: f[0], CRC32C: rdb.U32(f[1]), Size: rdb.I64(f[2])}
+		parts[i] = staging.Part{N: n, ETag: f[0], CRC32C: rdb.U32(f[1]), Size: rdb.I64(f[2])}
 	}
 	return parts, nil
 }
@@ -254,19 +205,6 @@ func terminalKeys(id string) []string {
 	return []string{rdb.StateKey(id), rdb.GuardKey(id), rdb.OutboxKey(id), rdb.MetaKey(id), rdb.ReceivedKey(id), rdb.PartsKey(id), rdb.LeasesKey(id)}
 }
 
-// Final describes a completed object.
-type Final struct {
-	ETag   string
-	Size   int64
-	CRC32C uint32
-	// DetectedContentType is the type found in its first bytes, when the declared one
-	// was empty or generic ("" otherwise, or when nothing was recognized).
-	DetectedContentType string
-	// Completed is when the upload completed, as its event says (Redis keeps
-	// milliseconds, so it should be a whole millisecond); zero: the store's clock now.
-	Completed time.Time
-}
-
 // Finish marks the upload COMPLETED with the final object's ETag, size, CRC32C and
 // detected type, and records ev in its outbox, atomically, if the caller still holds
 // the guard. With
@@ -274,7 +212,7 @@ type Final struct {
 // leaves it. It returns staging.ErrAlreadyCompleted when another completer recorded the
 // completion first (the upload has left the index) and staging.ErrGuardLost when the
 // guard is another's.
-func (c *Completions) Finish(ctx context.Context, id, token string, f Final, ev staging.OutboxEvent, handoff bool) error {
+func (c *Completions) Finish(ctx context.Context, id, token string, f staging.Final, ev staging.OutboxEvent, handoff bool) error {
 	s := c.s
 	h := "0"
 	if handoff {

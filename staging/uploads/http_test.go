@@ -214,7 +214,7 @@ func TestDeclareSize(t *testing.T) {
 			t.Fatal("the declared size made every part present but the upload is not ready to complete")
 		}
 		b, err := s.Completions().Begin(ctx, id, "c", time.Minute)
-		if err != nil || b.Outcome != uploads.Begun || b.Total != 2 {
+		if err != nil || b.Outcome != staging.Begun || b.Total != 2 {
 			t.Fatalf("begin completion: %+v %v", b, err)
 		}
 	})

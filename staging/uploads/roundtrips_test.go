@@ -127,11 +127,11 @@ func TestSharedRoundTripsOutOfMemory(t *testing.T) {
 		t.Fatalf("RecordThrough: %v %v %v", o, ready, err)
 	}
 	b, up, parts, err := s.Completions().BeginSnapshot(ctx, other, "c", time.Minute)
-	if err != nil || b.Outcome != uploads.Begun || up.Status != staging.StatusCompleting || len(parts) != 1 || parts[0].ETag != "etag" {
+	if err != nil || b.Outcome != staging.Begun || up.Status != staging.StatusCompleting || len(parts) != 1 || parts[0].ETag != "etag" {
 		t.Fatalf("BeginSnapshot: %+v %+v %v %v", b, up, parts, err)
 	}
 	ev := staging.OutboxEvent{ID: ids.New(), Type: "t", Payload: []byte("{}"), Created: s.Now()}
-	final := uploads.Final{ETag: "etag", Size: 1, CRC32C: crc.Checksum(data)}
+	final := staging.Final{ETag: "etag", Size: 1, CRC32C: crc.Checksum(data)}
 	full()
 	if err := s.Completions().Finish(ctx, other, "c", final, ev, false); !errors.Is(err, staging.ErrFull) {
 		t.Fatalf("Finish at maxmemory: %v, want ErrFull", err)
@@ -184,7 +184,7 @@ func TestOneChunkRecordIndexesCompletion(t *testing.T) {
 	if due, err := later.Completions().Due(ctx, 10); err != nil || len(due) != 1 || due[0] != id {
 		t.Fatalf("completion index after the grace: %v %v; want %s", due, err, id)
 	}
-	if b, _, parts, err := later.Completions().BeginSnapshot(ctx, id, "heir", time.Minute); err != nil || b.Outcome != uploads.Begun || len(parts) != 1 {
+	if b, _, parts, err := later.Completions().BeginSnapshot(ctx, id, "heir", time.Minute); err != nil || b.Outcome != staging.Begun || len(parts) != 1 {
 		t.Fatalf("a completer's begin after the crash: %+v %v %v", b, parts, err)
 	}
 }

@@ -240,7 +240,7 @@ func TestCompletionGuardIsTakenOnce(t *testing.T) {
 	s, clk := newStore(t)
 	ctx := ctxT(t)
 	id := newUpload(t, s, 4, 1)
-	if b, _ := s.Completions().Begin(ctx, id, "c1", 10*time.Second); b.Outcome != uploads.NotReady {
+	if b, _ := s.Completions().Begin(ctx, id, "c1", 10*time.Second); b.Outcome != staging.NotReady {
 		t.Fatalf("begin before parts: %v, want NotReady", b.Outcome)
 	}
 	if _, err := stage(t, s, id, 1, []byte("abcd"), true); err != nil {
@@ -256,7 +256,7 @@ func TestCompletionGuardIsTakenOnce(t *testing.T) {
 	for i := range 16 {
 		wg.Go(func() {
 			b, err := s.Completions().Begin(ctx, id, string(rune('a'+i)), 10*time.Second)
-			if err == nil && b.Outcome == uploads.Begun {
+			if err == nil && b.Outcome == staging.Begun {
 				begun.Add(1)
 			}
 		})
@@ -267,20 +267,20 @@ func TestCompletionGuardIsTakenOnce(t *testing.T) {
 	}
 	// The holder dies; after its lease a new completer takes over and finishes.
 	clk.Add(11 * time.Second)
-	if b, _ := s.Completions().Begin(ctx, id, "heir", 10*time.Second); b.Outcome != uploads.Begun {
+	if b, _ := s.Completions().Begin(ctx, id, "heir", 10*time.Second); b.Outcome != staging.Begun {
 		t.Fatalf("begin after lease: %v", b.Outcome)
 	}
-	if err := s.Completions().Finish(ctx, id, "a", uploads.Final{ETag: "x", Size: 4, CRC32C: 1}, staging.OutboxEvent{}, false); !errors.Is(err, staging.ErrGuardLost) {
+	if err := s.Completions().Finish(ctx, id, "a", staging.Final{ETag: "x", Size: 4, CRC32C: 1}, staging.OutboxEvent{}, false); !errors.Is(err, staging.ErrGuardLost) {
 		t.Fatalf("finish by the dead holder: %v, want ErrGuardLost", err)
 	}
-	if err := s.Completions().Finish(ctx, id, "heir", uploads.Final{ETag: "etag", Size: 4, CRC32C: c.CRC32C}, staging.OutboxEvent{ID: "ev1", Type: "t"}, false); err != nil {
+	if err := s.Completions().Finish(ctx, id, "heir", staging.Final{ETag: "etag", Size: 4, CRC32C: c.CRC32C}, staging.OutboxEvent{ID: "ev1", Type: "t"}, false); err != nil {
 		t.Fatal(err)
 	}
 	up, _ := s.Get(ctx, id)
 	if up.Status != staging.StatusCompleted || up.ETag != "etag" || up.Size != 4 {
 		t.Fatalf("after finish: %+v", up)
 	}
-	if b, _ := s.Completions().Begin(ctx, id, "late", 10*time.Second); b.Outcome != uploads.Finished {
+	if b, _ := s.Completions().Begin(ctx, id, "late", 10*time.Second); b.Outcome != staging.Finished {
 		t.Fatalf("begin after completion: %v, want Finished", b.Outcome)
 	}
 }

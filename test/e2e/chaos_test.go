@@ -161,7 +161,7 @@ func TestCompleterDiesMidway(t *testing.T) {
 
 	// The doomed completer's work, done by hand up to its death.
 	b, err := store.Completions().Begin(ctx(t), id, "doomed", 10*time.Second)
-	if err != nil || b.Outcome != uploads.Begun {
+	if err != nil || b.Outcome != staging.Begun {
 		t.Fatalf("begin: %+v %v", b, err)
 	}
 	parts, err := store.Completions().Parts(ctx(t), id, b.Total)
