@@ -40,6 +40,7 @@ import (
 	"github.com/chunkup/chunkup/staging/ocrqueue"
 	"github.com/chunkup/chunkup/staging/outbox"
 	"github.com/chunkup/chunkup/staging/uploads"
+	"github.com/chunkup/chunkup/upload"
 )
 
 // The roles a process can run.
@@ -100,7 +101,11 @@ type Config struct {
 
 	// The roles' configurations. Where a field the App knows (a bucket, a node id, a
 	// logger, metrics) is left zero, the App fills it; a field set is kept.
-	Staging   staging.Config
+	Staging staging.Config
+	// Upload configures the upload core (package upload): chunk sizes, object keys,
+	// the limits on uploads and staging every door shares. Its Bucket, InstanceID and
+	// Logger are the App's when left zero.
+	Upload    upload.Config
 	Server    server.Config
 	Worker    chunkworker.Config
 	Completer completion.Config
@@ -134,12 +139,14 @@ func (c *Config) Validate() error {
 	} else {
 		rdb.Close()
 	}
+	core := c.Upload
+	core.Bucket = c.bucket()
 	srv := c.Server
-	srv.Bucket = c.bucket()
+	srv.MaxChunkSize = core.WithDefaults().MaxChunkSize
 	if c.RatePerTenant < 0 || c.RateBurst < 0 {
 		return errors.New("rate limits must not be negative")
 	}
-	return errors.Join(c.S3.Validate(), c.Auth.Validate(), c.TLS.Validate(), wrapf("http %w", c.HTTPTLS.Validate()), c.Documents.Validate(), c.Staging.Validate(), srv.Validate(), c.Worker.Validate(),
+	return errors.Join(c.S3.Validate(), c.Auth.Validate(), c.TLS.Validate(), wrapf("http %w", c.HTTPTLS.Validate()), c.Documents.Validate(), c.Staging.Validate(), core.Validate(), srv.Validate(), c.Worker.Validate(),
 		c.Completer.Validate(), c.Publisher.Validate(), c.Expirer.Validate(), c.OCR.validate(), c.HTTPDoor.Validate(), c.HTTPServer.Validate())
 }
 
@@ -173,6 +180,7 @@ type App struct {
 	grpcLis net.Listener
 	httpLis net.Listener
 	grpc    *grpc.Server
+	core    *upload.Core
 	api     *server.UploadService
 	docsAPI *server.DocumentService
 	health  interface {
@@ -314,32 +322,42 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	var guard server.Guard
 	if cfg.has(RoleAPI) {
-		sc := cfg.Server
-		if sc.Bucket == "" {
-			sc.Bucket = cfg.bucket()
+		uc := cfg.Upload
+		if uc.Bucket == "" {
+			uc.Bucket = cfg.bucket()
 		}
-		if sc.InstanceID == "" {
-			sc.InstanceID = cfg.InstanceID
+		if uc.InstanceID == "" {
+			uc.InstanceID = cfg.InstanceID
 		}
-		if sc.Logger == nil {
-			sc.Logger = a.log.With("role", RoleAPI)
+		if uc.Logger == nil {
+			uc.Logger = a.log.With("role", RoleAPI)
 		}
-		if sc.Observe == (server.Observability{}) {
-			sc.Observe = a.observability
+		cd := upload.Deps{Store: a.uploads, Ender: ender, Objects: objects{a.s3}}
+		if a.metrics != nil {
+			cd.Metrics = a.metrics
 		}
-		deps := server.Deps{Store: a.uploads, Progress: a.outbox, Ender: ender, Objects: a.s3}
 		if a.worker != nil {
-			deps.Local = a.worker // the local fast path: chunks go to S3 from memory
+			cd.Local = a.worker // the local fast path: chunks go to S3 from memory
 			// Adaptive staging: chunks go to S3 before they are acknowledged while this
 			// worker has a free slot and S3 keeps pace.
-			deps.Through = writeThrough{a.worker}
+			cd.Through = writeThrough{a.worker}
 		}
 		if a.completer != nil {
 			// An upload whose last part was written through is completed at once, so that
 			// the chunk's acknowledgement says COMPLETED.
-			deps.Completer = a.completer
+			cd.Completer = a.completer
 		}
-		svc, err := server.NewUploadService(deps, sc)
+		if a.core, err = upload.New(cd, uc); err != nil {
+			return nil, err
+		}
+		sc := cfg.Server
+		if sc.Logger == nil {
+			sc.Logger = uc.Logger
+		}
+		if sc.Observe == (server.Observability{}) {
+			sc.Observe = a.observability
+		}
+		svc, err := server.NewUploadService(server.Deps{Core: a.core, Lister: a.uploads, Progress: a.outbox, Objects: a.s3}, sc)
 		if err != nil {
 			return nil, err
 		}
@@ -562,7 +580,18 @@ func (a *App) Close() {
 	}
 }
 
-var _ server.LocalWorker = (*chunkworker.Worker)(nil)
+var _ upload.LocalWorker = (*chunkworker.Worker)(nil)
+
+// objects is s3store's Head for the core's if_absent check.
+type objects struct{ s *s3store.Store }
+
+func (o objects) Head(ctx context.Context, bucket, key string) (upload.ObjectInfo, error) {
+	info, err := o.s.Head(ctx, bucket, key)
+	if s3store.NotFound(err) {
+		return upload.ObjectInfo{}, fmt.Errorf("%w: %w", upload.ErrNoObject, err)
+	}
+	return upload.ObjectInfo{UploadID: info.UploadID}, err
+}
 
 // The completer works on the uploads store's completion view.
 var _ completion.Store = (*uploads.Completions)(nil)
@@ -570,9 +599,9 @@ var _ completion.Store = (*uploads.Completions)(nil)
 // writeThrough adapts the worker's write-through to the API's interface.
 type writeThrough struct{ w *chunkworker.Worker }
 
-func (t writeThrough) WriteThrough(ctx context.Context, ref staging.ChunkRef, data []byte, crc uint32, last, wake bool) (server.Written, error) {
+func (t writeThrough) WriteThrough(ctx context.Context, ref staging.ChunkRef, data []byte, crc uint32, last, wake bool) (upload.Written, error) {
 	r, err := t.w.WriteThrough(ctx, ref, data, crc, last, wake)
-	return server.Written{Stored: r.Stored, Duplicate: r.Duplicate, Ready: r.Ready, HandOver: r.HandOver, InUse: r.InUse}, err
+	return upload.Written{Stored: r.Stored, Duplicate: r.Duplicate, Ready: r.Ready, HandOver: r.HandOver, InUse: r.InUse}, err
 }
 
 // redisTooOld reports the redis_version of an INFO server reply, and whether it is

@@ -15,6 +15,7 @@ import (
 	"github.com/chunkup/chunkup/httpdoor/coreadapter"
 	"github.com/chunkup/chunkup/internal/metrics"
 	"github.com/chunkup/chunkup/server"
+	"github.com/chunkup/chunkup/upload"
 )
 
 // HTTPDoorConfig configures the HTTP door: tus 1.0 and the IETF resumable-upload draft
@@ -25,17 +26,15 @@ type HTTPDoorConfig struct {
 	// Off turns the door off. Zero means on.
 	Off bool
 	// Door configures the protocol layer: prefix (zero: /files/), public URL, CORS,
-	// buffers and timeouts. Its zero MaxSize means the upload service's limit
-	// (Server.MaxUploadSize, or when that is zero S3's 10,000 parts of
-	// Server.MaxChunkSize), and a larger one is lowered to it, so that the door announces
+	// buffers and timeouts. Its zero MaxSize means the upload core's limit
+	// (Upload.MaxUploadSize, or when that is zero S3's 10,000 parts of
+	// Upload.MaxChunkSize), and a larger one is lowered to it, so that the door announces
 	// what the service enforces; its Authenticate and Logger are the App's (the same
 	// credentials as gRPC), so leave them nil.
 	Door httpdoor.Config
 	// Page serves the upload page (httpdoor.Page) at "/", beside /healthz, /readyz and
 	// /metrics. Zero means no page; chunkup dev turns it on.
 	Page bool
-	// Adapter tunes the door's core: the lease of an upload's append lock.
-	Adapter coreadapter.Config
 }
 
 // Validate checks the configuration.
@@ -47,7 +46,7 @@ func (c HTTPDoorConfig) Validate() error {
 	if c.Door.Authenticate != nil {
 		errs = append(errs, errors.New("http door: leave Authenticate nil: the door takes the process's credentials (Auth)"))
 	}
-	return errors.Join(append(errs, c.Door.Validate(), c.Adapter.Validate())...)
+	return errors.Join(append(errs, c.Door.Validate())...)
 }
 
 // setupDoor builds the HTTP door over the API's upload service, with the same
@@ -55,7 +54,7 @@ func (c HTTPDoorConfig) Validate() error {
 // the upload page) on mux.
 func (a *App) setupDoor(mux *http.ServeMux, guard server.Guard) (err error) {
 	cfg := a.cfg.HTTPDoor
-	core, err := coreadapter.New(a.api, a.uploads, coreadapter.Config{LockLease: cfg.Adapter.LockLease, Logger: a.log.With("role", "httpdoor")})
+	core, err := coreadapter.New(a.core)
 	if err != nil {
 		return err
 	}
@@ -63,11 +62,11 @@ func (a *App) setupDoor(mux *http.ServeMux, guard server.Guard) (err error) {
 	// The service always has a limit (S3's part count bounds it when --max-upload-size
 	// does not): announce it (Tus-Max-Size, Upload-Limit: max-size), so that a client
 	// learns it before it sends anything rather than from a 413.
-	if limit := a.api.UploadLimit(); dc.MaxSize == 0 || dc.MaxSize > limit {
+	if limit := a.core.UploadLimit(); dc.MaxSize == 0 || dc.MaxSize > limit {
 		dc.MaxSize = limit
 	}
 	dc.Logger = a.log.With("role", "httpdoor")
-	dc.Tenant = server.TenantFrom
+	dc.Tenant = upload.TenantFrom
 	limiter := guard.RateLimiter()
 	authenticate := func(r *http.Request) (context.Context, error) { return server.HTTPContext(r), nil }
 	if guard.Auth != nil {
@@ -138,6 +137,7 @@ func (a *App) observeDoor(door http.Handler, series *metrics.HTTPDoor) http.Hand
 		corr := server.CorrelationID(server.HTTPContext(r))
 		r.Header.Set(server.CorrelationIDHeader, corr)
 		w.Header().Set(server.CorrelationIDHeader, corr)
+		r = r.WithContext(upload.WithCorrelationID(r.Context(), corr))
 		var span trace.Span
 		if tracer != nil {
 			ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/fault"
 )
 
 // The cutter: how a request body becomes chunks.
@@ -375,7 +376,7 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 				return keepTail(k)
 			default:
 				berr := body.interrupted(err)
-				if !checked && !errors.Is(berr, ErrLocked) {
+				if !checked && !fault.Has(berr, fault.Locked) {
 					// What arrived is kept (a lost lock could not write it anyway).
 					if terr := keepTail(k); terr != nil {
 						h.cfg.Logger.Debug("keeping the bytes of a broken request", "upload", job.id, "err", terr)
@@ -597,7 +598,7 @@ func (b *bodyReader) peek() (byte, error) {
 // interrupted turns a body read error into the error the request is answered with.
 func (b *bodyReader) interrupted(err error) error {
 	switch {
-	case errors.Is(err, ErrTooLarge), errors.Is(err, errTooSlow):
+	case fault.Has(err, fault.TooLarge), errors.Is(err, errTooSlow):
 		return err
 	case b.held != nil && b.held.Err() != nil:
 		return fmt.Errorf("%w: this request lost the upload's lock; what arrived in whole chunks is stored", ErrLocked)

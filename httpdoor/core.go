@@ -2,8 +2,9 @@ package httpdoor
 
 import (
 	"context"
-	"errors"
 	"time"
+
+	"github.com/chunkup/chunkup/internal/fault"
 )
 
 // Core is what the door needs from chunkup: the upload store, seen from one upload at a
@@ -14,9 +15,9 @@ import (
 // tenancy stays the core's concern: an upload of another tenant is ErrNotFound, exactly
 // like a missing one.
 //
-// Errors are the sentinels below, wrapped with %w and a message the client may read
-// (the door shows err.Error() to the client). Anything else is a 500 whose text is
-// logged, not shown.
+// Errors carry a kind (internal/fault): the sentinels below wrapped with %w and a
+// message the client may read, or any error of a kind (the door shows err.Error() to
+// the client). An error of no kind is a 500 whose text is logged, not shown.
 type Core interface {
 	// Create makes a new upload. Size is -1 when it is not known yet (tus
 	// creation-defer-length; an IETF creation without a length). The core picks the
@@ -155,29 +156,32 @@ type Tail struct {
 	CRC32C uint32
 }
 
-// The errors a Core returns, wrapped with a message for the client. Each becomes one
-// HTTP status in one place (status.go).
+// The errors a Core returns carry a kind (internal/fault), which becomes one HTTP
+// status in one place (status.go: httpStatuses). These sentinels, wrapped with %w and a
+// message the client may read, are the door's own and a test core's way to say it;
+// chunkup's core returns errors of its own with the same kinds. An error of no kind is
+// a 500 whose text is logged, not shown.
 var (
 	// ErrNotFound: no such upload (or another tenant's). 404.
-	ErrNotFound = errors.New("upload not found")
+	ErrNotFound error = fault.New(fault.NotFound, "upload not found")
 	// ErrGone: the upload ended (aborted, expired, failed) and takes no more data. 410.
-	ErrGone = errors.New("upload has ended")
+	ErrGone error = fault.New(fault.Ended, "upload has ended")
 	// ErrLocked: another request holds the upload's append lock. 423 for tus, 409 for
 	// the IETF protocol.
-	ErrLocked = errors.New("another request is appending to this upload")
+	ErrLocked error = fault.New(fault.Locked, "another request is appending to this upload")
 	// ErrInvalid: the request is malformed or breaks a rule. 400.
-	ErrInvalid = errors.New("invalid request")
+	ErrInvalid error = fault.New(fault.Invalid, "invalid request")
 	// ErrConflict: the upload's state does not allow the request (a size that
 	// contradicts the one recorded, bytes that differ from a chunk already stored,
 	// aborting a completed upload). 409.
-	ErrConflict = errors.New("request conflicts with the upload's state")
+	ErrConflict error = fault.New(fault.Conflict, "request conflicts with the upload's state")
 	// ErrTooLarge: the upload or the request is larger than allowed. 413.
-	ErrTooLarge = errors.New("too large")
-	// ErrRateLimited: the caller sent more requests than its rate limit allows; only
-	// Config.Authenticate returns it (wrapped). 429 with Retry-After.
-	ErrRateLimited = errors.New("too many requests")
+	ErrTooLarge error = fault.New(fault.TooLarge, "too large")
+	// ErrRateLimited: the caller sent more requests than its rate limit allows, or its
+	// tenant reached a quota. 429 with Retry-After.
+	ErrRateLimited error = fault.New(fault.Exhausted, "too many requests")
 	// ErrUnavailable: a refusal that a retry may overcome (the store is unreachable,
 	// full or over its budget; a chunk is being uploaded right now). Nothing was
 	// changed. 503 with Retry-After.
-	ErrUnavailable = errors.New("temporarily unavailable")
+	ErrUnavailable error = fault.New(fault.Unavailable, "temporarily unavailable")
 )

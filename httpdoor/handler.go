@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/fault"
 )
 
 const (
@@ -259,7 +260,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	if h.cfg.Authenticate != nil {
 		actx, err := h.cfg.Authenticate(r)
-		if errors.Is(err, ErrRateLimited) {
+		if fault.Has(err, fault.Exhausted) {
 			h.fail(w, r, rq, err)
 			return
 		}

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/chunkup/chunkup/internal/fault"
 )
 
 // Errors of the protocol layer itself, beside the Core's sentinels.
@@ -131,25 +134,48 @@ func statusOf(p protocol, err error) int {
 		return http.StatusForbidden
 	case errors.Is(err, errMediaType):
 		return http.StatusUnsupportedMediaType
-	case errors.Is(err, errLength), errors.Is(err, ErrInvalid):
+	case errors.Is(err, errLength):
 		return http.StatusBadRequest
-	case errors.Is(err, ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, ErrGone):
-		return http.StatusGone
-	case errors.Is(err, ErrLocked):
-		if p == protoTus {
-			return http.StatusLocked
-		}
-		return http.StatusConflict
-	case errors.Is(err, ErrConflict):
-		return http.StatusConflict
-	case errors.Is(err, ErrTooLarge):
-		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, ErrUnavailable), errors.Is(err, errDraining):
+	case errors.Is(err, errDraining):
 		return http.StatusServiceUnavailable
-	case errors.Is(err, ErrRateLimited):
-		return http.StatusTooManyRequests
+	}
+	k := fault.KindOf(err)
+	if k == fault.Locked && p != protoTus {
+		return http.StatusConflict
+	}
+	return StatusOf(k)
+}
+
+// httpStatuses maps each kind of error to its HTTP status: the one table of the HTTP
+// door (server's grpcCodes is the gRPC door's). A locked upload is 423 for tus
+// (tus-js-client retries it, and tusd answers it) and 409 for the IETF protocol, which
+// names 409 for concurrent appends (statusOf).
+var httpStatuses = map[fault.Kind]int{
+	fault.Internal:        http.StatusInternalServerError,
+	fault.Invalid:         http.StatusBadRequest,
+	fault.NotFound:        http.StatusNotFound,
+	fault.OutOfRange:      http.StatusBadRequest,
+	fault.TooLarge:        http.StatusRequestEntityTooLarge,
+	fault.Exists:          http.StatusConflict,
+	fault.Conflict:        http.StatusConflict,
+	fault.Ended:           http.StatusGone,
+	fault.Busy:            http.StatusServiceUnavailable,
+	fault.Locked:          http.StatusLocked,
+	fault.DataLoss:        http.StatusBadRequest,
+	fault.Exhausted:       http.StatusTooManyRequests,
+	fault.Overloaded:      http.StatusServiceUnavailable,
+	fault.Unavailable:     http.StatusServiceUnavailable,
+	fault.Deadline:        http.StatusServiceUnavailable,
+	fault.Canceled:        http.StatusServiceUnavailable,
+	fault.Unauthenticated: http.StatusUnauthorized,
+	fault.Denied:          http.StatusForbidden,
+	fault.Unsupported:     http.StatusNotImplemented,
+}
+
+// StatusOf is the HTTP status of errors of kind k (for tus; see statusOf).
+func StatusOf(k fault.Kind) int {
+	if c, ok := httpStatuses[k]; ok {
+		return c
 	}
 	return http.StatusInternalServerError
 }
@@ -176,7 +202,7 @@ const lookupTimeout = 5 * time.Second
 // WWW-Authenticate. tus gets a text body, the IETF protocol problem+json; HEAD gets no
 // body.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rq *request, err error) {
-	if errors.Is(err, ErrGone) && !errors.As(err, new(*goneError)) && rq.id != "" && rq.ctx != nil {
+	if fault.Has(err, fault.Ended) && !errors.As(err, new(*goneError)) && rq.id != "" && rq.ctx != nil {
 		// The core's word that the upload ended (an abort of an expired upload, a stage
 		// into one cancelled meanwhile) is about chunks; the upload, read again, tells
 		// the client what became of it and what to do.
@@ -205,7 +231,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rq *request, err 
 	}
 	// Only an authenticated request (rq.ctx) about an upload that may exist is worth a
 	// lookup; one that failed to read it already (404 included) is not.
-	if !rq.offsetKnown && !rq.read && rq.id != "" && rq.ctx != nil && !errors.Is(err, ErrNotFound) && !errors.As(err, &me) {
+	if !rq.offsetKnown && !rq.read && rq.id != "" && rq.ctx != nil && !fault.Has(err, fault.NotFound) && !errors.As(err, &me) {
 		ctx, cancel := context.WithTimeout(rq.ctx, min(lookupTimeout, h.cfg.CoreTimeout))
 		_, _, _ = h.read(ctx, rq) // on an error the response goes without the offset
 		cancel()
@@ -239,8 +265,10 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rq *request, err 
 	case code == http.StatusUnauthorized:
 		hd.Set("WWW-Authenticate", `Bearer realm="chunkup"`)
 	case code == http.StatusServiceUnavailable, code == http.StatusTooManyRequests, code == http.StatusLocked,
-		code == http.StatusConflict && errors.Is(err, ErrLocked):
-		hd.Set("Retry-After", "1")
+		code == http.StatusConflict && fault.Has(err, fault.Locked):
+		// The delay the error asks for (a tenant over its uploads in progress waits
+		// longer than one over a rate), else a second.
+		hd.Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(fault.RetryAfter(err).Seconds())))))
 	case code == http.StatusRequestEntityTooLarge && rq.proto == protoIETF && (h.cfg.MaxSize > 0 || rq.upload != nil):
 		hd.Set("Upload-Limit", h.limit(rq.upload))
 	case code == http.StatusRequestEntityTooLarge && h.cfg.MaxSize > 0:
@@ -263,7 +291,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rq *request, err 
 		p.ExpectedOffset, p.ProvidedOffset = &off.Expected, &off.Provided
 	case errors.Is(err, errLength):
 		p.Type, p.Title = problemInconsistentLength, "inconsistent length values for upload"
-	case errors.Is(err, ErrGone) && rq.complete && !rq.targetSemantics():
+	case fault.Has(err, fault.Ended) && rq.complete && !rq.targetSemantics():
 		// Draft -12 dropped this problem type.
 		p.Type, p.Title = problemCompletedUpload, "upload is already completed"
 	}

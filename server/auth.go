@@ -8,9 +8,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strings"
 
+	"github.com/chunkup/chunkup/internal/fault"
+	"github.com/chunkup/chunkup/upload"
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -68,19 +71,6 @@ func (c AuthConfig) Validate() error {
 func HashAPIKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
-}
-
-type tenantKey struct{}
-
-// WithTenant returns ctx carrying the caller's tenant.
-func WithTenant(ctx context.Context, tenant string) context.Context {
-	return context.WithValue(ctx, tenantKey{}, tenant)
-}
-
-// TenantFrom returns the caller's tenant ("" when authentication is off).
-func TenantFrom(ctx context.Context) string {
-	t, _ := ctx.Value(tenantKey{}).(string)
-	return t
 }
 
 // Authenticator checks the credentials of each call.
@@ -200,7 +190,7 @@ func (a *Authenticator) apiKey(ctx context.Context, key string) (context.Context
 	if found == 0 {
 		return nil, a.refuse("invalid API key")
 	}
-	return WithTenant(ctx, tenant), nil
+	return upload.WithTenant(ctx, tenant), nil
 }
 
 func (a *Authenticator) jwt(ctx context.Context, raw string) (context.Context, error) {
@@ -224,19 +214,44 @@ func (a *Authenticator) jwt(ctx context.Context, raw string) (context.Context, e
 	if !ValidTenant(tenant) {
 		return nil, a.refuse("the token's %q claim does not name a valid tenant", a.cfg.TenantClaim)
 	}
-	return WithTenant(ctx, tenant), nil
+	return upload.WithTenant(ctx, tenant), nil
 }
 
-// KeyFor builds an upload's object key inside its tenant's namespace: tenant/key, where
-// key is the client's (already validated by ValidateKey) or the default
-// prefix/ID/name. No input can lead out of the tenant's prefix.
-func KeyFor(tenant, prefix, id, clientKey, name string) string {
-	key := clientKey
-	if key == "" {
-		key = DefaultKey(prefix, id, name)
+// HTTPContext returns r's context with r's credentials (Authorization, X-Api-Key) and
+// correlation id (X-Correlation-Id) as gRPC incoming metadata, so that Authenticate
+// and CorrelationID read an HTTP request as they read a call.
+func HTTPContext(r *http.Request) context.Context {
+	md := metadata.MD{}
+	for _, h := range []string{"authorization", "x-api-key", CorrelationIDHeader} {
+		if vs := r.Header.Values(h); len(vs) > 0 {
+			md[h] = vs
+		}
 	}
-	if tenant == "" {
-		return key
+	return metadata.NewIncomingContext(r.Context(), md)
+}
+
+// AuthenticateHTTP checks an HTTP request's credentials as Authenticate checks a
+// call's (an API key in X-Api-Key or Authorization: Bearer, or a bearer JWT) and
+// returns HTTPContext(r) with the caller's tenant. Its error says what is wrong, as
+// the gRPC status would.
+func (a *Authenticator) AuthenticateHTTP(r *http.Request) (context.Context, error) {
+	ctx, err := a.Authenticate(HTTPContext(r))
+	if err != nil {
+		return nil, fault.New(fault.Unauthenticated, status.Convert(err).Message())
 	}
-	return tenant + "/" + key
+	return ctx, nil
+}
+
+// RateLimiter returns a new per-tenant limiter with g's rate and burst (zero burst:
+// twice the rate, at least 1), or nil when g sets no rate. gRPC's interceptors get one,
+// and another door another: its requests are counted in buckets of their own.
+func (g Guard) RateLimiter() *upload.TenantRateLimiter {
+	if g.RatePerTenant <= 0 {
+		return nil
+	}
+	burst := g.RateBurst
+	if burst == 0 {
+		burst = max(1, int(2*g.RatePerTenant))
+	}
+	return upload.NewTenantRateLimiter(g.RatePerTenant, burst)
 }

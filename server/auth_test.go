@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/chunkup/chunkup/upload"
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -82,7 +83,7 @@ func TestAuthenticate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := TenantFrom(ctx); got != tc.tenant {
+			if got := upload.TenantFrom(ctx); got != tc.tenant {
 				t.Fatalf("tenant %q, want %q", got, tc.tenant)
 			}
 		})
@@ -226,8 +227,8 @@ func TestAuthenticateRefusals(t *testing.T) {
 			} {
 				ctx, err := call()
 				if tc.tenant != "" {
-					if err != nil || TenantFrom(ctx) != tc.tenant {
-						t.Fatalf("%s: tenant %q, %v; want %q", door, TenantFrom(ctx), err, tc.tenant)
+					if err != nil || upload.TenantFrom(ctx) != tc.tenant {
+						t.Fatalf("%s: tenant %q, %v; want %q", door, upload.TenantFrom(ctx), err, tc.tenant)
 					}
 					continue
 				}

@@ -23,6 +23,7 @@ import (
 	"github.com/chunkup/chunkup/staging/documents"
 	"github.com/chunkup/chunkup/staging/ocrqueue"
 	"github.com/chunkup/chunkup/staging/uploads"
+	"github.com/chunkup/chunkup/upload"
 )
 
 // DocumentStore is the part of the document store the document service uses.
@@ -153,7 +154,7 @@ func (s *DocumentService) Drain() { s.drain.Do(func() { close(s.draining) }) }
 // (a UUID) through the caller's tenant's node index.
 func (s *DocumentService) resolve(ctx context.Context, ref string) (string, error) {
 	if node, ok := ids.UUID(ref); ok {
-		id, err := s.d.Uploads.UploadForNode(ctx, TenantFrom(ctx), node)
+		id, err := s.d.Uploads.UploadForNode(ctx, upload.TenantFrom(ctx), node)
 		if errors.Is(err, staging.ErrNotFound) {
 			return "", documents.ErrNotFound
 		}
@@ -175,7 +176,7 @@ func (s *DocumentService) get(ctx context.Context, ref string) (string, *documen
 	if err != nil {
 		return id, nil, err
 	}
-	if d.Tenant != TenantFrom(ctx) {
+	if d.Tenant != upload.TenantFrom(ctx) {
 		return id, nil, documents.ErrNotFound // another tenant's document does not exist for the caller
 	}
 	return id, d, nil
@@ -209,7 +210,7 @@ func (s *DocumentService) WatchDocument(req *chunkupv1.WatchDocumentRequest, str
 	ctx := stream.Context()
 	ref := req.GetDocumentId()
 	if s.d.Watches != nil {
-		release, err := s.d.Watches.AcquireWatch(TenantFrom(ctx))
+		release, err := s.d.Watches.AcquireWatch(upload.TenantFrom(ctx))
 		if err != nil {
 			return toStatus(ref, err)
 		}
@@ -276,7 +277,7 @@ func (s *DocumentService) ReprocessDocument(ctx context.Context, req *chunkupv1.
 	if errors.Is(err, documents.ErrNotFound) && id != "" {
 		// The document may have expired while its upload is still known: the queue
 		// makes it again from the upload, if the caller's tenant owns that.
-		if up, uerr := s.d.Uploads.Get(ctx, id); uerr == nil && up.Tenant == TenantFrom(ctx) {
+		if up, uerr := s.d.Uploads.Get(ctx, id); uerr == nil && up.Tenant == upload.TenantFrom(ctx) {
 			err = nil
 		}
 	}
@@ -298,7 +299,7 @@ var errNoOCR = &UnsupportedError{Msg: "OCR is not enabled on this server (chunku
 
 // admin refuses callers whose tenant may not administer the OCR queue.
 func (s *DocumentService) admin(ctx context.Context, what string) error {
-	t := TenantFrom(ctx)
+	t := upload.TenantFrom(ctx)
 	if t == "" || slices.Contains(s.cfg.AdminTenants, t) {
 		return nil
 	}

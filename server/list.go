@@ -7,6 +7,7 @@ import (
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/upload"
 )
 
 // Page sizes of ListUploads.
@@ -36,7 +37,7 @@ func (s *UploadService) ListUploads(ctx context.Context, req *chunkupv1.ListUplo
 		}
 		cursor = string(b)
 	}
-	ups, next, err := s.store.InProgress(ctx, TenantFrom(ctx), cursor, size)
+	ups, next, err := s.lister.InProgress(ctx, upload.TenantFrom(ctx), cursor, size)
 	if err != nil {
 		return nil, toStatus("", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/upload"
 )
 
 // Objects is the part of the S3 store that reading objects back needs.
@@ -46,7 +47,7 @@ func (s *UploadService) ReadObject(req *chunkupv1.ReadObjectRequest, stream chun
 	if s.objects == nil {
 		return toStatus("", errors.New("this server cannot read objects: it runs without S3"))
 	}
-	release, err := s.reads.acquire(TenantFrom(ctx))
+	release, err := s.reads.Acquire(upload.TenantFrom(ctx))
 	if err != nil {
 		return toStatus("", err)
 	}
@@ -59,7 +60,7 @@ func (s *UploadService) ReadObject(req *chunkupv1.ReadObjectRequest, stream chun
 		return toStatus(req.UploadId, invalidf("offset and limit must not be negative"))
 	}
 	if req.Offset > first.ObjectSize {
-		return toStatus(req.UploadId, &RangeError{Msg: fmt.Sprintf("offset %d is past the object's %d bytes", req.Offset, first.ObjectSize)})
+		return toStatus(req.UploadId, &upload.RangeError{Msg: fmt.Sprintf("offset %d is past the object's %d bytes", req.Offset, first.ObjectSize)})
 	}
 	length := first.ObjectSize - req.Offset
 	if req.Limit > 0 {
@@ -101,10 +102,7 @@ func (s *UploadService) locate(ctx context.Context, req *chunkupv1.ReadObjectReq
 		return nil, "", "", invalidf("name the object by exactly one of upload_id and key")
 	}
 	if req.UploadId != "" {
-		if err := validID(req.UploadId); err != nil {
-			return nil, "", "", err
-		}
-		up, err := s.get(ctx, req.UploadId)
+		up, err := s.core.Get(ctx, req.UploadId)
 		if err != nil {
 			return nil, "", "", err
 		}
@@ -114,13 +112,13 @@ func (s *UploadService) locate(ctx context.Context, req *chunkupv1.ReadObjectReq
 		return &chunkupv1.ReadObjectResponse{ObjectSize: up.Size, ObjectCrc32C: up.CRC32C, HasObjectCrc32C: true, Upload: summary(up)},
 			up.Bucket, up.Key, nil
 	}
-	if err := ValidateKey(req.Key); err != nil {
+	if err := upload.ValidateKey(req.Key); err != nil {
 		return nil, "", "", err
 	}
-	if t := TenantFrom(ctx); t != "" && !strings.HasPrefix(req.Key, t+"/") {
+	if t := upload.TenantFrom(ctx); t != "" && !strings.HasPrefix(req.Key, t+"/") {
 		return nil, "", "", &ObjectNotFoundError{What: "object " + quote(req.Key)}
 	}
-	info, err := s.objects.Head(ctx, s.cfg.Bucket, req.Key)
+	info, err := s.objects.Head(ctx, s.bucket, req.Key)
 	if s3store.NotFound(err) {
 		return nil, "", "", &ObjectNotFoundError{What: "object " + quote(req.Key)}
 	}
@@ -128,5 +126,5 @@ func (s *UploadService) locate(ctx context.Context, req *chunkupv1.ReadObjectReq
 		return nil, "", "", fmt.Errorf("%w: %w", staging.ErrUnavailable, err)
 	}
 	return &chunkupv1.ReadObjectResponse{ObjectSize: info.Size, ObjectCrc32C: info.CRC32C, HasObjectCrc32C: info.HasCRC32C},
-		s.cfg.Bucket, req.Key, nil
+		s.bucket, req.Key, nil
 }

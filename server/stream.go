@@ -9,13 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
-	"github.com/chunkup/chunkup/internal/crc"
-	"github.com/chunkup/chunkup/internal/sniff"
+	"github.com/chunkup/chunkup/internal/fault"
 	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/upload"
 )
 
 // streamInflight is how many chunks of one stream are worked on at once. A chunk
@@ -28,8 +27,11 @@ const streamInflight = 8
 type IdleError struct{ Idle time.Duration }
 
 func (e *IdleError) Error() string {
-	return fmt.Sprintf("stream closed after %s without a chunk (--stream-idle-timeout); the upload stays resumable: GetUpload lists the chunks the server holds, send the others on a new stream", e.Idle.Round(time.Second))
+	return fmt.Sprintf("stream closed after %s without a chunk; the upload stays resumable: GetUpload lists the chunks the server holds, send the others on a new stream", e.Idle.Round(time.Second))
 }
+
+// Kind implements fault's kinded errors.
+func (e *IdleError) Kind() fault.Kind { return fault.Deadline }
 
 // UploadChunk implements UploadService.UploadChunk. Each chunk is validated against
 // the upload's parameters, checked against its CRC32C, written through to S3 or staged,
@@ -37,7 +39,7 @@ func (e *IdleError) Error() string {
 // may come in another order than the chunks. The first invalid chunk ends the stream
 // with its status; chunks acknowledged before it stay.
 func (s *UploadService) UploadChunk(stream chunkupv1.UploadService_UploadChunkServer) error {
-	release, err := s.streams.acquire(TenantFrom(stream.Context()))
+	release, err := s.core.OpenStream(stream.Context())
 	if err != nil {
 		return toStatus("", err)
 	}
@@ -45,8 +47,8 @@ func (s *UploadService) UploadChunk(stream chunkupv1.UploadService_UploadChunkSe
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
 	cs := &chunkStream{s: s, stream: stream, ctx: ctx, cancel: cancel, params: map[string]staging.Params{},
-		slots: make(chan struct{}, streamInflight), tenant: TenantFrom(stream.Context())}
-	cs.expect.Store(s.cfg.ChunkSize)
+		slots: make(chan struct{}, streamInflight), tenant: upload.TenantFrom(stream.Context())}
+	cs.expect.Store(s.core.Config().ChunkSize)
 	cs.touch()
 	return cs.run()
 }
@@ -115,7 +117,7 @@ func (cs *chunkStream) send(r *chunkupv1.UploadChunkResponse) error {
 // what staging it cost Redis, 0 when it was not staged there).
 func (cs *chunkStream) release(m message, staged int64) {
 	cs.s.memory.release(cs.tenant, m.memory)
-	cs.s.budget.settle(m.budget, staged)
+	cs.s.core.SettleStaging(m.budget, staged)
 }
 
 func (cs *chunkStream) run() error {
@@ -135,7 +137,7 @@ func (cs *chunkStream) run() error {
 	for {
 		select {
 		case <-cs.s.draining:
-			return cs.finish(errDraining)
+			return cs.finish(toStatus("", upload.ErrDraining))
 		case <-cs.ctx.Done():
 			return cs.finish(nil)
 		case err := <-recvErr:
@@ -185,15 +187,15 @@ func (cs *chunkStream) receive(msgs chan<- message, recvErr chan<- error) {
 	largest := int64(s.cfg.MaxMessageSize())
 	for {
 		var want int64
-		if s.budget != nil {
-			want = redisCost(cs.expect.Load())
-			if err := s.budget.reserve(cs.ctx, want); err != nil {
+		if s.core.Budgeted() {
+			want = upload.RedisCost(cs.expect.Load())
+			if err := s.core.ReserveStaging(cs.ctx, want); err != nil {
 				recvErr <- err
 				return
 			}
 		}
 		if err := s.memory.reserve(cs.ctx, cs.tenant, largest); err != nil {
-			s.budget.settle(want, 0)
+			s.core.SettleStaging(want, 0)
 			recvErr <- err
 			return
 		}
@@ -202,7 +204,7 @@ func (cs *chunkStream) receive(msgs chan<- message, recvErr chan<- error) {
 		cs.waiting.Store(false)
 		if err != nil {
 			s.memory.release(cs.tenant, largest)
-			s.budget.settle(want, 0)
+			s.core.SettleStaging(want, 0)
 			recvErr <- err
 			return
 		}
@@ -215,18 +217,18 @@ func (cs *chunkStream) receive(msgs chan<- message, recvErr chan<- error) {
 		if size > 0 && !req.IsLast {
 			cs.expect.Store(size)
 		}
-		if s.budget != nil {
+		if s.core.Budgeted() {
 			// A chunk larger than reserved for waits for the rest before it can be staged;
 			// one smaller gives the difference back at once.
-			if cost := redisCost(size); cost > want {
-				if err := s.budget.reserve(cs.ctx, cost-want); err != nil {
+			if cost := upload.RedisCost(size); cost > want {
+				if err := s.core.ReserveStaging(cs.ctx, cost-want); err != nil {
 					cs.release(m, 0)
 					recvErr <- err
 					return
 				}
 				m.budget = cost
 			} else {
-				s.budget.settle(want-cost, 0)
+				s.core.SettleStaging(want-cost, 0)
 				m.budget = cost
 			}
 		}
@@ -295,26 +297,30 @@ func (cs *chunkStream) handle(m message, first bool) error {
 func (cs *chunkStream) createOnStream(m *message, first bool) error {
 	req := m.req
 	if !first {
-		return status.Error(codes.InvalidArgument, "create is allowed only in the first message of a stream")
+		return toStatus("", invalidf("create is allowed only in the first message of a stream"))
 	}
 	if req.UploadId != "" {
-		return status.Error(codes.InvalidArgument, "a message with create must not name an upload_id")
+		return toStatus("", invalidf("a message with create must not name an upload_id"))
 	}
-	p, err := cs.s.plan(req.Create)
+	cr, err := createRequest(cs.ctx, req.Create)
+	if err != nil {
+		return toStatus("", err)
+	}
+	p, err := cs.s.core.Plan(cr)
 	if err != nil {
 		return toStatus("", err)
 	}
 	if req.ChunkNumber != 0 || len(req.Data) > 0 || req.IsLast || req.Crc32C != nil {
-		if m.sum, err = cs.s.checkChunk(p, req); err != nil {
-			st := status.Convert(toStatus("", err))
-			return status.Error(st.Code(), st.Message()+"; nothing was created (a create and the chunk it carries are refused together)")
+		if m.sum, err = cs.s.core.Check(p, chunkOf(req)); err != nil {
+			return toStatus("", fault.Wrap(err, fault.KindOf(err), err.Error()+"; nothing was created (a create and the chunk it carries are refused together)"))
 		}
 		m.checked = true
 	}
-	up, err := cs.s.createPlanned(cs.ctx, req.Create, p)
+	created, err := cs.s.core.CreatePlanned(cs.ctx, cr, p)
 	if err != nil {
 		return toStatus("", err)
 	}
+	up := toProto(created)
 	if err := cs.send(&chunkupv1.UploadChunkResponse{UploadId: up.UploadId, Upload: up}); err != nil {
 		return err
 	}
@@ -338,12 +344,9 @@ func (cs *chunkStream) paramsFor(id string) (staging.Params, error) {
 	if ok {
 		return p, nil
 	}
-	p, err := cs.s.store.Params(cs.ctx, id)
+	p, err := cs.s.core.Params(cs.ctx, id)
 	if err != nil {
 		return staging.Params{}, err
-	}
-	if p.Tenant != TenantFrom(cs.ctx) {
-		return staging.Params{}, staging.ErrNotFound
 	}
 	cs.paramsMu.Lock()
 	if len(cs.params) > 64 {
@@ -363,172 +366,35 @@ type chunkResult struct {
 	keep bool
 }
 
-// chunk validates a chunk and writes it through to S3 or stages it.
+// chunkOf is the core's chunk for req.
+func chunkOf(req *chunkupv1.UploadChunkRequest) *upload.Chunk {
+	return &upload.Chunk{UploadID: req.UploadId, N: req.ChunkNumber, Data: req.Data, CRC32C: req.Crc32C, Last: req.IsLast}
+}
+
+// chunk hands a chunk to the core, which checks it and writes it through to S3 or
+// stages it.
 func (cs *chunkStream) chunk(m message) (chunkResult, error) {
 	req := m.req
 	if req.UploadId == "" {
 		return chunkResult{}, invalidf("upload_id is required: create an upload first, or send a create request in the first message")
 	}
-	if err := validID(req.UploadId); err != nil {
-		return chunkResult{}, err
-	}
 	p, err := cs.paramsFor(req.UploadId)
 	if err != nil {
 		return chunkResult{}, err
 	}
+	var sum *uint32
 	if m.checked {
-		return cs.s.takeChecked(cs.ctx, p, req, m.sum, true)
+		sum = &m.sum
 	}
-	return cs.s.takeChunk(cs.ctx, p, req, true)
-}
-
-// takeChunk checks chunk req of an upload with parameters p, and writes it through to
-// S3 (when throughOK and S3 keeps pace) or stages it. Every door takes chunks here.
-func (s *UploadService) takeChunk(ctx context.Context, p staging.Params, req *chunkupv1.UploadChunkRequest, throughOK bool) (chunkResult, error) {
-	sum, err := s.checkChunk(p, req)
+	t, err := cs.s.core.Take(cs.ctx, p, chunkOf(req), sum)
+	r := chunkResult{redisCost: t.RedisCost, keep: t.Keep}
 	if err != nil {
-		return chunkResult{}, err
-	}
-	return s.takeChecked(ctx, p, req, sum, throughOK)
-}
-
-// checkChunk checks chunk req against its upload's parameters p, this server's limits
-// and the chunk's own checksum (every check that needs nothing stored), and returns
-// the chunk's CRC32C.
-func (s *UploadService) checkChunk(p staging.Params, req *chunkupv1.UploadChunkRequest) (uint32, error) {
-	n := req.ChunkNumber
-	if err := ValidateChunk(p, n, int64(len(req.Data)), req.IsLast); err != nil {
-		return 0, err
-	}
-	if max := s.cfg.MaxUploadSize; max > 0 && n > 0 && int64(n-1)*p.ChunkSize+int64(len(req.Data)) > max {
-		return 0, &LimitError{Msg: fmt.Sprintf("chunk %d takes the upload past this server's maximum upload size of %d bytes (--max-upload-size)", n, max)}
-	}
-	sum := crc.Checksum(req.Data)
-	if req.Crc32C != nil && *req.Crc32C != sum {
-		return 0, &ChecksumError{N: n, Got: sum, Want: *req.Crc32C}
-	}
-	return sum, nil
-}
-
-// takeChecked takes chunk req, checked by checkChunk (its CRC32C is sum).
-func (s *UploadService) takeChecked(ctx context.Context, p staging.Params, req *chunkupv1.UploadChunkRequest, sum uint32, throughOK bool) (chunkResult, error) {
-	id := req.UploadId
-	n := req.ChunkNumber
-	last := req.IsLast || (p.Total > 0 && n == p.Total)
-	ref := staging.ChunkRef{UploadID: id, N: n}
-	ack := &chunkupv1.UploadChunkResponse{UploadId: id, ChunkNumber: n, Crc32C: sum}
-
-	var handOver func([]byte, uint32)
-	if s.through != nil && throughOK {
-		w, err := s.through.WriteThrough(ctx, ref, req.Data, sum, last, s.completer == nil)
-		if err != nil {
-			if a := s.repeatOfHeld(ctx, req, sum, ack, err); a != nil {
-				return chunkResult{resp: a, keep: w.InUse}, nil
-			}
-			return chunkResult{keep: w.InUse}, err
-		}
-		if w.Stored {
-			s.cfg.Observe.chunkWrittenThrough(w.Duplicate)
-			ack.Stored, ack.Duplicate = true, w.Duplicate
-			if w.Ready && s.completer != nil {
-				var head []byte
-				if n == 1 { // the chunk that completed it begins the object
-					head = req.Data[:min(len(req.Data), sniff.HeadSize)]
-				}
-				ack.Completed = s.completeNow(ctx, id, head)
-			}
-			return chunkResult{resp: ack}, nil
-		}
-		handOver = w.HandOver
-	}
-	if handOver == nil && s.local != nil {
-		handOver = s.local.Expect(ref)
-	}
-	res, err := s.store.Stage(ctx, id, n, req.Data, sum, last)
-	r := chunkResult{keep: handOver != nil}
-	if handOver != nil {
-		if err == nil && !res.Duplicate {
-			handOver(req.Data, sum)
-		} else {
-			handOver(nil, 0)
-		}
-	}
-	if err != nil {
-		if r.resp = s.repeatOfHeld(ctx, req, sum, ack, err); r.resp != nil {
-			return r, nil
-		}
 		return r, err
 	}
-	s.cfg.Observe.chunkStaged(res.Duplicate)
-	if !res.Duplicate {
-		r.redisCost = redisCost(int64(len(req.Data)))
+	r.resp = &chunkupv1.UploadChunkResponse{UploadId: req.UploadId, ChunkNumber: req.ChunkNumber, Crc32C: t.CRC32C,
+		Stored: t.Stored, Duplicate: t.Duplicate}
+	if t.Completed != nil {
+		r.resp.Completed = toProto(t.Completed)
 	}
-	ack.Duplicate, ack.Stored = res.Duplicate, res.Stored
-	r.resp = ack
 	return r, nil
-}
-
-// repeatOfHeld is the acknowledgement of chunk req (with CRC32C sum) that its upload
-// refused with err because it is no longer ACTIVE, when the upload is COMPLETING or
-// COMPLETED and holds the same bytes (CRC32C and size) for the chunk: a repeat whose
-// first acknowledgement was lost (a client retrying while the completer holds the
-// upload, or a one-message upload retried after the server completed it), acknowledged
-// again as for any repeated chunk: stored (every part of an upload being completed is
-// in S3) and duplicate, with the completed upload once it is COMPLETED. nil for any
-// other refusal, other bytes, a chunk the upload does not hold, or is_last on another
-// chunk than its last (refused while ACTIVE too): the refusal stands.
-func (s *UploadService) repeatOfHeld(ctx context.Context, req *chunkupv1.UploadChunkRequest, sum uint32, ack *chunkupv1.UploadChunkResponse, err error) *chunkupv1.UploadChunkResponse {
-	var se *staging.StateError
-	if !errors.As(err, &se) || !holdsAll(se.Status) {
-		return nil
-	}
-	up, gerr := s.store.Get(ctx, req.UploadId)
-	if gerr != nil || !holdsAll(up.Status) || req.IsLast && req.ChunkNumber != up.Total {
-		return nil
-	}
-	for _, c := range up.Chunks {
-		if c.N == req.ChunkNumber {
-			if c.CRC32C != sum || c.Size != int64(len(req.Data)) {
-				return nil
-			}
-			ack.Stored, ack.Duplicate = true, true
-			if up.Status == staging.StatusCompleted {
-				ack.Completed = toProto(up)
-			}
-			return ack
-		}
-	}
-	return nil
-}
-
-// holdsAll reports whether an upload in status holds every chunk it will ever have:
-// it is being completed, or it is.
-func holdsAll(status staging.Status) bool {
-	return status == staging.StatusCompleting || status == staging.StatusCompleted
-}
-
-// completeNow completes upload id in this process, now that a chunk written through
-// gave it its last part, and returns it if it is COMPLETED. It returns nil when another
-// completer has it, or completing failed (the completion is indexed: the completer
-// role retries it).
-func (s *UploadService) completeNow(ctx context.Context, id string, head []byte) *chunkupv1.Upload {
-	// Not cut short by the stream: the object is final before the acknowledgement.
-	ctx = context.WithoutCancel(ctx)
-	up, err := s.completer.CompleteUpload(ctx, id, head)
-	if err != nil {
-		s.cfg.Logger.Warn("complete upload at once; the completer will retry", "upload_id", id, "err", err)
-	}
-	if up == nil {
-		if err != nil {
-			return nil
-		}
-		// Completed before, or by another completer now: say so if it is done.
-		if up, err = s.store.Get(ctx, id); err != nil {
-			return nil
-		}
-	}
-	if up.Status != staging.StatusCompleted {
-		return nil
-	}
-	return toProto(up)
 }

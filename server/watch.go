@@ -10,6 +10,7 @@ import (
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/upload"
 )
 
 // Watch pacing: a notice is answered at once when no update went out in the last
@@ -25,16 +26,16 @@ const (
 
 // AcquireWatch admits one more watch of tenant's within --max-watches-per-tenant, for
 // the document service's watches as for WatchUpload.
-func (s *UploadService) AcquireWatch(tenant string) (func(), error) { return s.watches.acquire(tenant) }
+func (s *UploadService) AcquireWatch(tenant string) (func(), error) { return s.watches.Acquire(tenant) }
 
 // WatchUpload implements UploadService.WatchUpload.
 func (s *UploadService) WatchUpload(req *chunkupv1.WatchUploadRequest, stream chunkupv1.UploadService_WatchUploadServer) error {
 	id := req.UploadId
-	if err := validID(id); err != nil {
+	if err := upload.ValidID(id); err != nil {
 		return toStatus(id, err)
 	}
 	ctx := stream.Context()
-	release, err := s.AcquireWatch(TenantFrom(ctx))
+	release, err := s.AcquireWatch(upload.TenantFrom(ctx))
 	if err != nil {
 		return toStatus(id, err)
 	}
@@ -51,7 +52,7 @@ func (s *UploadService) WatchUpload(req *chunkupv1.WatchUploadRequest, stream ch
 	var lastRead time.Time
 	update := func() (bool, error) {
 		lastRead = time.Now()
-		u, err := s.get(ctx, id)
+		u, err := s.core.Get(ctx, id)
 		if err != nil {
 			return false, toStatus(id, err)
 		}

@@ -1,26 +1,30 @@
 package staging
 
 import (
-	"errors"
 	"fmt"
 	"time"
+
+	"github.com/chunkup/chunkup/internal/fault"
 )
 
+// Every error here has a kind (internal/fault), so that an error no caller explained
+// still reaches a client with the right code.
+
 // ErrNotFound means no upload has the id (or it has been cleaned up).
-var ErrNotFound = errors.New("upload not found")
+var ErrNotFound error = fault.New(fault.NotFound, "upload not found")
 
 // ErrChunkBusy means a chunk is being uploaded to S3 right now, so it cannot be
 // replaced by different bytes; the caller may retry once the part is recorded (and will
 // then get a PartRecordedError) or later.
-var ErrChunkBusy = errors.New("chunk is being uploaded")
+var ErrChunkBusy error = fault.New(fault.Busy, "chunk is being uploaded")
 
 // ErrNotReplicated means a chunk was staged on the Redis master but fewer replicas
 // than Config.MinReplicas confirmed it in time: a failover now could lose it, so it is
 // not acknowledged. Sending it again is safe (a repeat is idempotent).
-var ErrNotReplicated = errors.New("chunk not yet copied to enough Redis replicas")
+var ErrNotReplicated error = fault.New(fault.Unavailable, "chunk not yet copied to enough Redis replicas")
 
 // ErrCompleting means the upload is being finalized and can no longer be aborted.
-var ErrCompleting = errors.New("upload is being completed")
+var ErrCompleting error = fault.New(fault.Conflict, "upload is being completed")
 
 // StateError means the upload is in a state that does not allow the operation.
 type StateError struct{ Status Status }
@@ -60,18 +64,18 @@ func (e *PartRecordedError) Error() string {
 // refused, dropped or timed out, Redis is loading its data after a restart, or a
 // cluster is failing over (CLUSTERDOWN, TRYAGAIN, MASTERDOWN, READONLY from a master
 // just demoted). Nothing was changed; the same request may succeed later.
-var ErrUnavailable = errors.New("staging store unavailable")
+var ErrUnavailable error = fault.New(fault.Unavailable, "staging store unavailable")
 
 // ErrFull means Redis refused a write because it is at its maxmemory limit (OOM).
 // Nothing was changed: every script checks its conditions before its first write, and
 // Redis refuses only a script's first write. Retry once workers have drained staged
 // chunks.
-var ErrFull = errors.New("staging store out of memory")
+var ErrFull error = fault.New(fault.Overloaded, "staging store out of memory")
 
 // ErrTooManyUploads means the tenant has as many uploads in progress as
 // Config.MaxActivePerTenant allows; nothing was created. It clears as the tenant's
 // uploads complete, are aborted or expire.
-var ErrTooManyUploads = errors.New("the tenant has as many uploads in progress as it may have")
+var ErrTooManyUploads error = fault.New(fault.Exhausted, "the tenant has as many uploads in progress as it may have")
 
 // ActiveError means an upload that was to expire has been active since.
 type ActiveError struct{ LastActivity time.Time }
@@ -79,11 +83,54 @@ type ActiveError struct{ LastActivity time.Time }
 func (e *ActiveError) Error() string { return "upload active since " + e.LastActivity.String() }
 
 // ErrGuardLost means another completer took over; the caller must stop.
-var ErrGuardLost = errors.New("completion guard lost")
+var ErrGuardLost error = fault.New(fault.Internal, "completion guard lost")
 
 // ErrAlreadyCompleted means another completer recorded the completion first (its event
 // is the one in the outbox); the caller has nothing left to do.
-var ErrAlreadyCompleted = errors.New("upload already completed")
+var ErrAlreadyCompleted error = fault.New(fault.Internal, "upload already completed")
 
 // ErrChunkMissing means a claimed chunk's bytes are no longer in Redis.
-var ErrChunkMissing = errors.New("staged chunk is missing")
+var ErrChunkMissing error = fault.New(fault.Conflict, "staged chunk is missing")
+
+// ErrLockLost means a write was refused because the caller's append lock is no longer
+// its own (the lease ran out, and another request may hold it now). Nothing was
+// changed.
+var ErrLockLost error = fault.New(fault.Locked, "the upload's append lock was lost")
+
+// SizeError means a declared size contradicts the upload: the size recorded or known
+// from its last chunk (Known ≥ 0), or a chunk already received (N, of Size bytes).
+type SizeError struct {
+	Declared, Known int64
+	N               uint32
+	Size            int64
+}
+
+func (e *SizeError) Error() string {
+	if e.Known >= 0 {
+		return fmt.Sprintf("the upload's size is %d; it cannot become %d", e.Known, e.Declared)
+	}
+	return fmt.Sprintf("a size of %d does not fit chunk %d of %d bytes already received", e.Declared, e.N, e.Size)
+}
+
+// Kind implements fault's kinded errors.
+func (e *SizeError) Kind() fault.Kind { return fault.Conflict }
+
+// Kind implements fault's kinded errors: an upload that ended otherwise than by
+// completion takes nothing more; one completed or being completed conflicts with
+// a change.
+func (e *StateError) Kind() fault.Kind {
+	switch e.Status {
+	case StatusFailed, StatusAborted, StatusExpired:
+		return fault.Ended
+	}
+	return fault.Conflict
+}
+
+// Kind implements fault's kinded errors.
+func (e *OutOfRangeError) Kind() fault.Kind { return fault.OutOfRange }
+
+// Kind implements fault's kinded errors.
+func (e *LastChunkError) Kind() fault.Kind { return fault.Conflict }
+
+// Kind implements fault's kinded errors.
+func (e *PartRecordedError) Kind() fault.Kind { return fault.Conflict }

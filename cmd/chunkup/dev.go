@@ -18,7 +18,7 @@ import (
 	"github.com/chunkup/chunkup/internal/devenv"
 	"github.com/chunkup/chunkup/ocr"
 	"github.com/chunkup/chunkup/s3store"
-	"github.com/chunkup/chunkup/server"
+	core "github.com/chunkup/chunkup/upload"
 )
 
 // dev runs the whole system in this process with embedded dependencies.
@@ -49,7 +49,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := app.Config{GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Bucket: *bucket, KafkaTopic: *topic, InstanceID: "dev",
 		HTTPDoor: app.HTTPDoorConfig{Page: true}}
 	cfg.OCR.ServiceKey = *serviceKey
-	cfg.Staging.MaxActivePerTenant = server.DefaultMaxActivePerTenant
+	cfg.Staging.MaxActivePerTenant = core.DefaultMaxActivePerTenant
 	applyEngine(&cfg.OCR)
 	ocrLine, err := devOCR(*ocrMode, &cfg.OCR)
 	if err != nil {

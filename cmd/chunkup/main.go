@@ -47,6 +47,7 @@ import (
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/server"
+	core "github.com/chunkup/chunkup/upload"
 )
 
 // Exit codes scripts can rely on.
@@ -318,8 +319,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	chunkSize := fs.Size("chunk-size", "CHUNKUP_CHUNK_SIZE", 8<<20, "default chunk size (at least 5MiB)")
 	maxChunk := fs.Size("max-chunk-size", "CHUNKUP_MAX_CHUNK_SIZE", 64<<20, "largest chunk size chosen for big uploads")
 	chunkTTL := fs.Duration("chunk-ttl", "CHUNKUP_CHUNK_TTL", 0, "how long staged chunk bytes live in Redis (default 1h)")
-	maxActive := fs.Int("max-active-uploads-per-tenant", "CHUNKUP_MAX_ACTIVE_UPLOADS_PER_TENANT", server.DefaultMaxActivePerTenant, "uploads one tenant may have in progress across every process and door; past it a create gets RESOURCE_EXHAUSTED / 429 with a retry delay (negative: no bound)")
-	createRate := fs.String("create-rate-per-tenant", "CHUNKUP_CREATE_RATE_PER_TENANT", strconv.Itoa(server.DefaultCreateRatePerTenant), "uploads one tenant may create per second on each process (bursts of twice that); past it RESOURCE_EXHAUSTED / 429 with a retry delay (negative: no bound)")
+	maxActive := fs.Int("max-active-uploads-per-tenant", "CHUNKUP_MAX_ACTIVE_UPLOADS_PER_TENANT", core.DefaultMaxActivePerTenant, "uploads one tenant may have in progress across every process and door; past it a create gets RESOURCE_EXHAUSTED / 429 with a retry delay (negative: no bound)")
+	createRate := fs.String("create-rate-per-tenant", "CHUNKUP_CREATE_RATE_PER_TENANT", strconv.Itoa(core.DefaultCreateRatePerTenant), "uploads one tenant may create per second on each process (bursts of twice that); past it RESOURCE_EXHAUSTED / 429 with a retry delay (negative: no bound)")
 	stateTTL := fs.Duration("state-ttl", "CHUNKUP_STATE_TTL", 0, "how long an upload may be idle before it expires (default 24h)")
 	retention := fs.Duration("retention", "CHUNKUP_RETENTION", 0, "how long an ended upload's state stays readable (default 24h)")
 	cleanupEvery := fs.Duration("cleanup-interval", "CHUNKUP_CLEANUP_INTERVAL", 0, "how often idle uploads are looked for (default 10s)")
@@ -350,13 +351,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	httpTLSKey := fs.String("http-tls-key", "CHUNKUP_HTTP_TLS_KEY", "", "the HTTPS certificate's key (PEM)")
 	httpTLSClientCA := fs.String("http-tls-client-ca", "CHUNKUP_HTTP_TLS_CLIENT_CA", "", "require HTTPS client certificates from this CA (mutual TLS)")
 	maxUpload := fs.Size("max-upload-size", "CHUNKUP_MAX_UPLOAD_SIZE", 0, "largest upload accepted (0: 10,000 chunks of --max-chunk-size)")
-	maxStreams := fs.Int("max-streams-per-tenant", "CHUNKUP_MAX_STREAMS_PER_TENANT", server.DefaultMaxStreamsPerTenant, "upload streams one tenant may have open on this process (negative: no limit)")
+	maxStreams := fs.Int("max-streams-per-tenant", "CHUNKUP_MAX_STREAMS_PER_TENANT", core.DefaultMaxStreamsPerTenant, "upload streams one tenant may have open on this process (negative: no limit)")
 	maxReads := fs.Int("max-reads-per-tenant", "CHUNKUP_MAX_READS_PER_TENANT", server.DefaultMaxReadsPerTenant, "ReadObject streams one tenant may have open on this process (-1: no limit)")
 	maxWatches := fs.Int("max-watches-per-tenant", "CHUNKUP_MAX_WATCHES_PER_TENANT", 1000, "WatchUpload and WatchDocument streams one tenant may have open on this process (-1: no limit)")
 	maxReceive := fs.Size("max-receive-memory", "CHUNKUP_MAX_RECEIVE_MEMORY", server.DefaultMaxReceiveMemory, "cap on the bytes held in chunk messages being received or processed; a stream waiting for a message counts the largest one (--max-chunk-size + 64KiB); messages being decoded may hold a sixteenth more; also sets the soft memory limit (GOMEMLIMIT overrides it; docs/limits.md)")
 	maxReceiveTenant := fs.Size("max-receive-memory-per-tenant", "CHUNKUP_MAX_RECEIVE_MEMORY_PER_TENANT", 0, "what one tenant's streams may hold of --max-receive-memory, so that its streams waiting for messages cannot lock other tenants out (0: all but one largest message; the same as --max-receive-memory: no cap of its own)")
 	idleTimeout := fs.Duration("stream-idle-timeout", "CHUNKUP_STREAM_IDLE_TIMEOUT", server.DefaultStreamIdleTimeout, "close an upload stream that sent no chunk for this long (DEADLINE_EXCEEDED; the upload stays resumable; negative: never)")
-	stagingMode := fs.String("staging", "CHUNKUP_STAGING", server.StagingAdaptive, "adaptive: write a chunk straight through to S3 when this process's worker has a free slot and S3 keeps pace, else stage it in Redis; always: stage every chunk in Redis")
+	stagingMode := fs.String("staging", "CHUNKUP_STAGING", core.StagingAdaptive, "adaptive: write a chunk straight through to S3 when this process's worker has a free slot and S3 keeps pace, else stage it in Redis; always: stage every chunk in Redis")
 	slowPart := fs.Duration("slow-part", "CHUNKUP_SLOW_PART", time.Second, "an 8MiB part upload slower than this (on average; larger parts proportionally) means S3 is behind: chunks are staged in Redis instead of written through")
 	budget := fs.Size("staged-bytes-budget", "CHUNKUP_STAGED_BYTES_BUDGET", 0, "Redis memory (used_memory) above which streams stop reading chunks until workers drain it (0: no budget)")
 	ratePerTenant := fs.String("rate-limit", "CHUNKUP_RATE_LIMIT", "0", "calls per second per tenant (0: no limit)")
@@ -398,7 +399,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			cfg.Documents.AdminTenants = append(cfg.Documents.AdminTenants, t)
 		}
 	}
-	cfg.Server.KeyTemplate = *keyTemplate
+	cfg.Upload.KeyTemplate = *keyTemplate
 	for r := range strings.SplitSeq(*roles, ",") {
 		if r = strings.TrimSpace(r); r != "" {
 			cfg.Roles = append(cfg.Roles, r)
@@ -406,20 +407,21 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	cfg.Staging.ChunkTTL, cfg.Staging.StateTTL, cfg.Staging.Retention = *chunkTTL, *stateTTL, *retention
 	cfg.Staging.MinReplicas, cfg.Staging.ReplicaTimeout = *minReplicas, *replicaTimeout
-	cfg.Staging.MaxActivePerTenant, cfg.Server.CreateRatePerTenant = *maxActive, creates
+	cfg.Staging.MaxActivePerTenant, cfg.Upload.CreateRatePerTenant = *maxActive, creates
 	cfg.Expirer.Interval, cfg.Expirer.ReconcileInterval, cfg.KafkaTopic = *cleanupEvery, *reconcileEvery, *kafkaTopic
 	for b := range strings.SplitSeq(*kafkaBrokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			cfg.KafkaBrokers = append(cfg.KafkaBrokers, b)
 		}
 	}
-	cfg.Server.ChunkSize, cfg.Server.MaxChunkSize = *chunkSize, *maxChunk
-	cfg.Server.MaxUploadSize, cfg.Server.MaxStreamsPerTenant, cfg.Server.StagedBytesBudget = *maxUpload, *maxStreams, *budget
+	cfg.Upload.ChunkSize, cfg.Upload.MaxChunkSize = *chunkSize, *maxChunk
+	cfg.Server.MaxChunkSize = *maxChunk
+	cfg.Upload.MaxUploadSize, cfg.Upload.MaxStreamsPerTenant, cfg.Upload.StagedBytesBudget = *maxUpload, *maxStreams, *budget
 	cfg.Server.MaxWatchesPerTenant, cfg.Server.MaxReadsPerTenant = *maxWatches, *maxReads
 	if *maxStreams < 0 {
-		cfg.Server.MaxStreamsPerTenant = -1
+		cfg.Upload.MaxStreamsPerTenant = -1
 	}
-	cfg.Server.MaxReceiveMemory, cfg.Server.StreamIdleTimeout, cfg.Server.Staging = *maxReceive, *idleTimeout, *stagingMode
+	cfg.Server.MaxReceiveMemory, cfg.Server.StreamIdleTimeout, cfg.Upload.Staging = *maxReceive, *idleTimeout, *stagingMode
 	cfg.Server.MaxReceiveMemoryPerTenant = *maxReceiveTenant
 	cfg.Worker.SlowPart = *slowPart
 	cfg.Worker.Concurrency, cfg.Worker.Lease, cfg.Worker.SweepInterval = *workers, *lease, *sweep

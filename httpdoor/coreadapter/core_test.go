@@ -325,7 +325,7 @@ func TestLock(t *testing.T) {
 	defer unlock3()
 	e.store.fail.Store(true)
 	<-held3.Done()
-	if !errors.Is(context.Cause(held3), uploads.ErrLockLost) {
+	if !errors.Is(context.Cause(held3), staging.ErrLockLost) {
 		t.Fatalf("cause %v, want ErrLockLost", context.Cause(held3))
 	}
 }

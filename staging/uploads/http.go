@@ -2,7 +2,6 @@ package uploads
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -20,26 +19,6 @@ import (
 // request may be appending now). And tus and the IETF draft let a client say an
 // upload's size only at its end, after some chunks: DeclareSize records it.
 
-// ErrLockLost means a write was refused because the caller's append lock is no longer
-// its own (the lease ran out, and another request may hold it now). Nothing was
-// changed.
-var ErrLockLost = errors.New("the upload's append lock was lost")
-
-// SizeError means a declared size contradicts the upload: the size recorded or known
-// from its last chunk (Known ≥ 0), or a chunk already received (N, of Size bytes).
-type SizeError struct {
-	Declared, Known int64
-	N               uint32
-	Size            int64
-}
-
-func (e *SizeError) Error() string {
-	if e.Known >= 0 {
-		return fmt.Sprintf("the upload's size is %d; it cannot become %d", e.Known, e.Declared)
-	}
-	return fmt.Sprintf("a size of %d does not fit chunk %d of %d bytes already received", e.Declared, e.N, e.Size)
-}
-
 type fenceKey struct{}
 
 type fence struct{ id, token string }
@@ -47,7 +26,7 @@ type fence struct{ id, token string }
 // WithAppendLock returns ctx carrying the append lock on upload id, held with token
 // (see LockAppend). Stage and DeclareSize called with it for that upload check, in the
 // same script that writes, that the lock still holds token, and refuse with
-// ErrLockLost if it does not: a request that lost its lock can never write.
+// staging.ErrLockLost if it does not: a request that lost its lock can never write.
 func WithAppendLock(ctx context.Context, id, token string) context.Context {
 	return context.WithValue(ctx, fenceKey{}, fence{id: id, token: token})
 }
@@ -205,7 +184,7 @@ return {'ok', ready}
 // such, as when Stage receives its last chunk; otherwise the worker that records the
 // last part completes it, as for any upload. Declaring the size the upload has already
 // is a no-op (a retried request); another size, or one the chunks contradict, is a
-// *SizeError; an upload that ended is a *staging.StateError. Like Stage it is as
+// *staging.SizeError; an upload that ended is a *staging.StateError. Like Stage it is as
 // durable as the configured replicas make it (WAIT), and it is fenced by ctx's append
 // lock (see WithAppendLock).
 func (s *Store) DeclareSize(ctx context.Context, id, tenant string, size int64) error {
@@ -239,15 +218,15 @@ func (s *Store) DeclareSize(ctx context.Context, id, tenant string, size int64) 
 		}
 		return nil
 	case "fenced":
-		return ErrLockLost
+		return staging.ErrLockLost
 	case "notfound":
 		return staging.ErrNotFound
 	case "state":
 		return &staging.StateError{Status: staging.Status(rdb.Str(res[1]))}
 	case "size":
-		return &SizeError{Declared: size, Known: rdb.I64(res[1])}
+		return &staging.SizeError{Declared: size, Known: rdb.I64(res[1])}
 	case "beyond", "short", "lastsize":
-		return &SizeError{Declared: size, Known: -1, N: rdb.U32(res[1]), Size: rdb.I64(res[2])}
+		return &staging.SizeError{Declared: size, Known: -1, N: rdb.U32(res[1]), Size: rdb.I64(res[2])}
 	default:
 		return fmt.Errorf("staging: unexpected declare-size result %q", code)
 	}

@@ -70,7 +70,7 @@ func TestAppendLock(t *testing.T) {
 }
 
 // TestAppendLockFencesWrites: under a lock that is no longer the caller's, Stage and
-// DeclareSize are refused with ErrLockLost and change nothing; under the caller's own
+// DeclareSize are refused with staging.ErrLockLost and change nothing; under the caller's own
 // lock, and without one, they work.
 func TestAppendLockFencesWrites(t *testing.T) {
 	s, _ := newStore(t)
@@ -93,14 +93,14 @@ func TestAppendLockFencesWrites(t *testing.T) {
 	}
 	before, _ := s.Get(ctx, id)
 	two := []byte("bbbb")
-	if _, err := s.Stage(mine, id, 2, two, crc.Checksum(two), false); !errors.Is(err, uploads.ErrLockLost) {
-		t.Fatalf("stage under a lost lock: %v, want ErrLockLost", err)
+	if _, err := s.Stage(mine, id, 2, two, crc.Checksum(two), false); !errors.Is(err, staging.ErrLockLost) {
+		t.Fatalf("stage under a lost lock: %v, want staging.ErrLockLost", err)
 	}
-	if _, err := s.Stage(mine, id, 1, two, crc.Checksum(two), false); !errors.Is(err, uploads.ErrLockLost) {
-		t.Fatalf("replacing under a lost lock: %v, want ErrLockLost", err)
+	if _, err := s.Stage(mine, id, 1, two, crc.Checksum(two), false); !errors.Is(err, staging.ErrLockLost) {
+		t.Fatalf("replacing under a lost lock: %v, want staging.ErrLockLost", err)
 	}
-	if err := s.DeclareSize(mine, id, "", 8); !errors.Is(err, uploads.ErrLockLost) {
-		t.Fatalf("declare size under a lost lock: %v, want ErrLockLost", err)
+	if err := s.DeclareSize(mine, id, "", 8); !errors.Is(err, staging.ErrLockLost) {
+		t.Fatalf("declare size under a lost lock: %v, want staging.ErrLockLost", err)
 	}
 	after, _ := s.Get(ctx, id)
 	if !slices.Equal(after.ReceivedChunks, before.ReceivedChunks) || after.ReceivedBytes != before.ReceivedBytes ||
@@ -143,9 +143,9 @@ func TestDeclareSize(t *testing.T) {
 		if err := s.DeclareSize(ctx, id, "", 10); err != nil {
 			t.Fatalf("the same size again: %v", err)
 		}
-		var se *uploads.SizeError
+		var se *staging.SizeError
 		if err := s.DeclareSize(ctx, id, "", 12); !errors.As(err, &se) || se.Known != 10 {
-			t.Fatalf("another size: %v, want a SizeError knowing 10", err)
+			t.Fatalf("another size: %v, want a staging.SizeError knowing 10", err)
 		}
 		// The last chunk must have the rest: 2 bytes, marked last or not.
 		var last *staging.LastChunkError
@@ -166,9 +166,9 @@ func TestDeclareSize(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, size := range []int64{4, 6, 0} { // chunk 2 beyond the last; chunk 2 not the last's 2 bytes
-			var se *uploads.SizeError
+			var se *staging.SizeError
 			if err := s.DeclareSize(ctx, id, "", size); !errors.As(err, &se) || se.N != 2 {
-				t.Fatalf("size %d: %v, want a SizeError about chunk 2", size, err)
+				t.Fatalf("size %d: %v, want a staging.SizeError about chunk 2", size, err)
 			}
 		}
 		up, _ := s.Get(ctx, id)
@@ -183,7 +183,7 @@ func TestDeclareSize(t *testing.T) {
 		if err := s.DeclareSize(ctx, id2, "", 2); err != nil {
 			t.Fatalf("the size the last chunk made: %v", err)
 		}
-		var se *uploads.SizeError
+		var se *staging.SizeError
 		if err := s.DeclareSize(ctx, id2, "", 3); !errors.As(err, &se) || se.Known != 2 {
 			t.Fatalf("another size: %v", err)
 		}

@@ -121,7 +121,7 @@ const wakeGrace = 2 * time.Second
 // wake-up is lost), its bytes are written under a fresh key, and a script then commits
 // them or, for a repeat or a rejected chunk, deletes them. Under an append lock (ctx
 // from WithAppendLock) the script first checks that the lock is still the caller's,
-// and refuses with ErrLockLost if not.
+// and refuses with staging.ErrLockLost if not.
 func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc uint32, last bool) (staging.StageResult, error) {
 	ref := staging.ChunkRef{UploadID: id, N: n}
 	now := s.c.Now()
@@ -224,7 +224,7 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 	case "nobytes":
 		return staging.StageResult{}, fmt.Errorf("%w: chunk %d's bytes did not reach Redis", staging.ErrUnavailable, n)
 	case "fenced":
-		return staging.StageResult{}, ErrLockLost
+		return staging.StageResult{}, staging.ErrLockLost
 	}
 	return staging.StageResult{}, fmt.Errorf("staging: unexpected stage result %q", code)
 }

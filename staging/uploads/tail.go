@@ -76,7 +76,7 @@ const (
 
 // SaveTail records data as upload id's tail, the first bytes of chunk n, durably before
 // it returns; empty data drops the tail. ctx must carry the upload's append lock
-// (WithAppendLock): a caller that lost it gets ErrLockLost and nothing changes. An
+// (WithAppendLock): a caller that lost it gets staging.ErrLockLost and nothing changes. An
 // upload that takes no more data is a *staging.StateError (or staging.ErrNotFound);
 // a chunk n received since (over gRPC, say) is a *PartRecordedError-like conflict:
 // staging.ErrChunkBusy.
@@ -110,7 +110,7 @@ func (s *Store) SaveTail(ctx context.Context, id string, n uint32, data []byte) 
 	case tailSaved:
 		return nil
 	case tailFenced:
-		return ErrLockLost
+		return staging.ErrLockLost
 	case tailReceived:
 		return fmt.Errorf("%w: chunk %d of upload %s was received since this request began", staging.ErrChunkBusy, n, id)
 	}

@@ -34,8 +34,8 @@ func TestTail(t *testing.T) {
 	if err := s.SaveTail(ctx, id, 1, []byte("ab")); err == nil {
 		t.Fatal("a tail saved without the lock")
 	}
-	if err := s.SaveTail(uploads.WithAppendLock(ctx, id, "b"), id, 1, []byte("ab")); !errors.Is(err, uploads.ErrLockLost) {
-		t.Fatalf("a tail under another's lock: %v, want ErrLockLost", err)
+	if err := s.SaveTail(uploads.WithAppendLock(ctx, id, "b"), id, 1, []byte("ab")); !errors.Is(err, staging.ErrLockLost) {
+		t.Fatalf("a tail under another's lock: %v, want staging.ErrLockLost", err)
 	}
 	if got := tail(); got != (staging.Tail{}) {
 		t.Fatalf("refused saves left a tail: %+v", got)

@@ -1,4 +1,4 @@
-package server
+package upload
 
 import (
 	"errors"
@@ -115,7 +115,7 @@ func (t *KeyTemplate) Expand(f KeyFields) (string, error) {
 	}
 	key := b.String()
 	if err := ValidateKey(key); err != nil {
-		msg := fmt.Sprintf("the server's key template %q makes key %s for this upload, which is not a valid key: %v", t.src, quote(key), err)
+		msg := fmt.Sprintf("the server's key template %q makes key %s for this upload, which is not a valid key: %v", t.src, Quote(key), err)
 		if len(empty) > 0 {
 			msg += fmt.Sprintf(" (empty in this request: %s; set it, or send a key)", strings.Join(empty, ", "))
 		}
