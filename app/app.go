@@ -332,7 +332,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if uc.Logger == nil {
 			uc.Logger = a.log.With("role", RoleAPI)
 		}
-		cd := upload.Deps{Store: a.uploads, Ender: ender, Objects: objects{a.s3}}
+		cd := upload.Deps{Store: a.uploads, Ender: ender, Objects: a.s3}
 		if a.metrics != nil {
 			cd.Metrics = a.metrics
 		}
@@ -581,17 +581,6 @@ func (a *App) Close() {
 }
 
 var _ upload.LocalWorker = (*chunkworker.Worker)(nil)
-
-// objects is s3store's Head for the core's if_absent check.
-type objects struct{ s *s3store.Store }
-
-func (o objects) Head(ctx context.Context, bucket, key string) (upload.ObjectInfo, error) {
-	info, err := o.s.Head(ctx, bucket, key)
-	if s3store.NotFound(err) {
-		return upload.ObjectInfo{}, fmt.Errorf("%w: %w", upload.ErrNoObject, err)
-	}
-	return upload.ObjectInfo{UploadID: info.UploadID}, err
-}
 
 // The completer works on the uploads store's completion view.
 var _ completion.Store = (*uploads.Completions)(nil)

@@ -295,7 +295,7 @@ func (s *DocumentService) ReprocessDocument(ctx context.Context, req *chunkupv1.
 	return &chunkupv1.ReprocessDocumentResponse{JobId: jobID, Enqueued: enqueued, Document: events.DocumentProto(d)}, nil
 }
 
-var errNoOCR = &UnsupportedError{Msg: "OCR is not enabled on this server (chunkup serve --ocr); ask a server that runs it"}
+var errNoOCR = &UnsupportedError{Msg: "OCR is not enabled on this server; ask a server that runs it"}
 
 // admin refuses callers whose tenant may not administer the OCR queue.
 func (s *DocumentService) admin(ctx context.Context, what string) error {
@@ -303,7 +303,7 @@ func (s *DocumentService) admin(ctx context.Context, what string) error {
 	if t == "" || slices.Contains(s.cfg.AdminTenants, t) {
 		return nil
 	}
-	return &PermissionError{Msg: fmt.Sprintf("%s spans every tenant's documents: tenant %q is not an admin tenant (--admin-tenants)", what, t)}
+	return &PermissionError{Msg: fmt.Sprintf("%s spans every tenant's documents: tenant %q is not an admin tenant", what, t)}
 }
 
 // GetOCRStats implements DocumentService.GetOCRStats.

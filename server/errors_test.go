@@ -14,6 +14,7 @@ import (
 	"github.com/chunkup/chunkup/internal/retry"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/ocrqueue"
+	"github.com/chunkup/chunkup/upload"
 )
 
 func TestToStatus(t *testing.T) {
@@ -35,9 +36,9 @@ func TestToStatus(t *testing.T) {
 		{"part recorded with other bytes", &staging.PartRecordedError{N: 3}, codes.FailedPrecondition, []string{"chunk 3", "start a new upload"}, true},
 		{"chunk busy", staging.ErrChunkBusy, codes.Aborted, []string{"being uploaded", "retry"}, true},
 		{"completing", staging.ErrCompleting, codes.FailedPrecondition, []string{"being completed", "can no longer be aborted"}, true},
-		{"invalid", &InvalidError{Msg: "chunk_number must be at least 1"}, codes.InvalidArgument, []string{"chunk_number must be at least 1"}, true},
-		{"range", &RangeError{Msg: "chunk 10001 is beyond S3's limit"}, codes.OutOfRange, []string{"chunk 10001"}, true},
-		{"checksum", &ChecksumError{N: 2, Got: 0xdeadbeef, Want: 0x01020304}, codes.DataLoss, []string{"chunk 2", "deadbeef", "01020304", "send it again"}, true},
+		{"invalid", &upload.InvalidError{Msg: "chunk_number must be at least 1"}, codes.InvalidArgument, []string{"chunk_number must be at least 1"}, true},
+		{"range", &upload.RangeError{Msg: "chunk 10001 is beyond S3's limit"}, codes.OutOfRange, []string{"chunk 10001"}, true},
+		{"checksum", &upload.ChecksumError{N: 2, Got: 0xdeadbeef, Want: 0x01020304}, codes.DataLoss, []string{"chunk 2", "deadbeef", "01020304", "send it again"}, true},
 		{"canceled", context.Canceled, codes.Canceled, nil, false},
 		{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded, nil, false},
 		{"redis unavailable", fmt.Errorf("%w: %w", staging.ErrUnavailable, io.EOF), codes.Unavailable, []string{"staging store unavailable", "retry later"}, true},
@@ -45,7 +46,7 @@ func TestToStatus(t *testing.T) {
 		{"long id", staging.ErrNotFound, codes.NotFound, []string{"bytes)"}, false},
 		{"anything else", errors.New("boom"), codes.Internal, []string{"boom"}, true},
 		{"not an admin", &PermissionError{Msg: "tenant \"acme\" is not an admin tenant"}, codes.PermissionDenied, []string{"not an admin tenant"}, false},
-		{"ocr off", errNoOCR, codes.FailedPrecondition, []string{"OCR is not enabled", "--ocr"}, false},
+		{"ocr off", errNoOCR, codes.FailedPrecondition, []string{"OCR is not enabled"}, false},
 		{"result unreachable", &ResultError{Key: "k.ocr.json", Err: io.ErrUnexpectedEOF}, codes.Unavailable, []string{"k.ocr.json", "retry later"}, true},
 		{"result missing", &ResultError{Key: "k.ocr.json", Err: &retry.PermanentError{Err: errors.New("NoSuchKey")}}, codes.FailedPrecondition, []string{"k.ocr.json", "reprocess"}, true},
 		{"job not dead", &JobError{JobID: "j1", Requeued: 2, Err: ocrqueue.ErrJobNotFound}, codes.NotFound, []string{"j1", "not dead-lettered", "2 requeued"}, false},
@@ -95,7 +96,7 @@ func TestToStatusPassesThrough(t *testing.T) {
 		t.Fatalf("toStatus(status) = %v, want the same status", got)
 	}
 	// Rules are tried in order: an error that matches two gets the first one.
-	both := errors.Join(&ChecksumError{N: 1}, staging.ErrNotFound)
+	both := errors.Join(&upload.ChecksumError{N: 1}, staging.ErrNotFound)
 	if got := status.Code(toStatus("x", both)); got != codes.DataLoss {
 		t.Fatalf("toStatus(checksum+notfound) = %v, want DataLoss", got)
 	}

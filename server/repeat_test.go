@@ -29,6 +29,7 @@ import (
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/stagingtest"
 	"github.com/chunkup/chunkup/staging/uploads"
+	"github.com/chunkup/chunkup/upload"
 )
 
 const repeatBucket = "repeats"
@@ -78,13 +79,13 @@ type countingThrough struct {
 	completing atomic.Int32
 }
 
-func (t *countingThrough) WriteThrough(ctx context.Context, ref staging.ChunkRef, data []byte, sum uint32, last, wake bool) (server.Written, error) {
+func (t *countingThrough) WriteThrough(ctx context.Context, ref staging.ChunkRef, data []byte, sum uint32, last, wake bool) (upload.Written, error) {
 	r, err := t.w.WriteThrough(ctx, ref, data, sum, last, wake)
 	var se *staging.StateError
 	if errors.As(err, &se) && se.Status == staging.StatusCompleting {
 		t.completing.Add(1)
 	}
-	return server.Written{Stored: r.Stored, Duplicate: r.Duplicate, Ready: r.Ready, HandOver: r.HandOver, InUse: r.InUse}, err
+	return upload.Written{Stored: r.Stored, Duplicate: r.Duplicate, Ready: r.Ready, HandOver: r.HandOver, InUse: r.InUse}, err
 }
 
 // repeatRig is one process's API, worker and completer (held: heldCompletions) on
@@ -127,8 +128,12 @@ func newRepeatRig(t *testing.T, minio *testenv.MinIO, mode string) *repeatRig {
 	t.Cleanup(held.let) // before the completer stops: its wait ends
 
 	through := &countingThrough{w: w}
-	svc, err := server.NewUploadService(server.Deps{Store: st, Progress: stores.Outbox, Ender: ender, Objects: objects,
-		Local: w, Through: through, Completer: comp}, server.Config{Bucket: repeatBucket, Staging: mode, Logger: quiet})
+	core, err := upload.New(upload.Deps{Store: st, Ender: ender, Objects: objects, Local: w, Through: through, Completer: comp},
+		upload.Config{Bucket: repeatBucket, Staging: mode, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := server.NewUploadService(server.Deps{Core: core, Lister: st, Progress: stores.Outbox, Objects: objects}, server.Config{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +326,7 @@ func TestRepeatedChunkAcknowledgedInEveryState(t *testing.T) {
 		}},
 	}
 
-	for _, mode := range []string{server.StagingAdaptive, server.StagingAlways} {
+	for _, mode := range []string{upload.StagingAdaptive, upload.StagingAlways} {
 		t.Run(mode, func(t *testing.T) {
 			ctx := testenv.Context(t, 2*time.Minute)
 			r := newRepeatRig(t, minio, mode)
@@ -391,7 +396,7 @@ func TestRepeatedChunkAcknowledgedInEveryState(t *testing.T) {
 			if !got2 || !dup1 || len(acks) != 2 {
 				t.Fatalf("stream A's last acknowledgements %v; want chunk 2, and chunk 1 again as a stored duplicate", acks)
 			}
-			if mode == server.StagingAdaptive && r.through.completing.Load() == 0 {
+			if mode == upload.StagingAdaptive && r.through.completing.Load() == 0 {
 				t.Error("no repeat went through the write-through while the upload was COMPLETING")
 			}
 

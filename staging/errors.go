@@ -8,23 +8,35 @@ import (
 )
 
 // Every error here has a kind (internal/fault), so that an error no caller explained
-// still reaches a client with the right code.
+// still reaches a client with the right code. They are not *fault.Error values, which
+// are errors explained for a client (see upload.Explain).
+
+// kindError is a sentinel with a kind.
+type kindError struct {
+	kind fault.Kind
+	msg  string
+}
+
+func kinded(k fault.Kind, msg string) error { return &kindError{kind: k, msg: msg} }
+
+func (e *kindError) Error() string    { return e.msg }
+func (e *kindError) Kind() fault.Kind { return e.kind }
 
 // ErrNotFound means no upload has the id (or it has been cleaned up).
-var ErrNotFound error = fault.New(fault.NotFound, "upload not found")
+var ErrNotFound error = kinded(fault.NotFound, "upload not found")
 
 // ErrChunkBusy means a chunk is being uploaded to S3 right now, so it cannot be
 // replaced by different bytes; the caller may retry once the part is recorded (and will
 // then get a PartRecordedError) or later.
-var ErrChunkBusy error = fault.New(fault.Busy, "chunk is being uploaded")
+var ErrChunkBusy error = kinded(fault.Busy, "chunk is being uploaded")
 
 // ErrNotReplicated means a chunk was staged on the Redis master but fewer replicas
 // than Config.MinReplicas confirmed it in time: a failover now could lose it, so it is
 // not acknowledged. Sending it again is safe (a repeat is idempotent).
-var ErrNotReplicated error = fault.New(fault.Unavailable, "chunk not yet copied to enough Redis replicas")
+var ErrNotReplicated error = kinded(fault.Unavailable, "chunk not yet copied to enough Redis replicas")
 
 // ErrCompleting means the upload is being finalized and can no longer be aborted.
-var ErrCompleting error = fault.New(fault.Conflict, "upload is being completed")
+var ErrCompleting error = kinded(fault.Conflict, "upload is being completed")
 
 // StateError means the upload is in a state that does not allow the operation.
 type StateError struct{ Status Status }
@@ -64,18 +76,18 @@ func (e *PartRecordedError) Error() string {
 // refused, dropped or timed out, Redis is loading its data after a restart, or a
 // cluster is failing over (CLUSTERDOWN, TRYAGAIN, MASTERDOWN, READONLY from a master
 // just demoted). Nothing was changed; the same request may succeed later.
-var ErrUnavailable error = fault.New(fault.Unavailable, "staging store unavailable")
+var ErrUnavailable error = kinded(fault.Unavailable, "staging store unavailable")
 
 // ErrFull means Redis refused a write because it is at its maxmemory limit (OOM).
 // Nothing was changed: every script checks its conditions before its first write, and
 // Redis refuses only a script's first write. Retry once workers have drained staged
 // chunks.
-var ErrFull error = fault.New(fault.Overloaded, "staging store out of memory")
+var ErrFull error = kinded(fault.Overloaded, "staging store out of memory")
 
 // ErrTooManyUploads means the tenant has as many uploads in progress as
 // Config.MaxActivePerTenant allows; nothing was created. It clears as the tenant's
 // uploads complete, are aborted or expire.
-var ErrTooManyUploads error = fault.New(fault.Exhausted, "the tenant has as many uploads in progress as it may have")
+var ErrTooManyUploads error = kinded(fault.Exhausted, "the tenant has as many uploads in progress as it may have")
 
 // ActiveError means an upload that was to expire has been active since.
 type ActiveError struct{ LastActivity time.Time }
@@ -83,19 +95,19 @@ type ActiveError struct{ LastActivity time.Time }
 func (e *ActiveError) Error() string { return "upload active since " + e.LastActivity.String() }
 
 // ErrGuardLost means another completer took over; the caller must stop.
-var ErrGuardLost error = fault.New(fault.Internal, "completion guard lost")
+var ErrGuardLost error = kinded(fault.Internal, "completion guard lost")
 
 // ErrAlreadyCompleted means another completer recorded the completion first (its event
 // is the one in the outbox); the caller has nothing left to do.
-var ErrAlreadyCompleted error = fault.New(fault.Internal, "upload already completed")
+var ErrAlreadyCompleted error = kinded(fault.Internal, "upload already completed")
 
 // ErrChunkMissing means a claimed chunk's bytes are no longer in Redis.
-var ErrChunkMissing error = fault.New(fault.Conflict, "staged chunk is missing")
+var ErrChunkMissing error = kinded(fault.Conflict, "staged chunk is missing")
 
 // ErrLockLost means a write was refused because the caller's append lock is no longer
 // its own (the lease ran out, and another request may hold it now). Nothing was
 // changed.
-var ErrLockLost error = fault.New(fault.Locked, "the upload's append lock was lost")
+var ErrLockLost error = kinded(fault.Locked, "the upload's append lock was lost")
 
 // SizeError means a declared size contradicts the upload: the size recorded or known
 // from its last chunk (Known ≥ 0), or a chunk already received (N, of Size bytes).

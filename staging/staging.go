@@ -97,7 +97,7 @@ type Config struct {
 	// MaxActivePerTenant bounds the uploads one tenant may have in progress (ACTIVE or
 	// COMPLETING) on the whole deployment, counted in the tenant's list of uploads;
 	// creating one more is ErrTooManyUploads. Zero or negative means no bound (chunkup
-	// serve and dev set server.DefaultMaxActivePerTenant unless told otherwise).
+	// serve and dev set upload.DefaultMaxActivePerTenant unless told otherwise).
 	MaxActivePerTenant int
 	// Now is the clock. Nil means time.Now. Leases and due times use it, so tests can
 	// move time without sleeping.

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/chunkup/chunkup/internal/fault"
+	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/uploads"
 )
@@ -57,14 +58,10 @@ type Ender interface {
 
 // Objects tells whether an object exists (for if_absent), and whose upload made it.
 type Objects interface {
-	Head(ctx context.Context, bucket, key string) (ObjectInfo, error)
+	Head(ctx context.Context, bucket, key string) (s3store.ObjectInfo, error)
 }
 
-// ObjectInfo is what Objects.Head returns about an object.
-type ObjectInfo struct {
-	// UploadID is the chunkup upload that wrote the object ("" when unknown).
-	UploadID string
-}
+var _ Objects = (*s3store.Store)(nil)
 
 // LocalWorker is the part of an in-process chunk worker the core hands chunks to (see
 // chunkworker.Worker.Expect).

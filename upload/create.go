@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chunkup/chunkup/internal/ids"
+	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
 )
 
@@ -218,7 +219,7 @@ func (c *Core) keyFree(ctx context.Context, key, clientNodeID string) error {
 	}
 	info, err := c.objects.Head(ctx, c.cfg.Bucket, key)
 	switch {
-	case errors.Is(err, ErrNoObject):
+	case s3store.NotFound(err):
 		return nil
 	case err != nil:
 		return err
@@ -230,9 +231,6 @@ func (c *Core) keyFree(ctx context.Context, key, clientNodeID string) error {
 	}
 	return &ObjectExistsError{Key: key}
 }
-
-// ErrNoObject is what Objects.Head returns (wrapped) when there is no object at the key.
-var ErrNoObject = errors.New("no object at the key")
 
 // differingField names the first parameter in which a repeated create differs from the
 // upload its client_node_id names, or returns "".

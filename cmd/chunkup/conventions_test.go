@@ -250,7 +250,7 @@ func TestInterruptedUpload(t *testing.T) {
 	// about two chunks, until workers drain Redis.
 	api := app.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "off", RedisURL: r.URL(), S3: m.S3Config(), Bucket: bucket,
 		Roles: []string{app.RoleAPI}, ShutdownTimeout: 5 * time.Second}
-	api.Server.ChunkSize, api.Server.StagedBytesBudget, api.Server.BudgetWait = 5<<20, 12<<20, 10*time.Minute
+	api.Upload.ChunkSize, api.Upload.StagedBytesBudget, api.Upload.BudgetWait = 5<<20, 12<<20, 10*time.Minute
 	a := runApp(t, api)
 	file, data := writeRandomFile(t, "interrupted.bin", 8*5<<20)
 	bin := testenv.BuildBinary(t, "github.com/chunkup/chunkup/cmd/chunkup")

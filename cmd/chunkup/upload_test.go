@@ -187,7 +187,7 @@ func TestResumeAfterKill(t *testing.T) {
 	m := testenv.StartMinIO(t)
 	api := app.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RedisURL: r.URL(), S3: m.S3Config(), Bucket: bucket,
 		Roles: []string{app.RoleAPI}, ShutdownTimeout: 5 * time.Second}
-	api.Server.ChunkSize, api.Server.StagedBytesBudget, api.Server.BudgetWait = 5<<20, 12<<20, 10*time.Minute
+	api.Upload.ChunkSize, api.Upload.StagedBytesBudget, api.Upload.BudgetWait = 5<<20, 12<<20, 10*time.Minute
 	a := runApp(t, api)
 	const chunks = 8
 	file, data := writeRandomFile(t, "resumed.bin", chunks*5<<20)

@@ -15,10 +15,10 @@ import (
 	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/s3store"
-	"github.com/chunkup/chunkup/server"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/stagingtest"
 	"github.com/chunkup/chunkup/staging/uploads"
+	"github.com/chunkup/chunkup/upload"
 )
 
 const chunk = 5 << 20 // the smallest chunk size S3 allows
@@ -76,20 +76,20 @@ func (r *renewals) unstall() {
 	clear(r.stalled)
 }
 
-func newEnv(t *testing.T, sc server.Config, lease time.Duration) *env {
+func newEnv(t *testing.T, uc upload.Config, lease time.Duration) *env {
 	t.Helper()
 	r := testenv.StartRedis(t)
 	m := testenv.StartMinIO(t)
 	m.CreateBucket(t, "door-test")
 	st := stagingtest.Open(t, r.Client(t), staging.Config{})
 	ender := &cleanup.Ender{Store: st.Uploads.Ends(), S3: s3store.New(m.Client(t))}
-	sc.Bucket, sc.ChunkSize = "door-test", chunk
-	svc, err := server.NewUploadService(server.Deps{Store: st.Uploads, Progress: st.Outbox, Ender: ender}, sc)
+	uc.Bucket, uc.ChunkSize, uc.LockLease = "door-test", chunk, lease
+	w := &renewals{Store: st.Uploads, seen: map[string]bool{}, stalled: map[string]bool{}}
+	uc2, err := upload.New(upload.Deps{Store: w, Ender: ender}, uc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &renewals{Store: st.Uploads, seen: map[string]bool{}, stalled: map[string]bool{}}
-	core, err := coreadapter.New(svc, w, coreadapter.Config{LockLease: lease})
+	core, err := coreadapter.New(uc2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func newEnv(t *testing.T, sc server.Config, lease time.Duration) *env {
 
 func ctxT(t *testing.T) context.Context { return testenv.Context(t, time.Minute) }
 
-func tenant(t *testing.T, name string) context.Context { return server.WithTenant(ctxT(t), name) }
+func tenant(t *testing.T, name string) context.Context { return upload.WithTenant(ctxT(t), name) }
 
 func bytesOf(n int, b byte) []byte {
 	p := make([]byte, n)
@@ -115,7 +115,7 @@ func stage(ctx context.Context, c *coreadapter.Core, id string, n uint32, data [
 // An upload of unknown size: chunks staged under the lock, then its size declared;
 // the door's view follows (size, chunks, expiry, metadata).
 func TestUnknownSizeThenDeclared(t *testing.T) {
-	e := newEnv(t, server.Config{}, 0)
+	e := newEnv(t, upload.Config{}, 0)
 	ctx := tenant(t, "acme")
 	up, err := e.core.Create(ctx, httpdoor.CreateRequest{Size: -1, Name: "a.bin", ContentType: "application/x-a", Metadata: map[string]string{"filename": "a.bin", "k": ""}})
 	if err != nil {
@@ -169,7 +169,7 @@ func TestUnknownSizeThenDeclared(t *testing.T) {
 
 // Every error is the door's sentinel, and another tenant's upload does not exist.
 func TestErrors(t *testing.T) {
-	e := newEnv(t, server.Config{MaxUploadSize: 3 * chunk, MaxStreamsPerTenant: 1}, 0)
+	e := newEnv(t, upload.Config{MaxUploadSize: 3 * chunk, MaxStreamsPerTenant: 1}, 0)
 	ctx := tenant(t, "acme")
 	other := tenant(t, "other")
 	for name, tc := range map[string]struct {
@@ -257,7 +257,7 @@ func TestErrors(t *testing.T) {
 // fence; and a holder that cannot reach Redis gives the lock up before the lease ends.
 func TestLock(t *testing.T) {
 	const lease = 300 * time.Millisecond
-	e := newEnv(t, server.Config{}, lease)
+	e := newEnv(t, upload.Config{}, lease)
 	ctx := tenant(t, "acme")
 	up, err := e.core.Create(ctx, httpdoor.CreateRequest{Size: 2 * chunk})
 	if err != nil {

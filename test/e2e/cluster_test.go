@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/chunkup/chunkup/internal/testenv"
-	"github.com/chunkup/chunkup/server"
+	"github.com/chunkup/chunkup/upload"
 )
 
 // shared is the Redis Cluster of the running TestOnCluster.
@@ -72,7 +72,7 @@ func TestOnCluster(t *testing.T) {
 		// Several API and worker processes, no affinity, one worker killed.
 		{"ManyReplicas", testManyReplicas},
 	}
-	for _, mode := range []string{server.StagingAdaptive, server.StagingAlways} {
+	for _, mode := range []string{upload.StagingAdaptive, upload.StagingAlways} {
 		t.Run(mode, func(t *testing.T) {
 			for _, tc := range tests {
 				t.Run(tc.name, tc.test)
@@ -85,11 +85,11 @@ func TestOnCluster(t *testing.T) {
 // TestOnCluster subtest names (…/always/…), else the default.
 func stagingFor(t testing.TB) string {
 	for seg := range strings.SplitSeq(t.Name(), "/") {
-		if seg == server.StagingAlways || seg == server.StagingAdaptive {
+		if seg == upload.StagingAlways || seg == upload.StagingAdaptive {
 			return seg
 		}
 	}
-	return server.StagingAdaptive
+	return upload.StagingAdaptive
 }
 
 // testWokenByShardedPubSub runs the API and the workers in separate processes, with

@@ -34,7 +34,7 @@ func TestDashboardMetrics(t *testing.T) {
 	}
 	e := newEnv(t)
 	cfg := e.config()
-	cfg.Server.ChunkSize = 5 * MiB
+	cfg.Upload.ChunkSize = 5 * MiB
 	cfg = withOCR(cfg)
 	cfg.OCR.Engine = dashboardEngine{}
 	a := e.start(t, cfg)

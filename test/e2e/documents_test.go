@@ -40,7 +40,7 @@ func TestDocumentIdentityEndToEnd(t *testing.T) {
 	k := testenv.StartKafka(t, topic)
 	cfg := withKafka(e.config(), k)
 	cfg.InstanceID = "api-7"
-	cfg.Server.KeyTemplate = "connectors/{connector_id}/{node_id}.pb"
+	cfg.Upload.KeyTemplate = "connectors/{connector_id}/{node_id}.pb"
 	a := e.start(t, cfg)
 	c := e.client(t, a)
 

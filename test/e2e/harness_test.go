@@ -17,8 +17,8 @@ import (
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/testenv"
-	"github.com/chunkup/chunkup/server"
 	"github.com/chunkup/chunkup/test/harness"
+	"github.com/chunkup/chunkup/upload"
 )
 
 const bucket = "chunkup-test"
@@ -89,7 +89,7 @@ func (e *env) config(roles ...string) app.Config {
 	return app.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RedisURL: e.redisURL(),
 		S3: e.minio.S3Config(), Bucket: bucket, Roles: roles, ShutdownTimeout: 5 * time.Second,
-		Server:    server.Config{Staging: stagingFor(e.t)},
+		Upload:    upload.Config{Staging: stagingFor(e.t)},
 		Worker:    workerCfg(),
 		Completer: completerCfg(),
 		Logger:    testLogger(),

@@ -22,6 +22,7 @@ import (
 	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/server"
 	"github.com/chunkup/chunkup/test/harness"
+	"github.com/chunkup/chunkup/upload"
 )
 
 // The HTTP door end to end: real clients (tus-js-client in Node, curl, headless
@@ -208,7 +209,7 @@ func TestHTTPCredentials(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config()
 	cfg.Auth = server.AuthConfig{APIKeys: map[string]string{server.HashAPIKey("acme-key"): "acme"}, JWTSecret: jwtSecret}
-	cfg.Server.MaxUploadSize = 3 * chunk
+	cfg.Upload.MaxUploadSize = 3 * chunk
 	cfg.RatePerTenant, cfg.RateBurst = 1, 12
 	a := e.start(t, cfg)
 	acme := doorOf(t, a.HTTPAddr(), "X-Api-Key", "acme-key")
@@ -255,7 +256,7 @@ func TestHTTPDefaultMaxSize(t *testing.T) {
 	cfg := e.config()
 	a := e.start(t, cfg)
 	d := doorOf(t, a.HTTPAddr())
-	limit := int64(server.MaxParts) * 64 * MiB // 10,000 parts of the default --max-chunk-size
+	limit := int64(upload.MaxParts) * 64 * MiB // 10,000 parts of the default --max-chunk-size
 	want := strconv.FormatInt(limit, 10)
 
 	r := d.do("OPTIONS", "/files/", nil)

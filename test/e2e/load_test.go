@@ -34,10 +34,10 @@ func TestLoadWithinBudget(t *testing.T) {
 	)
 	e := newEnv(t)
 	cfg := e.config()
-	cfg.Server.ChunkSize, cfg.Server.StagedBytesBudget = chunkSize, budget
+	cfg.Upload.ChunkSize, cfg.Upload.StagedBytesBudget = chunkSize, budget
 	// 200 streams of one tenant at once: past the per-tenant stream limit (on by
 	// default, 64) streams would be refused, and this test is about the budget.
-	cfg.Server.MaxStreamsPerTenant = -1
+	cfg.Upload.MaxStreamsPerTenant = -1
 	cfg.Worker.Concurrency = 2
 	a := e.start(t, cfg)
 	c := e.client(t, a, client.WithWindow(2))

@@ -24,6 +24,7 @@ import (
 	"github.com/chunkup/chunkup/server"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/uploads"
+	"github.com/chunkup/chunkup/upload"
 )
 
 // scrapeMetrics reads and parses the process's /metrics over HTTP.
@@ -81,7 +82,7 @@ next:
 // chunks written through to S3 are neither (a chunk may still be staged when a part is
 // slow on a busy machine, and is then counted as staged and claimed).
 func TestMetricsAfterUpload(t *testing.T) {
-	for _, mode := range []string{server.StagingAlways, server.StagingAdaptive} {
+	for _, mode := range []string{upload.StagingAlways, upload.StagingAdaptive} {
 		t.Run(mode, func(t *testing.T) { testMetricsAfterUpload(t, mode) })
 	}
 }
@@ -90,8 +91,8 @@ func testMetricsAfterUpload(t *testing.T, mode string) {
 	e := newEnv(t)
 	k := testenv.StartKafka(t, topic)
 	cfg := withKafka(e.config(), k)
-	cfg.Server.ChunkSize = 5 * MiB
-	cfg.Server.Staging = mode
+	cfg.Upload.ChunkSize = 5 * MiB
+	cfg.Upload.Staging = mode
 	a := e.start(t, cfg)
 	c := e.client(t, a)
 	const chunks = 3
@@ -116,7 +117,7 @@ func testMetricsAfterUpload(t *testing.T, mode string) {
 	})
 	staged, _ := metricValue(fams, "chunkup_chunks_staged_total", "outcome", "new")
 	through, _ := metricValue(fams, "chunkup_chunks_staged_total", "outcome", "written_through")
-	if staged+through != chunks || (mode == server.StagingAlways && through != 0) {
+	if staged+through != chunks || (mode == upload.StagingAlways && through != 0) {
 		t.Errorf("%v chunks staged and %v written through; want %d in all (none written through when staging always)", staged, through, chunks)
 	}
 	t.Logf("%s: %v chunks staged, %v written through", mode, staged, through)
@@ -129,7 +130,7 @@ func testMetricsAfterUpload(t *testing.T, mode string) {
 		{"chunkup_chunks_staged_total", []string{"outcome", "duplicate"}, eq(0), "0"},
 		// A chunk staged while its write-through's part upload went on is recorded by
 		// that upload, not claimed.
-		{"chunkup_chunks_claimed_total", nil, func(v float64) bool { return v == staged || (mode == server.StagingAdaptive && v < staged) }, "== chunks staged"},
+		{"chunkup_chunks_claimed_total", nil, func(v float64) bool { return v == staged || (mode == upload.StagingAdaptive && v < staged) }, "== chunks staged"},
 		{"chunkup_lease_reclaims_total", nil, eq(0), "0"},
 		{"chunkup_parts_uploaded_total", nil, eq(chunks), "== chunks"},
 		{"chunkup_part_upload_duration_seconds", nil, eq(chunks), "count == chunks"},

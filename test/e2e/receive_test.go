@@ -174,7 +174,7 @@ func TestIdleStreamCloses(t *testing.T) {
 func TestMessageSizeFollowsMaxChunk(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config()
-	cfg.Server.ChunkSize, cfg.Server.MaxChunkSize = 5<<20, 6<<20
+	cfg.Upload.ChunkSize, cfg.Upload.MaxChunkSize = 5<<20, 6<<20
 	a := e.start(t, cfg)
 	c := e.client(t, a)
 	size := int64(12 << 20)

@@ -133,8 +133,8 @@ func TestTenantIsolation(t *testing.T) {
 func TestLimits(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config("api")
-	cfg.Server.MaxUploadSize = 12 << 20
-	cfg.Server.MaxStreamsPerTenant = 2
+	cfg.Upload.MaxUploadSize = 12 << 20
+	cfg.Upload.MaxStreamsPerTenant = 2
 	cfg.RatePerTenant, cfg.RateBurst = 1, 40
 	a := e.start(t, cfg)
 	c := e.client(t, a)
@@ -223,9 +223,9 @@ func TestIdleStreamsDoNotLockOutOtherTenants(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config()
 	cfg.Auth = server.AuthConfig{APIKeys: map[string]string{server.HashAPIKey("hog-key"): "hog", server.HashAPIKey("fair-key"): "fair"}}
-	cfg.Server.BudgetWait = 2 * time.Second // how long a stream waits for room
+	cfg.Upload.BudgetWait = 2 * time.Second // how long a stream waits for room
 	// Room for 7 waiting streams; the default share leaves one to other tenants.
-	cfg.Server.MaxChunkSize, cfg.Server.MaxReceiveMemory = 8*MiB, 64*MiB
+	cfg.Upload.MaxChunkSize, cfg.Server.MaxReceiveMemory = 8*MiB, 64*MiB
 	a := e.start(t, cfg)
 	hog := e.client(t, a, client.WithAPIKey("hog-key"))
 	msg := int64(cfg.Server.MaxMessageSize())
@@ -256,7 +256,7 @@ func TestIdleStreamsDoNotLockOutOtherTenants(t *testing.T) {
 	if err != nil {
 		t.Fatalf("another tenant's upload beside the hog's idle streams: %v", err)
 	}
-	if took := time.Since(began); took >= cfg.Server.BudgetWait {
+	if took := time.Since(began); took >= cfg.Upload.BudgetWait {
 		t.Errorf("another tenant's upload waited %s for receive memory", took)
 	}
 	e.requireExact(t, up, data)
