@@ -36,7 +36,7 @@ func TestMemoryGate(t *testing.T) {
 	if err := big.reserve(ctx, "a", 150); err != nil || big.Held() != 150 {
 		t.Fatalf("a reservation over the limit with nothing held: %v (held %d)", err, big.Held())
 	}
-	if status := toStatus("", me); status == nil || !strings.Contains(status.Error(), "ResourceExhausted") || !strings.Contains(status.Error(), "--max-receive-memory") {
+	if status := toStatus("", me); status == nil || !strings.Contains(status.Error(), "ResourceExhausted") || !strings.Contains(status.Error(), "limit of 100 bytes") || strings.Contains(status.Error(), "--") {
 		t.Errorf("MemoryError becomes %v", status)
 	}
 }
@@ -78,7 +78,7 @@ func TestMemoryGateTenantShare(t *testing.T) {
 	if err := g.reserve(ctx, "hog", 25); !errors.As(err, &me) || !me.Tenant {
 		t.Fatalf("hog over its share: %v; want a tenant MemoryError", err)
 	}
-	if msg := toStatus("", me).Error(); !strings.Contains(msg, "--max-receive-memory-per-tenant") {
+	if msg := toStatus("", me).Error(); !strings.Contains(msg, "this tenant's streams hold its share of 75 bytes") || strings.Contains(msg, "--") {
 		t.Errorf("the tenant's refusal says %q", msg)
 	}
 	granted := make(chan error, 1)

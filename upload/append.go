@@ -122,7 +122,7 @@ func (c *Core) lockLost(ctx context.Context, err error) error {
 func (c *Core) DeclareSize(ctx context.Context, id string, size int64) error {
 	up, err := c.Get(ctx, id)
 	if err != nil {
-		return err
+		return Explain(id, c.lockLost(ctx, err))
 	}
 	if limit := c.UploadLimit(); size > limit {
 		return Explain(id, &TooLargeError{Msg: fmt.Sprintf("the upload has %d bytes; this server takes at most %d", size, limit)})

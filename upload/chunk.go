@@ -219,6 +219,11 @@ func (c *Core) completeNow(ctx context.Context, id string, head []byte) *staging
 // written through: the append lock that fences its request is checked by the stage
 // script.
 func (c *Core) Stage(ctx context.Context, id string, n uint32, data []byte, sum uint32, last bool) (duplicate bool, err error) {
+	duplicate, err = c.stage(ctx, id, n, data, sum, last)
+	return duplicate, Explain(id, c.lockLost(ctx, err))
+}
+
+func (c *Core) stage(ctx context.Context, id string, n uint32, data []byte, sum uint32, last bool) (bool, error) {
 	began := time.Now()
 	p, err := c.Params(ctx, id)
 	if err != nil {
@@ -231,18 +236,18 @@ func (c *Core) Stage(ctx context.Context, id string, n uint32, data []byte, sum 
 	}
 	cost := RedisCost(int64(len(data)))
 	if err := c.budget.reserve(ctx, cost); err != nil {
-		return false, Explain(id, err)
+		return false, err
 	}
 	ch := &Chunk{UploadID: id, N: n, Data: data, CRC32C: &sum, Last: last}
 	checked, err := c.check(p, ch)
 	if err != nil {
 		c.budget.settle(cost, 0)
-		return false, Explain(id, err)
+		return false, err
 	}
 	t, err := c.take(ctx, p, ch, checked, false)
 	c.budget.settle(cost, t.RedisCost)
 	if err != nil {
-		return false, Explain(id, c.lockLost(ctx, err))
+		return false, err
 	}
 	if c.metrics != nil {
 		c.metrics.ChunkAcked(time.Since(began), int64(len(data)), t.Duplicate)

@@ -280,16 +280,28 @@ func TestSDKLinksNoAWS(t *testing.T) {
 	}
 }
 
-// TestHTTPDoorLinksNoServer checks that the HTTP door (package httpdoor) does not link
-// the gRPC server. Only package httpdoor: httpdoor/coreadapter is the adapter that gives
-// the door chunkup's uploads through package server, until the door calls a
-// protocol-free upload core; then this should hold for ./httpdoor/... as well.
-func TestHTTPDoorLinksNoServer(t *testing.T) {
+// TestDoorsStandOnTheCore checks the shape of the doors: the HTTP door and its adapter
+// (./httpdoor/...) do not link the gRPC door (package server); the upload core links
+// neither door; and the core's own test of a door (upload/door_test.go) needs neither,
+// as a new door would not.
+func TestDoorsStandOnTheCore(t *testing.T) {
 	root := moduleRoot(t)
 	mod := strings.TrimSpace(string(goList(t, root, "-m", "-f", "{{.Path}}")))
-	for _, dep := range strings.Fields(string(goList(t, root, "-deps", "./httpdoor"))) {
-		if dep == mod+"/server" {
-			t.Errorf("package httpdoor links %s", dep)
+	for _, tc := range []struct {
+		pkgs   string
+		args   []string
+		forbid []string
+	}{
+		{"./httpdoor/...", []string{"-deps", "./httpdoor/..."}, []string{"/server"}},
+		{"./upload", []string{"-deps", "./upload"}, []string{"/server", "/httpdoor", "/httpdoor/coreadapter"}},
+		{"./upload's tests", []string{"-deps", "-test", "./upload"}, []string{"/server", "/httpdoor", "/httpdoor/coreadapter"}},
+	} {
+		for _, dep := range strings.Fields(string(goList(t, root, tc.args...))) {
+			for _, f := range tc.forbid {
+				if dep == mod+f {
+					t.Errorf("%s link %s", tc.pkgs, dep)
+				}
+			}
 		}
 	}
 }
