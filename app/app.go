@@ -354,6 +354,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if sc.Logger == nil {
 			sc.Logger = uc.Logger
 		}
+		if sc.MemoryWait == 0 {
+			// One patience for a stream's limits: room in Redis, room in memory.
+			sc.MemoryWait = a.core.Config().BudgetWait
+		}
 		if sc.Observe == (server.Observability{}) {
 			sc.Observe = a.observability
 		}

@@ -21,15 +21,9 @@ import (
 
 // Metrics is what the API records (implemented by *metrics.Set, see internal/metrics).
 type Metrics interface {
-	// ChunkStaged records a chunk acknowledged to a client after it was staged in Redis.
-	ChunkStaged(duplicate bool)
 	// ChunkAcked records a chunk of size bytes acknowledged d after it was received.
+	// (What became of it, staged or written through, the upload core records.)
 	ChunkAcked(d time.Duration, size int64, duplicate bool)
-	// UploadCreated records an upload created.
-	UploadCreated()
-	// ChunkWrittenThrough records a chunk acknowledged to a client after it was written
-	// through to S3 (or found recorded there meanwhile: duplicate).
-	ChunkWrittenThrough(duplicate bool)
 	// GRPCServerInterceptors record the grpc_server_* series.
 	GRPCServerInterceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor)
 }
@@ -75,24 +69,6 @@ func (o Observability) serverOptions() []grpc.ServerOption {
 	unary = append(unary, correlationUnary)
 	stream = append(stream, correlationStream)
 	return append(opts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
-}
-
-func (o Observability) chunkStaged(duplicate bool) {
-	if o.Metrics != nil {
-		o.Metrics.ChunkStaged(duplicate)
-	}
-}
-
-func (o Observability) chunkAcked(d time.Duration, size int64, duplicate bool) {
-	if o.Metrics != nil {
-		o.Metrics.ChunkAcked(d, size, duplicate)
-	}
-}
-
-func (o Observability) uploadCreated() {
-	if o.Metrics != nil {
-		o.Metrics.UploadCreated()
-	}
 }
 
 // uploadChunkMethod is the full name of the chunk stream.
@@ -159,12 +135,6 @@ func (t *timedStream) SendMsg(msg any) error {
 		}
 	}
 	return t.ServerStream.SendMsg(msg)
-}
-
-func (o Observability) chunkWrittenThrough(duplicate bool) {
-	if o.Metrics != nil {
-		o.Metrics.ChunkWrittenThrough(duplicate)
-	}
 }
 
 type correlationKey struct{}

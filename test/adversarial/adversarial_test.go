@@ -376,8 +376,8 @@ func TestActiveUploadsCapped(t *testing.T) {
 	}
 	a := harness.Dial(t, e.node.GRPCAddr, client.WithAPIKey(keyA))
 	_, err := a.API().CreateUpload(ctx, &chunkupv1.CreateUploadRequest{Name: "one-more"})
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-active-uploads-per-tenant") {
-		t.Fatalf("gRPC create past the cap: %v, want RESOURCE_EXHAUSTED naming the flag", err)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "as many uploads in progress as it may have") {
+		t.Fatalf("gRPC create past the cap: %v, want RESOURCE_EXHAUSTED saying so", err)
 	}
 	// The refusals created nothing.
 	list, err := a.API().ListUploads(ctx, &chunkupv1.ListUploadsRequest{PageSize: 500})

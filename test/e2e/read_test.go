@@ -197,7 +197,7 @@ func TestReadObject(t *testing.T) {
 
 // TestReadLimit: a tenant's ReadObject streams are capped (--max-reads-per-tenant),
 // each holding memory and an S3 connection while its client does not read; past the
-// cap a read is RESOURCE_EXHAUSTED naming the flag, and a slot frees when its stream
+// cap a read is RESOURCE_EXHAUSTED saying so, and a slot frees when its stream
 // ends.
 func TestReadLimit(t *testing.T) {
 	e := newEnv(t)
@@ -228,7 +228,7 @@ func TestReadLimit(t *testing.T) {
 		held = append(held, st) // and not read further
 	}
 	_, err = open()
-	expectStatus(t, "a third read", err, codes.ResourceExhausted, "--max-reads-per-tenant")
+	expectStatus(t, "a third read", err, codes.ResourceExhausted, "ReadObject streams open on this server")
 	// Read one held stream to its end: its slot frees, and a new read gets it.
 	for {
 		if _, err := held[0].Recv(); err != nil {

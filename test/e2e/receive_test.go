@@ -158,7 +158,7 @@ func TestIdleStreamCloses(t *testing.T) {
 	}
 	id := ack.UploadId
 	_, err = stream.Recv() // nothing more is sent
-	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "--stream-idle-timeout") {
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "without a chunk; the upload stays resumable") {
 		t.Fatalf("idle stream ended with %v; want DEADLINE_EXCEEDED naming --stream-idle-timeout", err)
 	}
 	up, err := c.Upload(ctx(t), bytes.NewReader(data), client.WithResume(id))

@@ -140,7 +140,7 @@ func TestLimits(t *testing.T) {
 	c := e.client(t, a)
 
 	_, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(13 << 20)})
-	expectStatus(t, "declared size over the limit", err, codes.InvalidArgument, "--max-upload-size")
+	expectStatus(t, "declared size over the limit", err, codes.InvalidArgument, "maximum upload size")
 
 	open, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{})
 	if err != nil {
@@ -157,7 +157,7 @@ func TestLimits(t *testing.T) {
 	}
 	_ = s.Send(&chunkupv1.UploadChunkRequest{UploadId: open.Upload.UploadId, ChunkNumber: 2, Data: chunk})
 	_, err = s.Recv()
-	expectStatus(t, "streaming past the limit", err, codes.ResourceExhausted, "--max-upload-size")
+	expectStatus(t, "streaming past the limit", err, codes.InvalidArgument, "maximum upload size")
 
 	_, err = c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Metadata: map[string]string{"big": strings.Repeat("x", 9000)}})
 	expectStatus(t, "metadata too large", err, codes.InvalidArgument, "metadata has")
@@ -193,7 +193,7 @@ func TestLimits(t *testing.T) {
 	}
 	_ = third.Send(&chunkupv1.UploadChunkRequest{Create: &chunkupv1.CreateUploadRequest{}})
 	_, err = third.Recv()
-	expectStatus(t, "a third stream", err, codes.ResourceExhausted, "--max-streams-per-tenant")
+	expectStatus(t, "a third stream", err, codes.ResourceExhausted, "upload streams open on this server")
 	for _, st := range streams {
 		_ = st.CloseSend()
 	}
@@ -205,20 +205,20 @@ func TestLimits(t *testing.T) {
 			break
 		}
 	}
-	expectStatus(t, "calls over the rate", limited, codes.ResourceExhausted, "--rate-limit")
+	expectStatus(t, "calls over the rate", limited, codes.ResourceExhausted, "over its rate limit")
 }
 
 func expectStatus(t *testing.T, what string, err error, code codes.Code, says string) {
 	t.Helper()
-	if status.Code(err) != code || !strings.Contains(status.Convert(err).Message(), says) {
-		t.Errorf("%s: %v; want %v naming %s", what, err, code, says)
+	if msg := status.Convert(err).Message(); status.Code(err) != code || !strings.Contains(msg, says) || strings.Contains(msg, "--") {
+		t.Errorf("%s: %v; want %v saying %q and naming no flag", what, err, code, says)
 	}
 }
 
 // TestIdleStreamsDoNotLockOutOtherTenants: with the default limits, one tenant opens as
 // many upload streams as the receive memory has room for and sends nothing (each
 // waiting stream reserves the largest message); another tenant still uploads at once,
-// and the first tenant's stream past its share is refused naming the flag.
+// and the first tenant's stream past its share is refused saying so.
 func TestIdleStreamsDoNotLockOutOtherTenants(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config()
@@ -244,7 +244,7 @@ func TestIdleStreamsDoNotLockOutOtherTenants(t *testing.T) {
 	}
 	select {
 	case err := <-ended:
-		expectStatus(t, "the hog's stream past its share", err, codes.ResourceExhausted, "--max-receive-memory-per-tenant")
+		expectStatus(t, "the hog's stream past its share", err, codes.ResourceExhausted, "this tenant's streams hold its share")
 	case <-time.After(time.Minute):
 		t.Fatal("no stream of the hog's was refused past its share")
 	}
