@@ -242,8 +242,8 @@ func (s *Store) Create(ctx context.Context, d NewDocument, ttl time.Duration, ev
 		}
 	}
 	err := s.outbox.Bracket(ctx, d.ID, func() (bool, error) {
-		res, err := docCreateScript.Run(ctx, s.c, []string{rdb.DocKey(d.ID), rdb.OutboxKey(d.ID)}, args...).StringSlice()
-		created = err == nil && res[0] == "ok"
+		res, err := rdb.Decode("doc-create", docCreateScript.Run(ctx, s.c, []string{rdb.DocKey(d.ID), rdb.OutboxKey(d.ID)}, args...))
+		created = err == nil && res.Code == rdb.CodeOK
 		return created, err
 	})
 	return created, err
@@ -314,11 +314,11 @@ func (s *Store) Transition(ctx context.Context, id string, ttl time.Duration, c 
 			rdb.ProgressChannel, id, len(set) / 2}
 		args = append(args, set...)
 		args = append(args, del...)
-		var res []any
+		var res rdb.Reply
 		transition := func() (bool, error) {
 			var err error
-			res, err = docTransitionScript.Run(ctx, s.c, []string{rdb.DocKey(id), rdb.OutboxKey(id)}, args...).Slice()
-			return err == nil && evID != "" && rdb.Str(res[0]) == "ok", err
+			res, err = rdb.Decode("doc-transition", docTransitionScript.Run(ctx, s.c, []string{rdb.DocKey(id), rdb.OutboxKey(id)}, args...))
+			return err == nil && evID != "" && res.Code == rdb.CodeOK, err
 		}
 		if evID != "" {
 			err = s.outbox.Bracket(ctx, id, transition)
@@ -328,13 +328,13 @@ func (s *Store) Transition(ctx context.Context, id string, ttl time.Duration, c 
 		if err != nil {
 			return nil, err
 		}
-		switch rdb.Str(res[0]) {
-		case "ok":
+		switch res.Code {
+		case rdb.CodeOK:
 			return d, nil
-		case "notfound":
+		case rdb.CodeNotFound:
 			return nil, ErrNotFound
-		case "fenced":
-			return d, &FencedError{Token: c.Fence.Token, Current: rdb.I64(res[1])}
+		case rdb.CodeFenced:
+			return d, &FencedError{Token: c.Fence.Token, Current: res.I64(0)}
 		}
 		// The status changed between the read and the script: read again.
 	}
@@ -388,14 +388,14 @@ func (s *Store) RecordFailure(ctx context.Context, id string, ttl time.Duration,
 	if err != nil {
 		return err
 	}
-	res, err := docTransitionScript.Run(ctx, s.c, []string{rdb.DocKey(id), rdb.OutboxKey(id)},
+	res, err := rdb.Decode("doc-transition", docTransitionScript.Run(ctx, s.c, []string{rdb.DocKey(id), rdb.OutboxKey(id)},
 		string(d.Status), string(d.Status), "hold", token, s.c.NowMs(), ttl.Milliseconds(), "", "", rdb.ProgressChannel, id, 4,
-		"attempts", attempts, "error", rdb.OneLine(msg), "error_ms", s.c.NowMs(), "max_retries", "0").Slice()
+		"attempts", attempts, "error", rdb.OneLine(msg), "error_ms", s.c.NowMs(), "max_retries", "0"))
 	if err != nil {
 		return err
 	}
-	if rdb.Str(res[0]) == "fenced" {
-		return &FencedError{Token: token, Current: rdb.I64(res[1])}
+	if res.Code == rdb.CodeFenced {
+		return &FencedError{Token: token, Current: res.I64(0)}
 	}
 	return nil
 }

@@ -131,14 +131,14 @@ func (s *Queue) Enqueue(ctx context.Context, j NewJob) (string, bool, error) {
 	if ttl <= 0 {
 		ttl = 30 * 24 * time.Hour
 	}
-	res, err := jobEnqueueScript.Run(ctx, s.c, []string{rdb.OCRPending, rdb.OCRDedupeKey(j.DocumentID), rdb.OCRJobKey(id)},
+	res, err := rdb.Decode("job-enqueue", jobEnqueueScript.Run(ctx, s.c, []string{rdb.OCRPending, rdb.OCRDedupeKey(j.DocumentID), rdb.OCRJobKey(id)},
 		id, force, ttl.Milliseconds(),
 		"doc", j.DocumentID, "corr", j.CorrelationID, "bucket", j.Bucket, "key", j.Key, "ct", j.ContentType,
-		"tenant", j.Tenant, "force", force, "attempts", 0, "enqueued_ms", s.c.NowMs()).StringSlice()
+		"tenant", j.Tenant, "force", force, "attempts", 0, "enqueued_ms", s.c.NowMs()))
 	if err != nil {
 		return "", false, err
 	}
-	return res[1], res[0] == "ok", nil
+	return res.Str(0), res.Code == rdb.CodeOK, nil
 }
 
 // Fetch waits up to block for a pending job, moves it to the active list and leases
@@ -169,10 +169,10 @@ func (s *Queue) Fetch(ctx context.Context, block, lease time.Duration) (*Job, er
 //	ARGV[2] now (unix ms)
 //	ARGV[3] lease (ms)
 //
-// Returns {"ok", token, {job hash field, value, ...}}, {"gone"} when the job is no longer
+// Returns {"ok", token, {job hash field, value, ...}}, {"notfound"} when the job is no longer
 // active (the reaper took it back), or {"malformed", reason}.
 var jobLeaseScript = rdb.NewScript(`
-if not redis.call('LPOS', KEYS[1], ARGV[1]) then return {'gone'} end
+if not redis.call('LPOS', KEYS[1], ARGV[1]) then return {'notfound'} end
 local doc = redis.call('HGET', KEYS[3], 'doc')
 if not doc or doc == '' then
   local reason = 'malformed job: no job record or no document id'
@@ -190,21 +190,24 @@ return {'ok', tok, redis.call('HGETALL', KEYS[3])}
 `)
 
 func (s *Queue) lease(ctx context.Context, id string, lease time.Duration) (*Job, error) {
-	res, err := jobLeaseScript.Run(ctx, s.c,
+	res, err := rdb.Decode("job-lease", jobLeaseScript.Run(ctx, s.c,
 		[]string{rdb.OCRActive, rdb.OCRLease, rdb.OCRJobKey(id), rdb.OCRFence, rdb.OCRDead, rdb.OCRJobErrorsKey(id)},
-		id, s.c.NowMs(), lease.Milliseconds()).Slice()
+		id, s.c.NowMs(), lease.Milliseconds()))
 	if err != nil {
 		// The job stays in the active list without a lease; the reaper gives it one
 		// and reclaims it when that expires.
 		return nil, err
 	}
-	switch rdb.Str(res[0]) {
-	case "gone":
+	switch res.Code {
+	case rdb.CodeNotFound:
 		return nil, nil
-	case "malformed":
-		return nil, &MalformedJobError{JobID: id, Reason: rdb.Str(res[1])}
+	case rdb.CodeMalformed:
+		return nil, &MalformedJobError{JobID: id, Reason: res.Str(0)}
+	case rdb.CodeOK:
+	default:
+		return nil, res.Unexpected()
 	}
-	fields, _ := res[2].([]any)
+	fields := res.List(1)
 	h := make(map[string]string, len(fields)/2)
 	for i := 0; i+1 < len(fields); i += 2 {
 		h[rdb.Str(fields[i])] = rdb.Str(fields[i+1])
@@ -212,12 +215,12 @@ func (s *Queue) lease(ctx context.Context, id string, lease time.Duration) (*Job
 	j, err := parseJob(id, h)
 	if err != nil {
 		// Unusable after all: dead-letter it with the reason.
-		if _, derr := s.Fail(ctx, id, rdb.I64(res[1]), err.Error(), FailDead, time.Time{}, 1); derr != nil {
+		if _, derr := s.Fail(ctx, id, res.I64(0), err.Error(), FailDead, time.Time{}, 1); derr != nil {
 			return nil, derr
 		}
 		return nil, &MalformedJobError{JobID: id, Reason: err.Error()}
 	}
-	j.Token = rdb.I64(res[1])
+	j.Token = res.I64(0)
 	return j, nil
 }
 
@@ -351,24 +354,22 @@ return {'retry', n}
 
 // Fail ends the caller's lease on a job that did not succeed (see FailMode).
 func (s *Queue) Fail(ctx context.Context, id string, token int64, msg string, mode FailMode, due time.Time, maxAttempts int) (FailOutcome, error) {
-	res, err := jobFailScript.Run(ctx, s.c,
+	res, err := rdb.Decode("job-fail", jobFailScript.Run(ctx, s.c,
 		[]string{rdb.OCRActive, rdb.OCRLease, rdb.OCRJobKey(id), rdb.OCRJobErrorsKey(id), rdb.OCRDelayed, rdb.OCRDead},
-		id, token, s.c.NowMs(), rdb.OneLine(msg), string(mode), due.UnixMilli(), maxAttempts).Slice()
+		id, token, s.c.NowMs(), rdb.OneLine(msg), string(mode), due.UnixMilli(), maxAttempts))
 	if err != nil {
 		return FailOutcome{}, err
 	}
 	var o FailOutcome
-	switch rdb.Str(res[0]) {
-	case "retry":
+	switch res.Code {
+	case rdb.CodeRetry:
 		o.Retried = true
-	case "dead":
+	case rdb.CodeDead:
 		o.Dead = true
-	case "released":
+	case rdb.CodeReleased:
 		o.Released = true
 	}
-	if len(res) > 1 {
-		o.Attempts = int(rdb.I64(res[1]))
-	}
+	o.Attempts = int(res.I64(0))
 	return o, nil
 }
 
@@ -443,7 +444,7 @@ return n
 //	ARGV[3] maximum reclaims
 //	ARGV[4] error message to record
 //
-// Returns {"alive"} when the lease was renewed meanwhile, {"gone"} when the job has no
+// Returns {"alive"} when the lease was renewed meanwhile, {"notfound"} when the job has no
 // record any more, {"requeued", reclaims, doc} or {"dead", reclaims, doc}.
 var jobReclaimScript = rdb.NewScript(`
 local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
@@ -451,7 +452,7 @@ if s and tonumber(s) > tonumber(ARGV[2]) then return {'alive'} end
 if redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('LREM', KEYS[1], 0, ARGV[1])
   redis.call('ZREM', KEYS[2], ARGV[1])
-  return {'gone'}
+  return {'notfound'}
 end
 local doc = redis.call('HGET', KEYS[3], 'doc') or ''
 local n = (tonumber(redis.call('HGET', KEYS[3], 'reclaims') or '0') or 0) + 1
@@ -486,15 +487,15 @@ func (s *Queue) Reclaim(ctx context.Context, lease time.Duration, maxReclaims, l
 	}
 	var out []Reclaimed
 	for _, id := range ids {
-		res, err := jobReclaimScript.Run(ctx, s.c,
+		res, err := rdb.Decode("job-reclaim", jobReclaimScript.Run(ctx, s.c,
 			[]string{rdb.OCRActive, rdb.OCRLease, rdb.OCRJobKey(id), rdb.OCRJobErrorsKey(id), rdb.OCRPending, rdb.OCRDead},
-			id, now, maxReclaims, "lease expired: the worker died or stalled").Slice()
+			id, now, maxReclaims, "lease expired: the worker died or stalled"))
 		if err != nil {
 			return out, err
 		}
-		switch rdb.Str(res[0]) {
-		case "requeued", "dead":
-			out = append(out, Reclaimed{JobID: id, DocumentID: rdb.Str(res[2]), Reclaims: int(rdb.I64(res[1])), Dead: rdb.Str(res[0]) == "dead"})
+		switch res.Code {
+		case rdb.CodeRequeued, rdb.CodeDead:
+			out = append(out, Reclaimed{JobID: id, DocumentID: res.Str(1), Reclaims: int(res.I64(0)), Dead: res.Code == rdb.CodeDead})
 		}
 	}
 	return out, nil
@@ -509,7 +510,7 @@ const (
 	// lease is still running (or that just fetched it): it is left alone.
 	RecoverLive RecoverOutcome = "live"
 	// RecoverGone: the job has no record.
-	RecoverGone RecoverOutcome = "gone"
+	RecoverGone RecoverOutcome = rdb.CodeNotFound
 	// RecoverDead: the job is dead-lettered (now, or it was already).
 	RecoverDead RecoverOutcome = "dead"
 	// RecoverStuck: the job was held by a worker whose lease ran out, or is in no queue
@@ -535,9 +536,9 @@ const (
 //	ARGV[2] now (unix ms)
 //	ARGV[3] maximum reclaims
 //
-// Returns {"gone"}, {"live"}, {"dead", reclaims} or {"stuck", reclaims}.
+// Returns {"notfound"}, {"live"}, {"dead", reclaims} or {"stuck", reclaims}.
 var jobRecoverScript = rdb.NewScript(`
-if redis.call('EXISTS', KEYS[6]) == 0 then return {'gone'} end
+if redis.call('EXISTS', KEYS[6]) == 0 then return {'notfound'} end
 local rc = tonumber(redis.call('HGET', KEYS[6], 'reclaims') or '0') or 0
 if redis.call('ZSCORE', KEYS[5], ARGV[1]) then return {'dead', rc} end
 local ls = redis.call('ZSCORE', KEYS[2], ARGV[1])
@@ -568,17 +569,13 @@ return {'stuck', rc}
 // Recover looks at job id for start-up recovery (see RecoverOutcome) and returns what it
 // found and the job's reclaims.
 func (s *Queue) Recover(ctx context.Context, id string, maxReclaims int) (RecoverOutcome, int, error) {
-	res, err := jobRecoverScript.Run(ctx, s.c,
+	res, err := rdb.Decode("job-recover", jobRecoverScript.Run(ctx, s.c,
 		[]string{rdb.OCRActive, rdb.OCRLease, rdb.OCRPending, rdb.OCRDelayed, rdb.OCRDead, rdb.OCRJobKey(id), rdb.OCRJobErrorsKey(id)},
-		id, s.c.NowMs(), maxReclaims).Slice()
+		id, s.c.NowMs(), maxReclaims))
 	if err != nil {
 		return "", 0, err
 	}
-	n := 0
-	if len(res) > 1 {
-		n = int(rdb.I64(res[1]))
-	}
-	return RecoverOutcome(rdb.Str(res[0])), n, nil
+	return RecoverOutcome(res.Code), int(res.I64(0)), nil
 }
 
 // jobRequeueStuckScript puts a job that Recover found stuck back on the pending list,
@@ -632,11 +629,11 @@ const (
 //	ARGV[1] job id
 //	ARGV[2] "list" or "zset"
 //
-// Returns {"ok", doc} or {"gone"} when the job was no longer in the set.
+// Returns {"ok", doc} or {"notfound"} when the job was no longer in the set.
 var jobPurgeScript = rdb.NewScript(`
 local there
 if ARGV[2] == 'list' then there = redis.call('LPOS', KEYS[1], ARGV[1]) else there = redis.call('ZSCORE', KEYS[1], ARGV[1]) end
-if not there then return {'gone'} end
+if not there then return {'notfound'} end
 local doc = redis.call('HGET', KEYS[2], 'doc') or ''
 local dedupe = doc ~= '' and redis.call('GET', KEYS[4]) == ARGV[1]
 if ARGV[2] == 'list' then redis.call('LREM', KEYS[1], 0, ARGV[1]) else redis.call('ZREM', KEYS[1], ARGV[1]) end
@@ -673,12 +670,12 @@ func (s *Queue) Purge(ctx context.Context, set PurgeSet, limit int64) (removed [
 			return removed, err
 		}
 		dedupe := rdb.OCRDedupeKey(doc)
-		res, err := jobPurgeScript.Run(ctx, s.c, []string{key, rdb.OCRJobKey(id), rdb.OCRJobErrorsKey(id), dedupe}, id, kind).Slice()
+		res, err := rdb.Decode("job-purge", jobPurgeScript.Run(ctx, s.c, []string{key, rdb.OCRJobKey(id), rdb.OCRJobErrorsKey(id), dedupe}, id, kind))
 		if err != nil {
 			return removed, err
 		}
-		if rdb.Str(res[0]) == "ok" {
-			removed = append(removed, rdb.Str(res[1]))
+		if res.Code == rdb.CodeOK {
+			removed = append(removed, res.Str(0))
 		}
 	}
 	return removed, nil
@@ -783,14 +780,14 @@ return {'ok', doc}
 // Requeue moves dead-lettered job id back to pending with its attempts reset, and
 // returns its document id.
 func (s *Queue) Requeue(ctx context.Context, id string) (string, error) {
-	res, err := jobRequeueScript.Run(ctx, s.c, []string{rdb.OCRDead, rdb.OCRPending, rdb.OCRJobKey(id), rdb.OCRJobErrorsKey(id)}, id, s.c.NowMs()).StringSlice()
+	res, err := rdb.Decode("job-requeue", jobRequeueScript.Run(ctx, s.c, []string{rdb.OCRDead, rdb.OCRPending, rdb.OCRJobKey(id), rdb.OCRJobErrorsKey(id)}, id, s.c.NowMs()))
 	if err != nil {
 		return "", err
 	}
-	switch res[0] {
-	case "ok":
-		return res[1], nil
-	case "malformed":
+	switch res.Code {
+	case rdb.CodeOK:
+		return res.Str(0), nil
+	case rdb.CodeMalformed:
 		return "", &MalformedJobError{JobID: id, Reason: "malformed job: no document id; it stays dead-lettered"}
 	}
 	return "", ErrJobNotFound

@@ -92,11 +92,12 @@ const missingRecheck = 30 * time.Second
 // if_absent "1" when the object must not replace one),
 // {"done", ready} when the part is already recorded, {"busy", lease expiry},
 // {"missing"} when no bytes are staged, {"expired"} when bytes were received but have
-// expired from Redis, or {"gone", status} when the upload is not active.
+// expired from Redis, {"notfound"} when the upload does not exist, or {"state",
+// status} when it is not active.
 var claimScript = rdb.NewScript(`
 local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key', 'mpu_crc32c', 'if_absent')
-if not st[1] then return {'gone', ''} end
-if st[1] ~= 'ACTIVE' then return {'gone', st[1]} end
+if not st[1] then return {'notfound'} end
+if st[1] ~= 'ACTIVE' then return {'state', st[1]} end
 if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then
   local ready = 0
   if tonumber(st[2]) > 0 and tonumber(st[3]) == tonumber(st[2]) then ready = 1 end
@@ -159,11 +160,11 @@ return 1
 //	ARGV[2] "1" when it is checksummed, else "0"
 //
 // Returns {"ok", id, checksummed} with the id now recorded (the caller's or an earlier
-// one), or {"gone", status} when the upload is not active.
+// one), {"notfound"}, or {"state", status} when the upload is not active.
 var setMultipartScript = rdb.NewScript(`
 local st = redis.call('HMGET', KEYS[1], 'status', 's3_upload_id', 'mpu_crc32c')
-if not st[1] then return {'gone', ''} end
-if st[1] ~= 'ACTIVE' then return {'gone', st[1]} end
+if not st[1] then return {'notfound'} end
+if st[1] ~= 'ACTIVE' then return {'state', st[1]} end
 if st[2] and st[2] ~= '' then return {'ok', st[2], st[3] or '0'} end
 redis.call('HSET', KEYS[1], 's3_upload_id', ARGV[1], 'mpu_crc32c', ARGV[2])
 return {'ok', ARGV[1], ARGV[2]}
@@ -186,12 +187,12 @@ return {'ok', ARGV[1], ARGV[2]}
 //	ARGV[8] upload id (progress notices are "ID STATUS")
 //
 // Returns {"ok", ready}, {"dup", ready} when already recorded, {"lost"} when the lease
-// is another worker's, {"stale"} when the chunk was replaced since the claim, or
-// {"gone", status} when the upload is not active.
+// is another worker's, {"stale"} when the chunk was replaced since the claim,
+// {"notfound"}, or {"state", status} when the upload is not active.
 var recordScript = rdb.NewScript(`
 local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded')
-if not st[1] then return {'gone', ''} end
-if st[1] ~= 'ACTIVE' then return {'gone', st[1]} end
+if not st[1] then return {'notfound'} end
+if st[1] ~= 'ACTIVE' then return {'state', st[1]} end
 local total = tonumber(st[2])
 local lease = redis.call('HGET', KEYS[5], ARGV[1])
 local mine = lease and string.sub(lease, 1, #ARGV[2]+1) == ARGV[2] .. '|'
@@ -242,41 +243,39 @@ func (c *Chunks) keys(ref staging.ChunkRef) []string {
 func (c *Chunks) Claim(ctx context.Context, ref staging.ChunkRef, token string, lease time.Duration) (Claim, error) {
 	s := c.s
 	keys := append(c.keys(ref), rdb.MetaKey(ref.UploadID))
-	res, err := claimScript.Run(ctx, s.c, keys, ref.N, token, s.c.NowMs(), lease.Milliseconds()).Slice()
+	r, err := rdb.Decode("claim", claimScript.Run(ctx, s.c, keys, ref.N, token, s.c.NowMs(), lease.Milliseconds()))
 	if err != nil {
 		return Claim{}, err
 	}
 	cl := Claim{Ref: ref, Token: token}
-	switch res[0].(string) {
-	case "ok":
-		crc, size, ok := rdb.ParseCRCSize(rdb.Str(res[1]))
+	switch r.Code {
+	case rdb.CodeOK:
+		crc, size, ok := rdb.ParseCRCSize(r.Str(0))
 		if !ok {
 			return Claim{}, fmt.Errorf("staging: chunk %s has no received record", ref)
 		}
 		cl.Outcome, cl.CRC32C, cl.Size = Claimed, crc, size
-		cl.Total, cl.MultipartID, cl.Bucket, cl.Key = rdb.U32(res[2]), rdb.Str(res[3]), rdb.Str(res[4]), rdb.Str(res[5])
-		cl.ContentType = rdb.Str(res[6])
-		cl.Reclaimed = len(res) > 7 && rdb.Str(res[7]) == "1"
-		cl.MultipartChecksummed = len(res) > 8 && rdb.Str(res[8]) == "1"
-		cl.IfAbsent = len(res) > 9 && rdb.Str(res[9]) == "1"
+		cl.Total, cl.MultipartID, cl.Bucket, cl.Key = r.U32(1), r.Str(2), r.Str(3), r.Str(4)
+		cl.ContentType = r.Str(5)
+		cl.Reclaimed, cl.MultipartChecksummed, cl.IfAbsent = r.Flag(6), r.Flag(7), r.Flag(8)
 		return cl, nil
-	case "done":
+	case rdb.CodeDone:
 		cl.Outcome = AlreadyDone
-		return cl, c.finish(ctx, ref, rdb.I64(res[1]) == 1)
-	case "busy":
-		cl.Outcome, cl.Until = Busy, time.UnixMilli(rdb.I64(res[1]))
+		return cl, c.finish(ctx, ref, r.I64(0) == 1)
+	case rdb.CodeBusy:
+		cl.Outcome, cl.Until = Busy, time.UnixMilli(r.I64(0))
 		return cl, s.pending.Defer(ctx, ref.UploadID, ref.String(), cl.Until)
-	case "missing":
+	case rdb.CodeMissing:
 		cl.Outcome = Missing
 		return cl, s.pending.Defer(ctx, ref.UploadID, ref.String(), s.c.Now().Add(missingRecheck))
-	case "expired":
+	case rdb.CodeExpired:
 		cl.Outcome = Expired
 		return cl, nil
-	case "gone":
-		cl.Outcome, cl.Status = Gone, staging.Status(rdb.Str(res[1]))
+	case rdb.CodeNotFound, rdb.CodeState:
+		cl.Outcome, cl.Status = Gone, staging.Status(r.Str(0))
 		return cl, s.pending.Done(ctx, ref.UploadID, ref.String())
 	}
-	return Claim{}, fmt.Errorf("staging: unexpected claim result %q", res[0])
+	return Claim{}, r.Unexpected()
 }
 
 // finish indexes a completed upload's completion, then drops the chunk from the
@@ -345,14 +344,18 @@ func (c *Chunks) NoteMultipartAttempt(ctx context.Context, id string) error {
 // SetMultipart records the upload's S3 multipart id, and whether it is checksummed,
 // unless one is recorded already, and returns the recorded one.
 func (c *Chunks) SetMultipart(ctx context.Context, id, multipartID string, checksummed bool) (string, bool, error) {
-	res, err := setMultipartScript.Run(ctx, c.s.c, []string{rdb.StateKey(id)}, multipartID, flag(checksummed)).Slice()
-	if err != nil {
+	r, err := rdb.Decode("set-multipart", setMultipartScript.Run(ctx, c.s.c, []string{rdb.StateKey(id)}, multipartID, flag(checksummed)))
+	switch {
+	case err != nil:
 		return "", false, err
+	case r.Code == rdb.CodeNotFound:
+		return "", false, staging.ErrNotFound
+	case r.Code == rdb.CodeState:
+		return "", false, &staging.StateError{Status: staging.Status(r.Str(0))}
+	case r.Code != rdb.CodeOK:
+		return "", false, r.Unexpected()
 	}
-	if res[0].(string) == "gone" {
-		return "", false, &staging.StateError{Status: staging.Status(rdb.Str(res[1]))}
-	}
-	return rdb.Str(res[1]), rdb.Str(res[2]) == "1", nil
+	return r.Str(0), r.Flag(1), nil
 }
 
 // flag is a boolean as scripts take it.
@@ -386,26 +389,26 @@ const (
 // upload can now be completed.
 func (c *Chunks) Record(ctx context.Context, ref staging.ChunkRef, token, etag string, crc uint32, size int64) (outcome RecordOutcome, ready bool, err error) {
 	s := c.s
-	res, err := recordScript.Run(ctx, s.c, c.keys(ref), ref.N, token, etag, crc, size, s.c.NowMs(),
-		rdb.ProgressChannel, ref.UploadID).Slice()
+	r, err := rdb.Decode("record", recordScript.Run(ctx, s.c, c.keys(ref), ref.N, token, etag, crc, size, s.c.NowMs(),
+		rdb.ProgressChannel, ref.UploadID))
 	if err != nil {
 		return 0, false, err
 	}
-	switch res[0].(string) {
-	case "ok", "dup":
-		outcome, ready = Recorded, rdb.I64(res[1]) == 1
-		if res[0].(string) == "dup" {
+	switch r.Code {
+	case rdb.CodeOK, rdb.CodeDup:
+		outcome, ready = Recorded, r.I64(0) == 1
+		if r.Code == rdb.CodeDup {
 			outcome = RecordedBefore
 		}
 		return outcome, ready, c.finish(ctx, ref, ready)
-	case "lost":
+	case rdb.CodeLost:
 		return LeaseLost, false, nil
-	case "stale":
+	case rdb.CodeStale:
 		return Stale, false, s.pending.Defer(ctx, ref.UploadID, ref.String(), s.c.Now()) // new bytes: upload them
-	case "gone":
+	case rdb.CodeNotFound, rdb.CodeState:
 		return Ended, false, s.pending.Done(ctx, ref.UploadID, ref.String())
 	}
-	return 0, false, fmt.Errorf("staging: unexpected record result %q", res[0])
+	return 0, false, r.Unexpected()
 }
 
 // Due returns up to limit chunks whose sweep time has come: chunks whose wake-up was

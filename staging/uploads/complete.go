@@ -34,12 +34,12 @@ type Completions struct{ s *Store }
 // Returns {"ok", total, s3_upload_id, bucket, key, multipart_attempts, mpu_crc32c,
 // if_absent},
 // {"done", handoff} when already completed (handoff is "pending" while the hand-off has
-// not happened), {"notready"}, {"busy", expiry}, or {"gone", status}.
+// not happened), {"notready"}, {"busy", expiry}, {"notfound"}, or {"state", status}.
 var beginCompleteScript = rdb.NewScript(`
 local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'uploaded', 's3_upload_id', 'bucket', 'key', 'mpu_attempts', 'mpu_crc32c', 'if_absent')
-if not st[1] then return {'gone', ''} end
+if not st[1] then return {'notfound'} end
 if st[1] == 'COMPLETED' then return {'done', redis.call('HGET', KEYS[1], 'handoff') or ''} end
-if st[1] ~= 'ACTIVE' and st[1] ~= 'COMPLETING' then return {'gone', st[1]} end
+if st[1] ~= 'ACTIVE' and st[1] ~= 'COMPLETING' then return {'state', st[1]} end
 local total = tonumber(st[2])
 if total == 0 or tonumber(st[3]) ~= total then return {'notready'} end
 local now = tonumber(ARGV[2])
@@ -107,12 +107,12 @@ return 1
 // Begin takes the completion guard for id (identified by token) for lease.
 func (c *Completions) Begin(ctx context.Context, id, token string, lease time.Duration) (staging.Begin, error) {
 	s := c.s
-	res, err := beginCompleteScript.Run(ctx, s.c, []string{rdb.StateKey(id), rdb.GuardKey(id)},
-		token, s.c.NowMs(), lease.Milliseconds(), s.c.Cfg.StateTTL.Milliseconds()).Slice()
+	r, err := rdb.Decode("begin-complete", beginCompleteScript.Run(ctx, s.c, []string{rdb.StateKey(id), rdb.GuardKey(id)},
+		token, s.c.NowMs(), lease.Milliseconds(), s.c.Cfg.StateTTL.Milliseconds()))
 	if err != nil {
 		return staging.Begin{}, err
 	}
-	return c.begun(ctx, id, res)
+	return c.begun(ctx, id, r)
 }
 
 // BeginSnapshot is Begin and, when it begins, Snapshot, in one round trip: the reads
@@ -128,11 +128,11 @@ func (c *Completions) BeginSnapshot(ctx context.Context, id, token string, lease
 		read = s.getIn(ctx, p, id, true)
 		return nil
 	})
-	res, berr := begin.Slice()
+	r, berr := rdb.Decode("begin-complete", begin)
 	if berr != nil {
 		return staging.Begin{}, nil, nil, rdb.Classify(berr)
 	}
-	if b, err = c.begun(ctx, id, res); err != nil || b.Outcome != staging.Begun {
+	if b, err = c.begun(ctx, id, r); err != nil || b.Outcome != staging.Begun {
 		return b, nil, nil, err
 	}
 	u, h, err := read()
@@ -145,29 +145,27 @@ func (c *Completions) BeginSnapshot(ctx context.Context, id, token string, lease
 
 // begun is what the begin-complete script's result res says; an upload that is not
 // to be completed now leaves the completion index (or is deferred while guarded).
-func (c *Completions) begun(ctx context.Context, id string, res []any) (staging.Begin, error) {
+func (c *Completions) begun(ctx context.Context, id string, r rdb.Reply) (staging.Begin, error) {
 	s := c.s
 	var b staging.Begin
-	switch res[0].(string) {
-	case "ok":
-		attempts, _ := strconv.Atoi(rdb.Str(res[5]))
-		return staging.Begin{Outcome: staging.Begun, Total: rdb.U32(res[1]), MultipartID: rdb.Str(res[2]), Bucket: rdb.Str(res[3]), Key: rdb.Str(res[4]),
-			MultipartAttempts: attempts, MultipartChecksummed: len(res) > 6 && rdb.Str(res[6]) == "1",
-			IfAbsent: len(res) > 7 && rdb.Str(res[7]) == "1"}, nil
-	case "done":
-		b = staging.Begin{Outcome: staging.Finished, HandoffPending: rdb.Str(res[1]) == "pending"}
+	switch r.Code {
+	case rdb.CodeOK:
+		return staging.Begin{Outcome: staging.Begun, Total: r.U32(0), MultipartID: r.Str(1), Bucket: r.Str(2), Key: r.Str(3),
+			MultipartAttempts: int(r.I64(4)), MultipartChecksummed: r.Flag(5), IfAbsent: r.Flag(6)}, nil
+	case rdb.CodeDone:
+		b = staging.Begin{Outcome: staging.Finished, HandoffPending: r.Str(0) == "pending"}
 		if b.HandoffPending {
 			return b, nil
 		}
-	case "notready":
+	case rdb.CodeNotReady:
 		b = staging.Begin{Outcome: staging.NotReady}
-	case "busy":
-		b = staging.Begin{Outcome: staging.Guarded, Until: time.UnixMilli(rdb.I64(res[1]))}
+	case rdb.CodeBusy:
+		b = staging.Begin{Outcome: staging.Guarded, Until: time.UnixMilli(r.I64(0))}
 		return b, s.completions.Defer(ctx, id, id, b.Until)
-	case "gone":
-		b = staging.Begin{Outcome: staging.NotActive, Status: staging.Status(rdb.Str(res[1]))}
+	case rdb.CodeNotFound, rdb.CodeState:
+		b = staging.Begin{Outcome: staging.NotActive, Status: staging.Status(r.Str(0))}
 	default:
-		return staging.Begin{}, fmt.Errorf("staging: unexpected begin-complete result %q", res[0])
+		return staging.Begin{}, r.Unexpected()
 	}
 	return b, s.completions.Done(ctx, id, id)
 }
@@ -230,22 +228,22 @@ func (c *Completions) Finish(ctx context.Context, id, token string, f staging.Fi
 		}
 		return finishCompleteScript.Run(ctx, s.c, terminalKeys(id), args...)
 	}
-	var res []any
+	var r rdb.Reply
 	if s.c.Cluster {
 		// The outbox index is on another node: its write before the record must be done
 		// before the record is sent (Bracket).
 		err := s.outbox.Bracket(ctx, id, func() (bool, error) {
 			var err error
-			if res, err = finish(s.c.Client).Slice(); err != nil {
+			if r, err = rdb.Decode("finish-complete", finish(s.c.Client)); err != nil {
 				return false, err
 			}
-			return res[0].(string) == "ok", nil
+			return r.Code == rdb.CodeOK, nil
 		})
 		if err != nil {
 			return err
 		}
-		if res[0].(string) == "ok" {
-			return c.finished(ctx, id, res, handoff, nil)
+		if r.Code == rdb.CodeOK {
+			return c.finished(ctx, id, r, handoff, nil)
 		}
 	} else {
 		// On one Redis the index write and the record go in one round trip, in order.
@@ -257,10 +255,10 @@ func (c *Completions) Finish(ctx context.Context, id, token string, f staging.Fi
 			return nil
 		})
 		var err error
-		if res, err = rec.Slice(); err != nil {
+		if r, err = rdb.Decode("finish-complete", rec); err != nil {
 			return rdb.Classify(err)
 		}
-		if res[0].(string) == "ok" {
+		if r.Code == rdb.CodeOK {
 			if index.Err() != nil {
 				// Refused while the record was not (memory freed in between): write it
 				// again before anything else, the event is unindexed until then.
@@ -269,10 +267,10 @@ func (c *Completions) Finish(ctx context.Context, id, token string, f staging.Fi
 				}
 			}
 			// The write after the record goes with the hints.
-			return c.finished(ctx, id, res, handoff, s.outbox.IndexIn)
+			return c.finished(ctx, id, r, handoff, s.outbox.IndexIn)
 		}
 	}
-	if res[0].(string) == "done" {
+	if r.Code == rdb.CodeDone {
 		if err := s.completions.Done(ctx, id, id); err != nil {
 			return err
 		}
@@ -286,7 +284,7 @@ func (c *Completions) Finish(ctx context.Context, id, token string, f staging.Fi
 // for its hand-off, in one round trip; a stale one is dropped when visited. indexOutbox,
 // when not nil, is the outbox index write due after the record, sent with them; the
 // publisher is woken once it is done.
-func (c *Completions) finished(ctx context.Context, id string, res []any, handoff bool, indexOutbox func(context.Context, redis.Pipeliner, string) *redis.IntCmd) error {
+func (c *Completions) finished(ctx context.Context, id string, r rdb.Reply, handoff bool, indexOutbox func(context.Context, redis.Pipeliner, string) *redis.IntCmd) error {
 	s := c.s
 	var index, done *redis.IntCmd
 	_, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -294,7 +292,7 @@ func (c *Completions) finished(ctx context.Context, id string, res []any, handof
 			index = indexOutbox(ctx, p, id)
 		}
 		s.active.DoneIn(ctx, p, id, id)
-		p.ZRem(ctx, rdb.TenantUploadsKey(rdb.Str(res[1])), rdb.TenantUploadsMember(rdb.I64(res[2]), id))
+		p.ZRem(ctx, rdb.TenantUploadsKey(r.Str(0)), rdb.TenantUploadsMember(r.I64(1), id))
 		if !handoff {
 			done = s.completions.DoneIn(ctx, p, id, id)
 		}

@@ -108,46 +108,47 @@ func (e *Ends) End(ctx context.Context, r EndRequest) (EndResult, error) {
 	if !r.IdleSince.IsZero() {
 		idle = r.IdleSince.UnixMilli()
 	}
-	var res []any
+	var res rdb.Reply
 	err := s.outbox.Bracket(ctx, r.ID, func() (bool, error) {
 		var err error
-		res, err = endScript.Run(ctx, s.c, terminalKeys(r.ID),
+		res, err = rdb.Decode("end", endScript.Run(ctx, s.c, terminalKeys(r.ID),
 			string(r.Status), r.Reason, s.c.NowMs(), r.Completer, r.Event.ID, outbox.Record(r.Event),
-			s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel, idle, r.ID).Slice()
-		return err == nil && res[0].(string) == "ok", err
+			s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel, idle, r.ID))
+		return err == nil && res.Code == rdb.CodeOK, err
 	})
 	if err != nil {
 		return EndResult{}, err
 	}
 	expiring := idle != 0
-	switch res[0].(string) {
-	case "ok":
+	switch res.Code {
+	case rdb.CodeOK:
 		_ = s.active.Done(ctx, r.ID, r.ID) // a hint; a stale entry is dropped when visited
-		s.forget(ctx, r.ID, rdb.Str(res[5]), rdb.I64(res[6]))
-		return EndResult{MultipartID: rdb.Str(res[1]), Bucket: rdb.Str(res[2]), Key: rdb.Str(res[3]),
-			ObjectWritten: rdb.I64(res[4]) == 1}, nil
-	case "already":
+		s.forget(ctx, r.ID, res.Str(4), res.I64(5))
+		return EndResult{MultipartID: res.Str(0), Bucket: res.Str(1), Key: res.Str(2),
+			ObjectWritten: res.I64(3) == 1}, nil
+	case rdb.CodeAlready:
 		if expiring {
 			_ = s.active.Done(ctx, r.ID, r.ID)
 		}
-		return EndResult{}, &staging.StateError{Status: staging.Status(rdb.Str(res[1]))}
-	case "completing":
+		return EndResult{}, &staging.StateError{Status: staging.Status(res.Str(0))}
+	case rdb.CodeCompleting:
 		if expiring {
 			_ = s.active.Defer(ctx, r.ID, r.ID, s.c.Now().Add(s.c.Cfg.StateTTL))
 		}
 		return EndResult{}, staging.ErrCompleting
-	case "active":
-		last := time.UnixMilli(rdb.I64(res[1]))
+	case rdb.CodeActive:
+		last := time.UnixMilli(res.I64(0))
 		if err := s.active.Defer(ctx, r.ID, r.ID, last.Add(s.c.Cfg.StateTTL)); err != nil {
 			return EndResult{}, err
 		}
 		return EndResult{}, &staging.ActiveError{LastActivity: last}
-	default:
+	case rdb.CodeNotFound:
 		if expiring {
 			_ = s.active.Done(ctx, r.ID, r.ID)
 		}
 		return EndResult{}, staging.ErrNotFound
 	}
+	return EndResult{}, res.Unexpected()
 }
 
 // Released says that upload id's S3 resources are released: it leaves the release index.

@@ -86,18 +86,20 @@ return 1
 // for lease. It reports false when another request holds it, and staging.ErrNotFound
 // when there is no such upload or it is another tenant's.
 func (s *Store) LockAppend(ctx context.Context, id, tenant, token string, lease time.Duration) (bool, error) {
-	res, err := lockAppendScript.Run(ctx, s.c, []string{rdb.StateKey(id), rdb.AppendLockKey(id)},
-		token, lease.Milliseconds(), tenant).StringSlice()
+	r, err := rdb.Decode("lock-append", lockAppendScript.Run(ctx, s.c, []string{rdb.StateKey(id), rdb.AppendLockKey(id)},
+		token, lease.Milliseconds(), tenant))
 	if err != nil {
 		return false, err
 	}
-	switch res[0] {
-	case "ok":
+	switch r.Code {
+	case rdb.CodeOK:
 		return true, nil
-	case "held":
+	case rdb.CodeHeld:
 		return false, nil
+	case rdb.CodeNotFound:
+		return false, staging.ErrNotFound
 	}
-	return false, staging.ErrNotFound
+	return false, r.Unexpected()
 }
 
 // RenewAppend extends the caller's append lock on upload id to lease from now; false
@@ -197,13 +199,13 @@ func (s *Store) DeclareSize(ctx context.Context, id, tenant string, size int64) 
 	if eval == nil {
 		return err
 	}
-	res, evalErr := eval.Slice()
+	r, evalErr := rdb.Decode("declare-size", eval)
 	if evalErr != nil {
 		return rdb.Classify(evalErr)
 	}
-	switch code := res[0].(string); code {
-	case "ok", "same":
-		if rdb.I64(res[1]) == 1 {
+	switch r.Code {
+	case rdb.CodeOK, rdb.CodeSame:
+		if r.I64(0) == 1 {
 			// No worker will record another part, so the completion starts here (even
 			// if the WAIT below fails: a completer that finds the size lost in a
 			// failover only drops the entry).
@@ -217,19 +219,18 @@ func (s *Store) DeclareSize(ctx context.Context, id, tenant string, size int64) 
 			}
 		}
 		return nil
-	case "fenced":
+	case rdb.CodeFenced:
 		return staging.ErrLockLost
-	case "notfound":
+	case rdb.CodeNotFound:
 		return staging.ErrNotFound
-	case "state":
-		return &staging.StateError{Status: staging.Status(rdb.Str(res[1]))}
-	case "size":
-		return &staging.SizeError{Declared: size, Known: rdb.I64(res[1])}
-	case "beyond", "short", "lastsize":
-		return &staging.SizeError{Declared: size, Known: -1, N: rdb.U32(res[1]), Size: rdb.I64(res[2])}
-	default:
-		return fmt.Errorf("staging: unexpected declare-size result %q", code)
+	case rdb.CodeState:
+		return &staging.StateError{Status: staging.Status(r.Str(0))}
+	case rdb.CodeSize:
+		return &staging.SizeError{Declared: size, Known: r.I64(0)}
+	case rdb.CodeBeyond, rdb.CodeShort, rdb.CodeLastSize:
+		return &staging.SizeError{Declared: size, Known: -1, N: r.U32(0), Size: r.I64(1)}
 	}
+	return r.Unexpected()
 }
 
 // pipelineReplicated sends what queue queues in one pipeline to upload id's master,

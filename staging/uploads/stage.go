@@ -178,28 +178,28 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 		// incoming key and changed nothing.
 		return staging.StageResult{}, rdb.Classify(err)
 	}
-	res, err := eval.Slice()
+	res, err := rdb.Decode("stage", eval)
 	if err != nil {
 		return staging.StageResult{}, rdb.Classify(err)
 	}
-	code := res[0].(string)
-	if index != nil && index.Err() != nil && (code == "ok" || code == "dup") {
+	code := res.Code
+	if index != nil && index.Err() != nil && (code == rdb.CodeOK || code == rdb.CodeDup) {
 		// Staged, but not indexed as pending: refuse the acknowledgement, so that the
 		// client sends the chunk again and its repeat adds the entry.
 		return staging.StageResult{}, rdb.Classify(index.Err())
 	}
-	if wait != nil && (code == "ok" || code == "dup") {
+	if wait != nil && (code == rdb.CodeOK || code == rdb.CodeDup) {
 		if n, err := wait.Int64(); err != nil || n < int64(s.c.Cfg.MinReplicas) {
 			return staging.StageResult{}, fmt.Errorf("%w (%d of %d replicas confirmed within %s)", staging.ErrNotReplicated, n, s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout)
 		}
 	}
-	if code == "ok" && s.c.Cluster {
+	if code == rdb.CodeOK && s.c.Cluster {
 		// A wake-up lost here is found by the sweep: the chunk is pending already.
 		_ = s.c.Client.SPublish(ctx, rdb.ChunksShard(id), ref.String()).Err()
 	}
 	switch code {
-	case "ok", "dup":
-		r := staging.StageResult{Duplicate: code == "dup", Ready: res[1].(int64) == 1, Stored: len(res) > 2 && res[2].(int64) == 1}
+	case rdb.CodeOK, rdb.CodeDup:
+		r := staging.StageResult{Duplicate: code == rdb.CodeDup, Ready: res.I64(0) == 1, Stored: res.I64(1) == 1}
 		if r.Ready {
 			// No worker will see a new part, so the completion starts here.
 			if err := s.readyToComplete(ctx, id); err != nil {
@@ -207,26 +207,26 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 			}
 		}
 		return r, nil
-	case "notfound":
+	case rdb.CodeNotFound:
 		return staging.StageResult{}, staging.ErrNotFound
-	case "state":
-		return staging.StageResult{}, &staging.StateError{Status: staging.Status(res[1].(string))}
-	case "beyond":
-		return staging.StageResult{}, &staging.OutOfRangeError{N: n, Total: rdb.U32(res[1])}
-	case "last":
-		return staging.StageResult{}, &staging.LastChunkError{N: n, Last: rdb.U32(res[1])}
-	case "lastbefore":
-		return staging.StageResult{}, &staging.LastChunkError{N: n, Max: rdb.U32(res[1])}
-	case "recorded":
+	case rdb.CodeState:
+		return staging.StageResult{}, &staging.StateError{Status: staging.Status(res.Str(0))}
+	case rdb.CodeBeyond:
+		return staging.StageResult{}, &staging.OutOfRangeError{N: n, Total: res.U32(0)}
+	case rdb.CodeLast:
+		return staging.StageResult{}, &staging.LastChunkError{N: n, Last: res.U32(0)}
+	case rdb.CodeLastBefore:
+		return staging.StageResult{}, &staging.LastChunkError{N: n, Max: res.U32(0)}
+	case rdb.CodeRecorded:
 		return staging.StageResult{}, &staging.PartRecordedError{N: n}
-	case "busy":
+	case rdb.CodeBusy:
 		return staging.StageResult{}, staging.ErrChunkBusy
-	case "nobytes":
+	case rdb.CodeNoBytes:
 		return staging.StageResult{}, fmt.Errorf("%w: chunk %d's bytes did not reach Redis", staging.ErrUnavailable, n)
-	case "fenced":
+	case rdb.CodeFenced:
 		return staging.StageResult{}, staging.ErrLockLost
 	}
-	return staging.StageResult{}, fmt.Errorf("staging: unexpected stage result %q", code)
+	return staging.StageResult{}, res.Unexpected()
 }
 
 func evalErr(c *redis.Cmd) error {

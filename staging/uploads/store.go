@@ -260,11 +260,11 @@ func (s *Store) Create(ctx context.Context, u staging.NewUpload) (bool, error) {
 	if err := s.checkHints(ctx, u.Tenant, u.ID, u.At, h); err != nil {
 		return false, err
 	}
-	res, err := createScript.Run(ctx, s.c, keys, args...).StringSlice()
+	r, err := rdb.Decode("create", createScript.Run(ctx, s.c, keys, args...))
 	if err != nil {
 		return false, err
 	}
-	return res[0] == "ok", nil
+	return r.Code == rdb.CodeOK, nil
 }
 
 // CreateReserved stores new upload u, whose id Reserve readied (with u.At as its time,
@@ -280,8 +280,8 @@ func (s *Store) CreateReserved(ctx context.Context, u staging.NewUpload) (bool, 
 		return false, err
 	}
 	if s.c.Cluster || u.NodeID == "" {
-		res, err := createScript.Run(ctx, s.c, keys, args...).StringSlice()
-		if err != nil || res[0] != "ok" {
+		r, err := rdb.Decode("create", createScript.Run(ctx, s.c, keys, args...))
+		if err != nil || r.Code != rdb.CodeOK {
 			return false, err
 		}
 		return true, s.IndexNode(ctx, u.Tenant, u.NodeID, u.ID, u.At, s.NodeTTL())
@@ -292,11 +292,11 @@ func (s *Store) CreateReserved(ctx context.Context, u staging.NewUpload) (bool, 
 		node = nodeIndexScript.Eval(ctx, s.c, p, []string{rdb.NodeKey(u.Tenant, u.NodeID)}, u.At.UnixMilli(), u.ID, s.NodeTTL().Milliseconds())
 		return nil
 	})
-	res, err := create.StringSlice()
+	r, err := rdb.Decode("create", create)
 	if err != nil {
 		return false, rdb.Classify(err)
 	}
-	if res[0] != "ok" {
+	if r.Code != rdb.CodeOK {
 		// A fresh id exists only if ids collide; the node index may point at the
 		// upload that has it, which is as if it had been created again now.
 		return false, nil

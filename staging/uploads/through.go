@@ -169,43 +169,43 @@ func (c *Chunks) BeginThrough(ctx context.Context, ref staging.ChunkRef, token s
 	s := c.s
 	id := ref.UploadID
 	keys := []string{rdb.StateKey(id), rdb.ReceivedKey(id), rdb.PartsKey(id), rdb.LeasesKey(id), rdb.MetaKey(id)}
-	res, err := beginThroughScript.Run(ctx, s.c, keys, ref.N, token, s.c.NowMs(), lease.Milliseconds(), flag(last), s.c.KeysTTL()).Slice()
+	res, err := rdb.Decode("begin-through", beginThroughScript.Run(ctx, s.c, keys, ref.N, token, s.c.NowMs(), lease.Milliseconds(), flag(last), s.c.KeysTTL()))
 	if err != nil {
 		return Through{}, err
 	}
-	switch code := res[0].(string); code {
-	case "ok":
+	switch res.Code {
+	case rdb.CodeOK:
 		cl := Claim{Outcome: Claimed, Ref: ref, Token: token, CRC32C: crc, Size: size,
-			Total: rdb.U32(res[1]), MultipartID: rdb.Str(res[2]), MultipartChecksummed: rdb.Str(res[3]) == "1",
-			Bucket: rdb.Str(res[4]), Key: rdb.Str(res[5]), ContentType: rdb.Str(res[6]), IfAbsent: len(res) > 7 && rdb.Str(res[7]) == "1"}
+			Total: res.U32(0), MultipartID: res.Str(1), MultipartChecksummed: res.Flag(2),
+			Bucket: res.Str(3), Key: res.Str(4), ContentType: res.Str(5), IfAbsent: res.Flag(6)}
 		if last && cl.Total == 0 {
 			cl.Total = ref.N // the total this chunk will record
 		}
 		return Through{Begun: true, Claim: cl}, nil
-	case "stage":
+	case rdb.CodeStage:
 		return Through{}, nil
 	default:
-		return Through{}, refusal(code, ref.N, res)
+		return Through{}, refusal(res, ref.N)
 	}
 }
 
-// refusal is the error for a script's refusal code, as Stage reports it.
-func refusal(code string, n uint32, res []any) error {
-	switch code {
-	case "notfound":
+// refusal is the error for a script's refusal of chunk n, as Stage reports it.
+func refusal(res rdb.Reply, n uint32) error {
+	switch res.Code {
+	case rdb.CodeNotFound:
 		return staging.ErrNotFound
-	case "state":
-		return &staging.StateError{Status: staging.Status(res[1].(string))}
-	case "beyond":
-		return &staging.OutOfRangeError{N: n, Total: rdb.U32(res[1])}
-	case "last":
-		return &staging.LastChunkError{N: n, Last: rdb.U32(res[1])}
-	case "lastbefore":
-		return &staging.LastChunkError{N: n, Max: rdb.U32(res[1])}
-	case "recorded":
+	case rdb.CodeState:
+		return &staging.StateError{Status: staging.Status(res.Str(0))}
+	case rdb.CodeBeyond:
+		return &staging.OutOfRangeError{N: n, Total: res.U32(0)}
+	case rdb.CodeLast:
+		return &staging.LastChunkError{N: n, Last: res.U32(0)}
+	case rdb.CodeLastBefore:
+		return &staging.LastChunkError{N: n, Max: res.U32(0)}
+	case rdb.CodeRecorded:
 		return &staging.PartRecordedError{N: n}
 	}
-	return fmt.Errorf("staging: unexpected result %q", code)
+	return res.Unexpected()
 }
 
 // ThroughOutcome says what recording a written-through chunk did.
@@ -280,21 +280,21 @@ func (c *Chunks) RecordThrough(ctx context.Context, ref staging.ChunkRef, token,
 	if eval == nil {
 		return 0, false, err
 	}
-	res, evalErr := eval.Slice()
+	res, evalErr := rdb.Decode("record-through", eval)
 	if evalErr != nil {
 		return 0, false, rdb.Classify(evalErr)
 	}
-	code := res[0].(string)
-	if wait != nil && (code == "ok" || code == "dup") {
+	code := res.Code
+	if wait != nil && (code == rdb.CodeOK || code == rdb.CodeDup) {
 		if n, err := wait.Int64(); err != nil || n < int64(s.c.Cfg.MinReplicas) {
 			return 0, false, fmt.Errorf("%w (%d of %d replicas confirmed within %s)", staging.ErrNotReplicated, n, s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout)
 		}
 	}
 	switch code {
-	case "ok", "dup":
-		ready = rdb.I64(res[1]) == 1
+	case rdb.CodeOK, rdb.CodeDup:
+		ready = res.I64(0) == 1
 		outcome = ThroughRecorded
-		if code == "dup" {
+		if code == rdb.CodeDup {
 			outcome = ThroughDuplicate
 		}
 		if completes && index.Err() == nil {
@@ -326,12 +326,12 @@ func (c *Chunks) RecordThrough(ctx context.Context, ref staging.ChunkRef, token,
 			_ = s.pending.Done(ctx, id, ref.String())
 		}
 		return outcome, ready, nil
-	case "lost", "stale":
+	case rdb.CodeLost, rdb.CodeStale:
 		// A staged copy holds the pending entry (and needs it); no entry of ours to drop.
 		if completes && index.Val() == 1 {
 			_ = s.completions.Done(ctx, id, id) // ours, and not ready
 		}
-		if code == "lost" {
+		if code == rdb.CodeLost {
 			return ThroughLost, false, nil
 		}
 		return ThroughStale, false, nil
@@ -344,7 +344,7 @@ func (c *Chunks) RecordThrough(ctx context.Context, ref staging.ChunkRef, token,
 			_ = s.pending.Done(ctx, id, ref.String())
 		}
 	}
-	return 0, false, refusal(code, ref.N, res)
+	return 0, false, refusal(res, ref.N)
 }
 
 // ReleaseThrough gives up the caller's lease on a chunk it began to write through
