@@ -94,317 +94,32 @@ type action struct {
 	last    bool
 }
 
-// appendBody cuts r's body into chunks and stages them. It returns what is durable;
-// its error, if any, is answered with that offset.
+// appendBody cuts r's body into chunks and stages them: a cutter yields the body's
+// chunks, a stager makes each durable (keeping one in flight while the next is read).
+// It returns what is durable; its error, if any, is answered with that offset.
 func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *appendJob) (appendResult, error) {
-	res := appendResult{offset: job.st.chunkOffset, crc: job.st.chunkCRC, complete: job.st.complete, size: job.up.Size,
-		tail: job.st.tail.Size, tailCRC: job.st.tail.CRC32C}
-	checked := len(job.checks) > 0
-	var queue []action
-	var owned [][]byte // buffers handed to the queue (checked bodies)
-	defer func() {
-		for _, b := range owned {
-			h.bufs.put(job.tenant, b)
-		}
-	}()
-
-	// do stages a chunk or declares the size, and advances the result.
-	do := func(a action) error {
-		ctx, cancel := context.WithTimeout(job.held, h.cfg.CoreTimeout)
-		defer cancel()
-		if a.declare {
-			if err := h.core.DeclareSize(ctx, job.id, a.size); err != nil {
-				return err
-			}
-			res.size = a.size
-			if a.size > 0 && a.size == res.offset {
-				res.complete = true // the chunks already received make the upload whole
-			}
-			return nil
-		}
-		if a.tail {
-			if err := h.core.SaveTail(ctx, job.id, a.n, a.data); err != nil {
-				return err
-			}
-			res.tail, res.tailCRC = int64(len(a.data)), a.crc
-			return nil
-		}
-		if a.last && job.reprCRC != nil {
-			if whole := crc.Combine(res.crc, a.crc, int64(len(a.data))); whole != *job.reprCRC {
-				return &reprDigestError{Offset: res.offset}
-			}
-		}
-		if err := h.core.Stage(ctx, job.id, a.n, a.data, a.crc, a.last); err != nil {
-			if job.held.Err() != nil {
-				return fmt.Errorf("%w: this request lost the upload's lock while staging chunk %d", ErrLocked, a.n)
-			}
-			return err
-		}
-		res.offset += int64(len(a.data))
-		res.crc = crc.Combine(res.crc, a.crc, int64(len(a.data)))
-		if a.n == job.st.tail.N {
-			res.tail, res.tailCRC = 0, 0 // the chunk began with the tail
-		}
-		if a.last {
-			res.complete = true
-			res.size = res.offset
-		}
-		return nil
-	}
-	// staged tells the client (IETF 104) the offset a chunk's stage reached. Only this
-	// goroutine, the request's, writes to the response.
-	staged := func() {
-		if job.progress != nil && !res.complete {
-			off, _ := res.durable()
-			job.progress(off)
-		}
-	}
-	// A chunk's stage runs while the next chunk is read (read-ahead of one chunk, in a
-	// second buffer), so the body keeps arriving while Redis takes the chunk before it.
-	// Stages stay in order, one at a time: wait collects the one in flight.
-	var inflight chan error
-	waitStage := func() error {
-		if inflight == nil {
-			return nil
-		}
-		err := <-inflight
-		inflight = nil
-		if err == nil {
-			staged()
-		}
-		return err
-	}
-	// emit performs an action: queued until a checksummed body is verified; a chunk
-	// that is not the last in the background (async reports whether it did); a size or
-	// the last chunk at once.
-	emit := func(a action, async bool) error {
-		if checked {
-			queue = append(queue, a)
-			return nil
-		}
-		if err := waitStage(); err != nil {
-			return err
-		}
-		if async && !a.declare && !a.last {
-			ch := make(chan error, 1)
-			inflight = ch
-			go func() { ch <- do(a) }()
-			return nil
-		}
-		if err := do(a); err != nil {
-			return err
-		}
-		if !a.declare && !a.tail {
-			staged()
-		}
-		return nil
-	}
-
+	st := newStager(h, job)
+	defer st.release()
 	if job.declare >= 0 {
-		if err := emit(action{declare: true, size: job.declare}, false); err != nil {
-			return res, err
+		if err := st.emit(action{declare: true, size: job.declare}, false); err != nil {
+			return st.res, err
 		}
 	}
-
 	body := h.newBodyReader(w, r, job)
 	defer body.close()
-	cut := func() (err error) {
-		C, S := job.up.ChunkSize, job.size
-		T := job.st.tail.Size // bytes of the first chunk already held as the tail
-		if S >= 0 && S == job.st.offset && S > 0 && T == 0 {
-			// The size makes the chunks already here the whole upload; the body must
-			// be empty.
-			if _, err := body.peek(); err == nil {
-				return job.overflow
-			} else if err != io.EOF {
-				return body.interrupted(err)
-			}
-			return nil
-		}
-		wait := func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.BufferWait)
-		}
-		// cb is filled while spare's chunk, if any, is staged in the background.
-		cb := &chunkBuf{b: h.bufs, tenant: job.tenant, size: C, wait: wait}
-		var spare []byte
-		defer func() {
-			// The stage in flight reads its buffer: it ends before the buffers go back.
-			// Its error, if any, came first.
-			if werr := waitStage(); werr != nil {
-				err = werr
-			}
-			cb.free()
-			if spare != nil {
-				h.bufs.put(job.tenant, spare)
-			}
-		}()
-		// fillTo reads the body into the chunk buffer from k until it holds want bytes,
-		// growing the buffer as the bytes come; bufErr is an error getting memory,
-		// err the body's.
-		fillTo := func(k, want int64) (_ int64, bufErr, err error) {
-			for k < want {
-				if bufErr := cb.ensure(k+1, k); bufErr != nil {
-					return k, bufErr, nil
-				}
-				got, err := body.fill(cb.buf[k:min(want, int64(len(cb.buf)))])
-				k += int64(got)
-				if err != nil {
-					return k, nil, err
-				}
-			}
-			return k, nil, nil
-		}
-		n := job.st.next
-		start := job.st.chunkOffset
-		carry, hasCarry := byte(0), false
-		// The first chunk begins with the tail.
-		k0 := T
-		if T > 0 {
-			ctx, cancel := context.WithTimeout(job.held, h.cfg.CoreTimeout)
-			data, err := h.core.ReadTail(ctx, job.id, job.st.tail)
-			cancel()
-			if err != nil {
-				return err
-			}
-			if err := cb.ensure(T, 0); err != nil {
-				return err
-			}
-			copy(cb.buf, data)
-		}
-		// keepTail keeps the first k bytes of chunk n, which the body ended (or broke)
-		// inside, as the upload's tail, so that the offset counts them.
-		keepTail := func(k int64) error {
-			if k == 0 || k == T && n == job.st.next {
-				return nil // nothing new
-			}
-			data := cb.buf[:k]
-			a := action{tail: true, n: n, data: data, crc: crc.Checksum(data)}
-			if checked {
-				owned = append(owned, cb.take())
-			}
-			return emit(a, false)
-		}
-		// chunk hands the buffer's first k bytes to emit; a queued chunk keeps its
-		// buffer and the cutter grows a new one.
-		chunk := func(k int64, last bool) error {
-			data := cb.buf[:k]
-			a := action{n: n, data: data, crc: crc.Checksum(data), last: last}
-			if checked {
-				if b := cb.take(); b != nil {
-					owned = append(owned, b)
-				}
-				return emit(a, false)
-			}
-			if last {
-				return emit(a, false)
-			}
-			if spare == nil {
-				// The second buffer, for read-ahead, only for a body that just filled a
-				// chunk. Without room for it the request goes on one chunk at a time.
-				var ok bool
-				if spare, ok = h.bufs.tryGet(job.tenant, C); !ok {
-					return emit(a, false)
-				}
-			}
-			// emit waits for the stage in flight, whose buffer is spare, before it
-			// starts this one's: spare is then free to take the next chunk.
-			if err := emit(a, true); err != nil {
-				return err
-			}
-			cb.swap(&spare)
-			return nil
-		}
-		for {
-			want := C
-			if S >= 0 {
-				want = min(C, S-start)
-			}
-			k := k0
-			k0 = 0
-			if hasCarry {
-				if err := cb.ensure(1, 0); err != nil {
-					return err
-				}
-				cb.buf[0], k, hasCarry = carry, 1, false
-			}
-			k, bufErr, err := fillTo(k, want)
-			if bufErr != nil {
-				return bufErr
-			}
-			switch {
-			case err == nil && S >= 0: // a whole chunk of an upload of known size
-				last := start+want == S
-				if last {
-					if _, perr := body.peek(); perr == nil {
-						return job.overflow
-					} else if perr != io.EOF {
-						return body.interrupted(perr)
-					}
-				}
-				if err := chunk(want, last); err != nil || last {
-					return err
-				}
-			case err == nil && job.ends: // a whole chunk that may be the last one
-				b, perr := body.peek()
-				if perr == io.EOF {
-					return chunk(k, true)
-				}
-				if perr != nil {
-					return body.interrupted(perr)
-				}
-				if err := chunk(k, false); err != nil {
-					return err
-				}
-				carry, hasCarry = b, true
-			case err == nil:
-				if err := chunk(k, false); err != nil {
-					return err
-				}
-			case err == io.EOF && S < 0 && job.ends:
-				if k == 0 && start > 0 {
-					// Every chunk arrived whole before this (empty) request: the size is
-					// what they hold.
-					return emit(action{declare: true, size: start}, false)
-				}
-				return chunk(k, true)
-			case err == io.EOF:
-				// The body ended inside a chunk that does not end the upload: those
-				// bytes are kept as the tail.
-				if job.ends {
-					return fmt.Errorf("%w: the request says it completes the upload but its body ends at byte %d of %d", errLength, start+k, S)
-				}
-				return keepTail(k)
-			default:
-				berr := body.interrupted(err)
-				if !checked && !fault.Has(berr, fault.Locked) {
-					// What arrived is kept (a lost lock could not write it anyway).
-					if terr := keepTail(k); terr != nil {
-						h.cfg.Logger.Debug("keeping the bytes of a broken request", "upload", job.id, "err", terr)
-					}
-				}
-				return berr
-			}
-			n++
-			start += want
+	c := &cutter{h: h, job: job, r: r, body: body, st: st}
+	if err := c.run(); err != nil {
+		return st.res, err
+	}
+	for _, ck := range job.checks {
+		if !ck.ok() {
+			return st.res, &checksumError{Field: ck.field, Algorithm: ck.name}
 		}
 	}
-	if err := cut(); err != nil {
-		return res, err
+	if err := st.flush(); err != nil {
+		return st.res, err
 	}
-	for _, c := range job.checks {
-		if !c.ok() {
-			return res, &checksumError{Field: c.field, Algorithm: c.name}
-		}
-	}
-	for _, a := range queue {
-		if err := do(a); err != nil {
-			return res, err
-		}
-		if !a.declare && !a.tail {
-			staged()
-		}
-	}
-	if job.st.tail.Size > 0 && res.tail == 0 {
+	if job.st.tail.Size > 0 && st.res.tail == 0 {
 		// The tail went into a chunk and no new one was kept: drop its bytes now
 		// rather than when the upload's keys expire.
 		ctx, cancel := context.WithTimeout(job.held, h.cfg.CoreTimeout)
@@ -413,7 +128,354 @@ func (h *Handler) appendBody(w http.ResponseWriter, r *http.Request, job *append
 			h.cfg.Logger.Debug("dropping a used tail", "upload", job.id, "err", err)
 		}
 	}
-	return res, nil
+	return st.res, nil
+}
+
+// stager makes a request's actions durable, in order, and keeps what they achieved
+// (res). A chunk's stage may run while the cutter reads the next chunk (read-ahead of
+// one chunk, in a second buffer), so the body keeps arriving while Redis takes the
+// chunk before it; stages stay in order, one at a time. A checksummed body's actions
+// are queued until the body is verified (flush). Model: tusd's s3store, whose part
+// producer reads while the parts before are uploaded.
+type stager struct {
+	h       *Handler
+	job     *appendJob
+	res     appendResult
+	checked bool       // the body carries a checksum: queue until verified
+	queue   []action   // the actions of a checksummed body
+	owned   [][]byte   // buffers handed to the queue
+	flight  chan error // the stage in flight, if any
+}
+
+func newStager(h *Handler, job *appendJob) *stager {
+	return &stager{h: h, job: job, checked: len(job.checks) > 0,
+		res: appendResult{offset: job.st.chunkOffset, crc: job.st.chunkCRC, complete: job.st.complete, size: job.up.Size,
+			tail: job.st.tail.Size, tailCRC: job.st.tail.CRC32C}}
+}
+
+// release gives back the buffers the queue held.
+func (s *stager) release() {
+	for _, b := range s.owned {
+		s.h.bufs.put(s.job.tenant, b)
+	}
+}
+
+// own keeps buffer b (a queued chunk's) until the stager is released.
+func (s *stager) own(b []byte) {
+	if b != nil {
+		s.owned = append(s.owned, b)
+	}
+}
+
+// do stages a chunk, keeps a tail or declares the size, and advances the result.
+func (s *stager) do(a action) error {
+	h, job := s.h, s.job
+	ctx, cancel := context.WithTimeout(job.held, h.cfg.CoreTimeout)
+	defer cancel()
+	if a.declare {
+		if err := h.core.DeclareSize(ctx, job.id, a.size); err != nil {
+			return err
+		}
+		s.res.size = a.size
+		if a.size > 0 && a.size == s.res.offset {
+			s.res.complete = true // the chunks already received make the upload whole
+		}
+		return nil
+	}
+	if a.tail {
+		if err := h.core.SaveTail(ctx, job.id, a.n, a.data); err != nil {
+			return err
+		}
+		s.res.tail, s.res.tailCRC = int64(len(a.data)), a.crc
+		return nil
+	}
+	if a.last && job.reprCRC != nil {
+		if whole := crc.Combine(s.res.crc, a.crc, int64(len(a.data))); whole != *job.reprCRC {
+			return &reprDigestError{Offset: s.res.offset}
+		}
+	}
+	if err := h.core.Stage(ctx, job.id, a.n, a.data, a.crc, a.last); err != nil {
+		if job.held.Err() != nil {
+			return fmt.Errorf("%w: this request lost the upload's lock while staging chunk %d", ErrLocked, a.n)
+		}
+		return err
+	}
+	s.res.offset += int64(len(a.data))
+	s.res.crc = crc.Combine(s.res.crc, a.crc, int64(len(a.data)))
+	if a.n == job.st.tail.N {
+		s.res.tail, s.res.tailCRC = 0, 0 // the chunk began with the tail
+	}
+	if a.last {
+		s.res.complete = true
+		s.res.size = s.res.offset
+	}
+	return nil
+}
+
+// staged tells the client (IETF 104) the offset a chunk's stage reached. Only the
+// request's goroutine writes to the response.
+func (s *stager) staged() {
+	if s.job.progress != nil && !s.res.complete {
+		off, _ := s.res.durable()
+		s.job.progress(off)
+	}
+}
+
+// wait collects the stage in flight, if any.
+func (s *stager) wait() error {
+	if s.flight == nil {
+		return nil
+	}
+	err := <-s.flight
+	s.flight = nil
+	if err == nil {
+		s.staged()
+	}
+	return err
+}
+
+// emit performs an action: queued until a checksummed body is verified; a chunk that
+// is not the last in the background (async reports whether it did); a size or the last
+// chunk at once.
+func (s *stager) emit(a action, async bool) error {
+	if s.checked {
+		s.queue = append(s.queue, a)
+		return nil
+	}
+	if err := s.wait(); err != nil {
+		return err
+	}
+	if async && !a.declare && !a.last {
+		ch := make(chan error, 1)
+		s.flight = ch
+		go func() { ch <- s.do(a) }()
+		return nil
+	}
+	if err := s.do(a); err != nil {
+		return err
+	}
+	if !a.declare && !a.tail {
+		s.staged()
+	}
+	return nil
+}
+
+// flush performs the queued actions of a verified body.
+func (s *stager) flush() error {
+	for _, a := range s.queue {
+		if err := s.do(a); err != nil {
+			return err
+		}
+		if !a.declare && !a.tail {
+			s.staged()
+		}
+	}
+	return nil
+}
+
+// cutter reads a request body into the upload's chunks and hands each to the stager as
+// soon as it is whole (see the top of this file). Its buffer, cb, grows as the bytes
+// come; spare is the second buffer of the read-ahead.
+type cutter struct {
+	h    *Handler
+	job  *appendJob
+	r    *http.Request
+	body *bodyReader
+	st   *stager
+
+	cb    *chunkBuf
+	spare []byte
+	n     uint32 // the chunk being cut
+	start int64  // its offset in the upload
+}
+
+// run cuts the whole body.
+func (c *cutter) run() (err error) {
+	h, job, body := c.h, c.job, c.body
+	C, S := job.up.ChunkSize, job.size
+	T := job.st.tail.Size // bytes of the first chunk already held as the tail
+	if S >= 0 && S == job.st.offset && S > 0 && T == 0 {
+		// The size makes the chunks already here the whole upload; the body must be
+		// empty.
+		if _, err := body.peek(); err == nil {
+			return job.overflow
+		} else if err != io.EOF {
+			return body.interrupted(err)
+		}
+		return nil
+	}
+	wait := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(c.r.Context()), h.cfg.BufferWait)
+	}
+	c.cb = &chunkBuf{b: h.bufs, tenant: job.tenant, size: C, wait: wait}
+	defer func() {
+		// The stage in flight reads its buffer: it ends before the buffers go back.
+		// Its error, if any, came first.
+		if werr := c.st.wait(); werr != nil {
+			err = werr
+		}
+		c.cb.free()
+		if c.spare != nil {
+			h.bufs.put(job.tenant, c.spare)
+		}
+	}()
+	c.n, c.start = job.st.next, job.st.chunkOffset
+	carry, hasCarry := byte(0), false
+	// The first chunk begins with the tail.
+	k0 := T
+	if T > 0 {
+		if err := c.prefill(T); err != nil {
+			return err
+		}
+	}
+	for {
+		want := C
+		if S >= 0 {
+			want = min(C, S-c.start)
+		}
+		k := k0
+		k0 = 0
+		if hasCarry {
+			if err := c.cb.ensure(1, 0); err != nil {
+				return err
+			}
+			c.cb.buf[0], k, hasCarry = carry, 1, false
+		}
+		k, bufErr, err := c.fillTo(k, want)
+		if bufErr != nil {
+			return bufErr
+		}
+		switch {
+		case err == nil && S >= 0: // a whole chunk of an upload of known size
+			last := c.start+want == S
+			if last {
+				if _, perr := body.peek(); perr == nil {
+					return job.overflow
+				} else if perr != io.EOF {
+					return body.interrupted(perr)
+				}
+			}
+			if err := c.chunk(want, last); err != nil || last {
+				return err
+			}
+		case err == nil && job.ends: // a whole chunk that may be the last one
+			b, perr := body.peek()
+			if perr == io.EOF {
+				return c.chunk(k, true)
+			}
+			if perr != nil {
+				return body.interrupted(perr)
+			}
+			if err := c.chunk(k, false); err != nil {
+				return err
+			}
+			carry, hasCarry = b, true
+		case err == nil:
+			if err := c.chunk(k, false); err != nil {
+				return err
+			}
+		case err == io.EOF && S < 0 && job.ends:
+			if k == 0 && c.start > 0 {
+				// Every chunk arrived whole before this (empty) request: the size is what
+				// they hold.
+				return c.st.emit(action{declare: true, size: c.start}, false)
+			}
+			return c.chunk(k, true)
+		case err == io.EOF:
+			// The body ended inside a chunk that does not end the upload: those bytes
+			// are kept as the tail.
+			if job.ends {
+				return fmt.Errorf("%w: the request says it completes the upload but its body ends at byte %d of %d", errLength, c.start+k, S)
+			}
+			return c.keepTail(k)
+		default:
+			berr := body.interrupted(err)
+			if !c.st.checked && !fault.Has(berr, fault.Locked) {
+				// What arrived is kept (a lost lock could not write it anyway).
+				if terr := c.keepTail(k); terr != nil {
+					h.cfg.Logger.Debug("keeping the bytes of a broken request", "upload", job.id, "err", terr)
+				}
+			}
+			return berr
+		}
+		c.n++
+		c.start += want
+	}
+}
+
+// prefill puts the upload's tail, t bytes, at the start of the first chunk.
+func (c *cutter) prefill(t int64) error {
+	ctx, cancel := context.WithTimeout(c.job.held, c.h.cfg.CoreTimeout)
+	data, err := c.h.core.ReadTail(ctx, c.job.id, c.job.st.tail)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if err := c.cb.ensure(t, 0); err != nil {
+		return err
+	}
+	copy(c.cb.buf, data)
+	return nil
+}
+
+// fillTo reads the body into the chunk buffer from k until it holds want bytes,
+// growing the buffer as the bytes come; bufErr is an error getting memory, err the
+// body's.
+func (c *cutter) fillTo(k, want int64) (_ int64, bufErr, err error) {
+	for k < want {
+		if bufErr := c.cb.ensure(k+1, k); bufErr != nil {
+			return k, bufErr, nil
+		}
+		got, err := c.body.fill(c.cb.buf[k:min(want, int64(len(c.cb.buf)))])
+		k += int64(got)
+		if err != nil {
+			return k, nil, err
+		}
+	}
+	return k, nil, nil
+}
+
+// keepTail keeps the first k bytes of chunk n, which the body ended (or broke) inside,
+// as the upload's tail, so that the offset counts them.
+func (c *cutter) keepTail(k int64) error {
+	if k == 0 || k == c.job.st.tail.Size && c.n == c.job.st.next {
+		return nil // nothing new
+	}
+	data := c.cb.buf[:k]
+	a := action{tail: true, n: c.n, data: data, crc: crc.Checksum(data)}
+	if c.st.checked {
+		c.st.own(c.cb.take())
+	}
+	return c.st.emit(a, false)
+}
+
+// chunk hands the buffer's first k bytes to the stager; a queued chunk keeps its buffer
+// and the cutter grows a new one.
+func (c *cutter) chunk(k int64, last bool) error {
+	data := c.cb.buf[:k]
+	a := action{n: c.n, data: data, crc: crc.Checksum(data), last: last}
+	if c.st.checked {
+		c.st.own(c.cb.take())
+		return c.st.emit(a, false)
+	}
+	if last {
+		return c.st.emit(a, false)
+	}
+	if c.spare == nil {
+		// The second buffer, for read-ahead, only for a body that just filled a chunk.
+		// Without room for it the request goes on one chunk at a time.
+		var ok bool
+		if c.spare, ok = c.h.bufs.tryGet(c.job.tenant, c.job.up.ChunkSize); !ok {
+			return c.st.emit(a, false)
+		}
+	}
+	// emit waits for the stage in flight, whose buffer is spare, before it starts this
+	// one's: spare is then free to take the next chunk.
+	if err := c.st.emit(a, true); err != nil {
+		return err
+	}
+	c.cb.swap(&c.spare)
+	return nil
 }
 
 // bodyReader reads a request body with an idle deadline and a minimum rate, renewed

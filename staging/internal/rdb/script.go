@@ -10,8 +10,8 @@ import (
 // defined, by what its KEYS[i] and ARGV[i] are; it touches only the keys it is given
 // (all in one slot) and makes every check before its first write, so that a write
 // Redis refuses (out of memory refuses a script's first write) leaves everything as it
-// was. Results are tables whose first element is a short code the Go side turns into a
-// result or a typed error.
+// was. Results are tables whose first element is a code of one vocabulary (reply.go),
+// which Decode checks and the Go side turns into a result or a typed error.
 type Script struct{ s *redis.Script }
 
 // NewScript returns the script src.
