@@ -15,7 +15,6 @@ import (
 	"github.com/chunkup/chunkup/internal/fault"
 	"github.com/chunkup/chunkup/upload"
 	"github.com/golang-jwt/jwt/v5"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -127,7 +126,7 @@ func NewAuthenticator(cfg AuthConfig) (*Authenticator, error) {
 
 // refuse is UNAUTHENTICATED with what is wrong and, once, what the server accepts.
 func (a *Authenticator) refuse(format string, args ...any) error {
-	return status.Error(codes.Unauthenticated, fmt.Sprintf(format, args...)+"; "+a.accepts)
+	return toStatus("", fault.New(fault.Unauthenticated, fmt.Sprintf(format, args...)+"; "+a.accepts))
 }
 
 // Authenticate is a go-grpc-middleware auth.AuthFunc: it accepts an API key (header

@@ -11,13 +11,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/chunkup/chunkup/events"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/fault"
 	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/documents"
@@ -249,12 +249,12 @@ func (s *DocumentService) WatchDocument(req *chunkupv1.WatchDocumentRequest, str
 	for {
 		select {
 		case <-s.draining:
-			return status.Error(codes.Unavailable, "this server is shutting down; watch again (another server will answer)")
+			return toStatus("", errWatchDraining)
 		case <-ctx.Done():
 			return status.FromContextError(context.Cause(ctx)).Err()
 		case msg, ok := <-sub.C:
 			if !ok {
-				return status.Error(codes.Unavailable, "document subscription closed; watch again")
+				return toStatus("", fault.New(fault.Unavailable, "document subscription closed; watch again"))
 			}
 			if !strings.HasPrefix(msg, "doc:") {
 				continue // the upload's own progress, not its document's

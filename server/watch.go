@@ -4,11 +4,11 @@ import (
 	"context"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/fault"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/upload"
 )
@@ -23,6 +23,9 @@ const (
 	watchTick    = 250 * time.Millisecond
 	watchRefresh = 8
 )
+
+// errWatchDraining ends a watch when the server shuts down.
+var errWatchDraining = fault.New(fault.Unavailable, "this server is shutting down; watch again (another server will answer)")
 
 // AcquireWatch admits one more watch of tenant's within --max-watches-per-tenant, for
 // the document service's watches as for WatchUpload.
@@ -74,12 +77,12 @@ func (s *UploadService) WatchUpload(req *chunkupv1.WatchUploadRequest, stream ch
 	for {
 		select {
 		case <-s.draining:
-			return status.Error(codes.Unavailable, "this server is shutting down; watch again (another server will answer)")
+			return toStatus("", errWatchDraining)
 		case <-ctx.Done():
 			return status.FromContextError(context.Cause(ctx)).Err()
 		case msg, ok := <-notices:
 			if !ok {
-				return status.Error(codes.Unavailable, "progress subscription closed; watch again")
+				return toStatus("", fault.New(fault.Unavailable, "progress subscription closed; watch again"))
 			}
 			if !staging.Status(msg).Terminal() && time.Since(lastRead) < watchTick {
 				dirty = true
