@@ -228,7 +228,7 @@ func TestIdleStreamsDoNotLockOutOtherTenants(t *testing.T) {
 	cfg.Upload.MaxChunkSize, cfg.Server.MaxReceiveMemory = 8*MiB, 64*MiB
 	a := e.start(t, cfg)
 	hog := e.client(t, a, client.WithAPIKey("hog-key"))
-	msg := int64(cfg.Server.MaxMessageSize())
+	msg := int64(server.Config{MaxChunkSize: cfg.Upload.MaxChunkSize}.MaxMessageSize())
 	share := int((cfg.Server.MaxReceiveMemory - msg) / msg)
 	// share+1 streams that send nothing: the server takes them in any order, and the
 	// one it takes last waits BudgetWait for room and is refused.
