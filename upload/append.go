@@ -136,13 +136,28 @@ func (c *Core) DeclareSize(ctx context.Context, id string, size int64) error {
 }
 
 // SaveTail durably keeps data as the first bytes of chunk n of upload id (its tail),
-// under its append lock (ctx from Lock); empty data drops it. A chunk n received since
-// is a Conflict.
+// under its append lock (ctx from Lock), within the staged-bytes budget; empty data
+// drops it. A chunk n received since is a Conflict.
 func (c *Core) SaveTail(ctx context.Context, id string, n uint32, data []byte) error {
 	if err := ValidID(id); err != nil {
 		return Explain(id, err)
 	}
+	// A tail is staged bytes like a chunk, and stays until the next append or expiry (no
+	// worker drains it): it waits for the staged-bytes budget as a chunk does.
+	cost := RedisCost(int64(len(data)))
+	if len(data) > 0 {
+		if err := c.budget.reserve(ctx, cost); err != nil {
+			return Explain(id, c.lockLost(ctx, err))
+		}
+	}
 	err := c.lockLost(ctx, c.store.SaveTail(ctx, id, n, data))
+	staged := int64(0)
+	if err == nil && len(data) > 0 {
+		staged = cost
+	}
+	if len(data) > 0 {
+		c.budget.settle(cost, staged)
+	}
 	if errors.Is(err, staging.ErrChunkBusy) {
 		return fault.Wrap(err, fault.Conflict, fmt.Sprintf("upload %s: %v", id, err))
 	}

@@ -348,3 +348,46 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func sameStatus(err, want error) bool {
 	return err != nil && httpdoor.StatusOf(fault.KindOf(err)) == httpdoor.StatusOf(fault.KindOf(want))
 }
+
+// TestTailsWithinTheBudget: the bytes of appends that end inside a chunk are staged in
+// Redis as tails, which no worker drains; they count against the staged-bytes budget
+// like chunks. Ten tails of 7 MiB against a budget of 40 MiB: those past the budget are
+// refused after its wait with a retryable status (503) and nothing kept, and Redis
+// holds no more than the budget and one tail.
+func TestTailsWithinTheBudget(t *testing.T) {
+	const budget = 40 << 20
+	e := newEnv(t, upload.Config{StagedBytesBudget: budget, BudgetWait: 300 * time.Millisecond}, 0)
+	ctx := tenant(t, "acme")
+	data := bytesOf(7<<20, 5)
+	kept, refused := 0, 0
+	for range 10 {
+		up, err := e.core.Create(ctx, httpdoor.CreateRequest{Size: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, unlock, err := e.core.Lock(ctx, up.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = e.core.SaveTail(held, up.ID, 1, data)
+		unlock()
+		switch {
+		case err == nil:
+			kept++
+		case httpdoor.StatusOf(fault.KindOf(err)) == 503:
+			refused++
+			if got, gerr := e.core.Get(ctx, up.ID); gerr != nil || got.Tail.Size != 0 {
+				t.Errorf("a refused tail: upload %+v, %v; want no tail", got.Tail, gerr)
+			}
+		default:
+			t.Fatalf("a tail: %v (%v)", err, fault.KindOf(err))
+		}
+	}
+	used, err := e.up.StagedBytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept == 0 || refused == 0 || used > budget+upload.RedisCost(int64(len(data))) {
+		t.Fatalf("%d tails kept, %d refused, Redis at %d bytes; want some of each and at most the budget (%d) and one tail", kept, refused, used, budget)
+	}
+}
