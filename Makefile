@@ -105,9 +105,18 @@ deps-node: deps-apt
 	    PUPPETEER_SKIP_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund && touch .installed; fi'; \
 	fi
 
-## test: run every test, with the race detector
+# The tests that run a second time on SeaweedFS (internal/testenv.StartS3 with
+# CHUNKUP_TEST_S3=seaweedfs): the S3 operations themselves, and uploads end to end
+# (one chunk and many, resume, if_absent and its races, CRC32C, expiry aborting the
+# multipart upload, strays, ReadObject ranges, the HTTP door). Everything runs on MinIO.
+SEAWEEDFS_TESTS := ./s3store/ ./test/e2e/
+SEAWEEDFS_RUN := ^(TestIfAbsent|TestAbortStraysPages|TestChunkChecksums|TestUploadSizes|TestRepeatedOneMessageUpload|TestCompletersRace|TestAbandonedUploadExpires|TestReadObject|TestHTTPCurl|TestHTTPSmallPatches|TestWorkerKilledHoldingClaim)$$
+
+## test: run every test, with the race detector, on MinIO; then the S3 subset on
+## SeaweedFS
 test: deps
 	$(GO) test -race -timeout 30m $(GO_TEST_FLAGS) ./...
+	CHUNKUP_TEST_S3=seaweedfs $(GO) test -race -timeout 30m -run '$(SEAWEEDFS_RUN)' $(GO_TEST_FLAGS) $(SEAWEEDFS_TESTS)
 
 ## chaos: the fault-injection suite (test/chaos, build tag chaos): kill -9 of
 ## server, worker and completer processes, Redis restarted, MinIO and Kafka stopped

@@ -21,7 +21,7 @@ import (
 // attempt that succeeded before, is accepted as done.
 func TestIfAbsent(t *testing.T) {
 	ctx := testenv.Context(t, 2*time.Minute)
-	minio := testenv.StartMinIO(t)
+	minio := testenv.StartS3(t)
 	minio.CreateBucket(t, "bkt")
 	s3c := minio.Client(t)
 	const mib = 1 << 20

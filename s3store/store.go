@@ -251,6 +251,12 @@ func (s *Store) Complete(ctx context.Context, bucket, key, uploadID string, chec
 		if err != nil {
 			return "", err
 		}
+		// A store that completes a completed upload again (SeaweedFS) does not check the
+		// whole-object CRC32C a second time; its answer still says the object's.
+		if got := aws.ToString(out.ChecksumCRC32C); checksummed && got != "" && !strings.Contains(got, "-") &&
+			out.ChecksumType != types.ChecksumTypeComposite && got != CRC32CHeader(sum) {
+			return "", &retry.PermanentError{Err: fmt.Errorf("complete multipart upload: the object has CRC32C %s, want %s", got, CRC32CHeader(sum))}
+		}
 		return aws.ToString(out.ETag), nil
 	})
 	if err == nil {

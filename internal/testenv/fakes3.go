@@ -37,13 +37,18 @@ type S3Store struct {
 	Start func(t testing.TB, bucket string) *s3.Client
 }
 
-// S3Stores are MinIO and gofakes3: a real store, and `chunkup dev`'s, where the two
-// answer differently.
+// S3Stores are MinIO, SeaweedFS and gofakes3: two real stores, and `chunkup dev`'s,
+// where they answer differently.
 var S3Stores = []S3Store{
 	{Name: "minio", Start: func(t testing.TB, bucket string) *s3.Client {
 		m := StartMinIO(t)
 		m.CreateBucket(t, bucket)
 		return m.Client(t)
+	}},
+	{Name: "seaweedfs", Start: func(t testing.TB, bucket string) *s3.Client {
+		s := StartSeaweedFS(t)
+		s.CreateBucket(t, bucket)
+		return s.Client(t)
 	}},
 	{Name: "gofakes3", Start: StartFakeS3},
 }

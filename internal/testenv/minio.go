@@ -197,11 +197,14 @@ func (m *MinIO) Restart(t TB) {
 }
 
 // Object reads object bucket/key back, failing the test if it cannot.
-func (m *MinIO) Object(t TB, bucket, key string) []byte {
+func (m *MinIO) Object(t TB, bucket, key string) []byte { return objectOf(t, m.Client(t), bucket, key) }
+
+// objectOf reads object bucket/key with c, failing the test if it cannot.
+func objectOf(t TB, c *s3.Client, bucket, key string) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := m.Client(t).GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 	if err != nil {
 		t.Fatalf("testenv: get object %s: %v", key, err)
 	}

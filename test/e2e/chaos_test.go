@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,7 +28,7 @@ import (
 // chunks over after their lease and the object is exact.
 func TestWorkerKilledHoldingClaim(t *testing.T) {
 	e := newEnv(t)
-	proxy := testenv.StartProxy(t, e.minio.Addr)
+	proxy := testenv.StartProxy(t, strings.TrimPrefix(e.minio.S3Config().Endpoint, "http://"))
 	worker := harness.StartNode(t, harness.NodeConfig{Name: "worker", Roles: "worker", RedisURL: e.redisURL(),
 		MinIO: e.minio, S3Endpoint: "http://" + proxy.Addr, Bucket: bucket,
 		Flags: []string{"--lease", "2s", "--worker-concurrency", "2"}})

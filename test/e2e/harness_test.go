@@ -23,19 +23,19 @@ import (
 
 const bucket = "chunkup-test"
 
-// env is one Redis (or, under TestOnCluster, one Redis Cluster) and one MinIO shared
-// by a test's processes.
+// env is one Redis (or, under TestOnCluster, one Redis Cluster) and one S3 store
+// (MinIO, or what CHUNKUP_TEST_S3 names: testenv.StartS3) shared by a test's processes.
 type env struct {
 	t       testing.TB            // the test it is for (see stagingFor)
 	redis   *testenv.Redis        // nil on a cluster
 	cluster *testenv.RedisCluster // nil on a single Redis
-	minio   *testenv.MinIO
+	minio   testenv.S3Server
 	s3      *s3.Client
 }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{t: t, minio: testenv.StartMinIO(t)}
+	e := &env{t: t, minio: testenv.StartS3(t)}
 	if e.cluster = clusterFor(t); e.cluster == nil {
 		e.redis = testenv.StartRedis(t)
 	} else {

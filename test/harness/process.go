@@ -63,9 +63,9 @@ var binOnce sync.Once
 type NodeConfig struct {
 	Name, Roles string
 	RedisURL    string
-	// MinIO gives the S3 endpoint and credentials; S3Endpoint, when set, replaces the
-	// endpoint (a proxy in front of MinIO).
-	MinIO      *testenv.MinIO
+	// MinIO gives the S3 endpoint and credentials (MinIO, or another S3 server of
+	// testenv); S3Endpoint, when set, replaces the endpoint (a proxy in front of it).
+	MinIO      testenv.S3Server
 	S3Endpoint string
 	Bucket     string
 	// KafkaAddr and Topic, when set, publish events there.
@@ -93,12 +93,13 @@ const startAttempts = 4
 // ready.
 func StartNode(t testing.TB, cfg NodeConfig) *Node {
 	t.Helper()
+	s3 := cfg.MinIO.S3Config()
 	endpoint := cfg.S3Endpoint
 	if endpoint == "" {
-		endpoint = cfg.MinIO.Endpoint
+		endpoint = s3.Endpoint
 	}
 	n := &Node{Name: cfg.Name, bin: Binary(t),
-		env: []string{"AWS_ACCESS_KEY_ID=" + cfg.MinIO.AccessKey, "AWS_SECRET_ACCESS_KEY=" + cfg.MinIO.SecretKey}}
+		env: []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey}}
 	for attempt := 1; ; attempt++ {
 		n.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 		n.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))

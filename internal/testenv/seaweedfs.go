@@ -1,0 +1,243 @@
+package testenv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/chunkup/chunkup/internal/s3client"
+)
+
+// SeaweedFS, a maintained Go S3 server, is the suite's second store beside MinIO
+// (docs/s3-stores.md). Its module cannot be `go install`ed (its go.mod has replace
+// directives), so SeaweedFSBinary builds `./weed` inside a copy of the module.
+const (
+	seaweedModule = "github.com/seaweedfs/seaweedfs"
+	// SeaweedFSVersion is the pinned version, as the Go module proxy names it.
+	SeaweedFSVersion = "v0.0.0-20261109003541-7506e5f91cd6"
+)
+
+// SeaweedFSBinary returns the path of the weed binary: $CHUNKUP_SEAWEEDFS if set, else
+// CacheDir()/bin/weed-SeaweedFSVersion, built when missing (several minutes: `go mod
+// download` of the module, a copy of it, `go build ./weed` there) under a file lock.
+func SeaweedFSBinary() (string, error) {
+	if p := os.Getenv("CHUNKUP_SEAWEEDFS"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("CHUNKUP_SEAWEEDFS=%s: %w", p, err)
+		}
+		return p, nil
+	}
+	bin := filepath.Join(BinDir(), "weed-"+SeaweedFSVersion)
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	err := withFileLock(filepath.Join(CacheDir(), "seaweedfs.lock"), func() error {
+		if _, err := os.Stat(bin); err == nil { // another process built it
+			return nil
+		}
+		dl := exec.Command(goCommand(), "mod", "download", "-json", seaweedModule+"@"+SeaweedFSVersion)
+		dl.Dir = CacheDir()
+		dl.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+		out, err := dl.Output()
+		if err != nil {
+			return fmt.Errorf("go mod download %s@%s: %v", seaweedModule, SeaweedFSVersion, err)
+		}
+		var mod struct{ Dir, Error string }
+		if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+			return fmt.Errorf("go mod download %s@%s: %s %v", seaweedModule, SeaweedFSVersion, mod.Error, err)
+		}
+		src, err := os.MkdirTemp(CacheDir(), "seaweedfs-src-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(src)
+		// The module cache is read-only, and a build there would want to write go.sum.
+		if out, err := exec.Command("cp", "-r", mod.Dir+"/.", src).CombinedOutput(); err != nil {
+			return fmt.Errorf("copy %s: %v\n%s", mod.Dir, err, out)
+		}
+		if out, err := exec.Command("chmod", "-R", "u+w", src).CombinedOutput(); err != nil {
+			return fmt.Errorf("chmod %s: %v\n%s", src, err, out)
+		}
+		if err := os.MkdirAll(BinDir(), 0o755); err != nil {
+			return err
+		}
+		tmp := bin + ".tmp"
+		build := exec.Command(goCommand(), "build", "-o", tmp, "./weed")
+		build.Dir = src
+		build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+		if out, err := build.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build ./weed of %s@%s: %v\n%s", seaweedModule, SeaweedFSVersion, err, out)
+		}
+		return os.Rename(tmp, bin)
+	})
+	if err != nil {
+		return "", fmt.Errorf("seaweedfs: %w", err)
+	}
+	return bin, nil
+}
+
+// The fixed credentials of every SeaweedFS that StartSeaweedFS starts.
+const (
+	SeaweedFSAccessKey = "chunkup-test"
+	SeaweedFSSecretKey = "chunkup-test-secret"
+)
+
+// SeaweedFS is a SeaweedFS server (`weed mini`: master, volume, filer and S3 gateway in
+// one process) started by StartSeaweedFS.
+type SeaweedFS struct {
+	// Endpoint is the S3 gateway's base URL.
+	Endpoint string
+	// Dir holds its data; LogFile its output.
+	Dir, LogFile string
+
+	bin  string
+	args []string
+	daemon
+}
+
+// StartSeaweedFS starts SeaweedFS on free 127.0.0.1 ports with its own data directory
+// and the fixed test credentials, and waits until its S3 gateway answers. It is stopped
+// when the test ends.
+func StartSeaweedFS(t TB) *SeaweedFS {
+	t.Helper()
+	bin, err := SeaweedFSBinary()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	base := t.TempDir()
+	s := &SeaweedFS{bin: bin, Dir: filepath.Join(base, "data"), LogFile: filepath.Join(base, "weed.log")}
+	if err := os.Mkdir(s.Dir, 0o755); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	conf := filepath.Join(base, "s3.json")
+	identities := `{"identities":[{"name":"chunkup","credentials":[{"accessKey":"` + SeaweedFSAccessKey +
+		`","secretKey":"` + SeaweedFSSecretKey + `"}],"actions":["Admin","Read","Write","List","Tagging"]}]}`
+	if err := os.WriteFile(conf, []byte(identities), 0o600); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("testenv: seaweedfs %s log (last lines):\n%s", s.Endpoint, tailFile(s.LogFile, 40))
+		}
+		s.Stop()
+	})
+	port := func() string { return strconv.Itoa(FreePort(t)) }
+	s3Port := port()
+	s.Endpoint = "http://" + net.JoinHostPort("127.0.0.1", s3Port)
+	s.args = []string{"mini", "-dir=" + s.Dir, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+		"-master.port=" + port(), "-master.port.grpc=" + port(), "-master.telemetry=false",
+		"-volume.port=" + port(), "-volume.port.grpc=" + port(),
+		"-filer.port=" + port(), "-filer.port.grpc=" + port(), "-filer.localSocket=" + filepath.Join(base, "filer.sock"),
+		"-s3.port=" + s3Port, "-s3.port.grpc=" + port(), "-s3.port.iceberg=0", "-s3.port.lance=0",
+		"-s3.config=" + conf, "-webdav=false", "-admin.ui=false"}
+	if err := s.launch(s.run); err != nil {
+		t.Fatalf("testenv: seaweedfs on %s: %v\nlog:\n%s", s.Endpoint, err, tailFile(s.LogFile, 40))
+	}
+	return s
+}
+
+func (s *SeaweedFS) run() (*proc, error) {
+	log, err := os.OpenFile(s.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	p, err := startProc(s.bin, s.args, os.Environ(), log, log)
+	if err != nil {
+		return nil, err
+	}
+	// Ready when the gateway lists buckets with the test credentials (the filer and the
+	// volume server behind it are up).
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	c, err := s3client.New(ctx, s.S3Config())
+	if err != nil {
+		p.kill()
+		return nil, err
+	}
+	err = waitFor(startTimeout, p.done, func() error {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		defer ccancel()
+		_, err := c.ListBuckets(cctx, &s3.ListBucketsInput{})
+		return err
+	})
+	if err != nil {
+		p.kill()
+		return nil, err
+	}
+	return p, nil
+}
+
+// S3Config is the S3 configuration for this server.
+func (s *SeaweedFS) S3Config() s3client.Config {
+	return s3client.Config{Endpoint: s.Endpoint, Region: "us-east-1", AccessKey: SeaweedFSAccessKey, SecretKey: SeaweedFSSecretKey}
+}
+
+// Client returns an S3 client for this server, built by s3client.New like chunkup's own.
+func (s *SeaweedFS) Client(t TB) *s3.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := s3client.New(ctx, s.S3Config())
+	if err != nil {
+		t.Fatalf("testenv: s3 client: %v", err)
+	}
+	return c
+}
+
+// CreateBucket creates a bucket; one that already exists is fine.
+func (s *SeaweedFS) CreateBucket(t TB, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := s.Client(t).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)})
+	var owned *types.BucketAlreadyOwnedByYou
+	var exists *types.BucketAlreadyExists
+	if err != nil && !errors.As(err, &owned) && !errors.As(err, &exists) {
+		t.Fatalf("testenv: create bucket %q: %v", name, err)
+	}
+}
+
+// Object reads object bucket/key back, failing the test if it cannot.
+func (s *SeaweedFS) Object(t TB, bucket, key string) []byte { return objectOf(t, s.Client(t), bucket, key) }
+
+// S3Server is an S3 store the suites run against: MinIO or SeaweedFS.
+type S3Server interface {
+	S3Config() s3client.Config
+	Client(t TB) *s3.Client
+	CreateBucket(t TB, name string)
+	Object(t TB, bucket, key string) []byte
+}
+
+var (
+	_ S3Server = (*MinIO)(nil)
+	_ S3Server = (*SeaweedFS)(nil)
+)
+
+// S3Selector is the environment variable that chooses the store of StartS3.
+const S3Selector = "CHUNKUP_TEST_S3"
+
+// StartS3 starts the store CHUNKUP_TEST_S3 names: minio (the default) or seaweedfs.
+func StartS3(t TB) S3Server {
+	t.Helper()
+	switch v := os.Getenv(S3Selector); v {
+	case "", "minio":
+		return StartMinIO(t)
+	case "seaweedfs":
+		return StartSeaweedFS(t)
+	default:
+		t.Fatalf("testenv: %s=%q: use minio or seaweedfs", S3Selector, v)
+		return nil
+	}
+}
