@@ -41,13 +41,13 @@ GO_TEST_FLAGS ?=
 NODE_PACKAGES := internal/testenv/node
 NODE_DIR = $(CACHE)/node/$(shell sha256sum $(NODE_PACKAGES)/package-lock.json | cut -c1-16)
 
-.PHONY: all deps deps-apt deps-minio deps-node test chaos bench bench-go tools generate docs lint check-generate ci clean-cache
+.PHONY: all deps deps-apt deps-minio deps-seaweedfs deps-node test chaos bench bench-go tools generate docs lint check-generate ci clean-cache
 
 all: test
 
-## deps: install redis-server, chromium, Node (apt), MinIO (go install) and the tests'
+## deps: install redis-server, chromium, Node (apt), MinIO (go install), SeaweedFS (built) and the tests'
 ## Node packages (npm ci into the cache) when missing
-deps: deps-apt deps-minio deps-node
+deps: deps-apt deps-minio deps-node deps-seaweedfs
 
 deps-apt:
 	@missing=""; \
@@ -94,6 +94,13 @@ endef
 # The lock file is the one internal/testenv takes before building MinIO itself.
 deps-minio:
 	$(call go_install,minio,github.com/minio/minio,$(MINIO_VERSION))
+
+# SeaweedFS cannot be `go install`ed (replace directives in its go.mod): testenv builds
+# it into the cache (SeaweedFSBinary, under its lock), here by starting it once, before
+# the suites, so that its build does not compete with them for the cores.
+deps-seaweedfs:
+	@if ! ls "$(BIN)"/weed-* >/dev/null 2>&1; then echo "building SeaweedFS into $(BIN) (several minutes, once)"; fi
+	$(GO) test -count=1 -run '^TestSeaweedFS$$' ./internal/testenv/
 
 # The lock file is the one internal/testenv takes before installing them itself.
 deps-node: deps-apt

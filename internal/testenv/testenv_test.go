@@ -446,3 +446,29 @@ func dialProxy(t *testing.T, p *testenv.Proxy) (net.Conn, *bufio.Reader) {
 	t.Cleanup(func() { c.Close() })
 	return c, bufio.NewReader(c)
 }
+
+// TestSeaweedFS: the second store starts on its own ports with the test credentials,
+// creates a bucket (twice: fine), keeps an object and gives it back; StartS3 selects it
+// by CHUNKUP_TEST_S3. `make deps` runs this test to build SeaweedFS into the cache
+// before the suites.
+func TestSeaweedFS(t *testing.T) {
+	s := testenv.StartSeaweedFS(t)
+	cfg := s.S3Config()
+	if cfg.Endpoint != s.Endpoint || cfg.AccessKey != testenv.SeaweedFSAccessKey || cfg.Region != "us-east-1" {
+		t.Fatalf("S3Config = %+v", cfg)
+	}
+	ctx := ctxT(t, 60*time.Second)
+	s.CreateBucket(t, "chunkup")
+	s.CreateBucket(t, "chunkup")
+	body := bytes.Repeat([]byte("chunkup!"), 100_000)
+	if _, err := s.Client(t).PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("chunkup"), Key: aws.String("a/b"), Body: bytes.NewReader(body)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Object(t, "chunkup", "a/b"); !bytes.Equal(got, body) {
+		t.Fatalf("object: %d bytes, want the %d put", len(got), len(body))
+	}
+	t.Setenv(testenv.S3Selector, "seaweedfs")
+	if _, ok := testenv.StartS3(t).(*testenv.SeaweedFS); !ok {
+		t.Fatalf("StartS3 with %s=seaweedfs did not start SeaweedFS", testenv.S3Selector)
+	}
+}
