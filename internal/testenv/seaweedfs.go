@@ -210,7 +210,9 @@ func (s *SeaweedFS) CreateBucket(t TB, name string) {
 }
 
 // Object reads object bucket/key back, failing the test if it cannot.
-func (s *SeaweedFS) Object(t TB, bucket, key string) []byte { return objectOf(t, s.Client(t), bucket, key) }
+func (s *SeaweedFS) Object(t TB, bucket, key string) []byte {
+	return objectOf(t, s.Client(t), bucket, key)
+}
 
 // S3Server is an S3 store the suites run against: MinIO or SeaweedFS.
 type S3Server interface {
