@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/s3/manager"
+	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/redis/go-redis/v9"
 
@@ -40,8 +40,8 @@ type bench struct {
 	// adaptive and always are the chunkup contenders: `chunkup serve` with --staging
 	// adaptive (the default) and --staging always; always is nil when skipped.
 	adaptive, always *contender
-	// direct is the AWS SDK's upload manager, with chunkup's part size and concurrency.
-	direct *manager.Uploader
+	// direct is the AWS SDK's transfer manager, with chunkup's part size and concurrency.
+	direct *transfermanager.Client
 	src    *source
 	seq    int64
 	// http uploads through the adaptive contender's HTTP door (see http.go).
@@ -114,9 +114,11 @@ func setUp(tb testenv.TB, cfg config) *bench {
 	if !slices.Contains(strings.Split(cfg.Skip, ","), "always") {
 		b.always = b.startContender("always", kafka, bin, "--staging", "always")
 	}
-	b.direct = manager.NewUploader(b.s3, func(u *manager.Uploader) {
-		u.PartSize = cfg.PartSize
-		u.Concurrency = cfg.Concurrency
+	// The SDK's transfer manager (feature/s3/manager, the earlier baseline, is
+	// deprecated for it).
+	b.direct = transfermanager.New(b.s3, func(o *transfermanager.Options) {
+		o.PartSizeBytes = cfg.PartSize
+		o.Concurrency = cfg.Concurrency
 	})
 
 	// Warm up each way (connections, pools, caches, Redis and MinIO memory) before
@@ -386,7 +388,7 @@ func (b *bench) viaChunkup(ct *contender, n int64) (time.Duration, cost) {
 	return took, c
 }
 
-// viaDirect uploads n bytes with the AWS upload manager and returns the elapsed time
+// viaDirect uploads n bytes with the AWS transfer manager and returns the elapsed time
 // and MinIO's and the client's CPU seconds.
 func (b *bench) viaDirect(n int64) (time.Duration, [2]float64) {
 	ctx, cancel := b.ctx()
@@ -396,7 +398,7 @@ func (b *bench) viaDirect(n int64) (time.Duration, [2]float64) {
 	b.settle()
 	minio, cl := b.cpu(b.minio.Pid()), b.cpu(os.Getpid())
 	began := time.Now()
-	_, err := b.direct.Upload(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: b.src.reader(start, n)})
+	_, err := b.direct.UploadObject(ctx, &transfermanager.UploadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: b.src.reader(start, n)})
 	took := time.Since(began)
 	if err != nil {
 		b.tb.Fatalf("bench: direct upload of %s: %v", human(n), err)
