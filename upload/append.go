@@ -144,19 +144,18 @@ func (c *Core) SaveTail(ctx context.Context, id string, n uint32, data []byte) e
 	}
 	// A tail is staged bytes like a chunk, and stays until the next append or expiry (no
 	// worker drains it): it waits for the staged-bytes budget as a chunk does.
-	cost := RedisCost(int64(len(data)))
+	var cost int64 // dropping a tail (empty data) reserves nothing
 	if len(data) > 0 {
-		if err := c.budget.reserve(ctx, cost); err != nil {
-			return Explain(id, c.lockLost(ctx, err))
-		}
+		cost = RedisCost(int64(len(data)))
+	}
+	if err := c.budget.reserve(ctx, cost); err != nil {
+		return Explain(id, c.lockLost(ctx, err))
 	}
 	err := c.lockLost(ctx, c.store.SaveTail(ctx, id, n, data))
-	staged := int64(0)
-	if err == nil && len(data) > 0 {
-		staged = cost
-	}
-	if len(data) > 0 {
-		c.budget.settle(cost, staged)
+	if err != nil {
+		c.budget.settle(cost, 0)
+	} else {
+		c.budget.settle(cost, cost)
 	}
 	if errors.Is(err, staging.ErrChunkBusy) {
 		return fault.Wrap(err, fault.Conflict, fmt.Sprintf("upload %s: %v", id, err))

@@ -156,25 +156,32 @@ func (m *MinIO) S3Config() s3client.Config {
 }
 
 // Client returns an S3 client for this server, built by s3client.New like chunkup's own.
-func (m *MinIO) Client(t TB) *s3.Client {
+func (m *MinIO) Client(t TB) *s3.Client { return clientOf(t, m.S3Config()) }
+
+// CreateBucket creates a bucket; one that already exists is fine.
+func (m *MinIO) CreateBucket(t TB, name string) { createBucket(t, m.Client(t), name) }
+
+// clientOf is an S3 client for cfg, built by s3client.New like chunkup's own.
+func clientOf(t TB, cfg s3client.Config) *s3.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := s3client.New(ctx, m.S3Config())
+	c, err := s3client.New(ctx, cfg)
 	if err != nil {
 		t.Fatalf("testenv: s3 client: %v", err)
 	}
 	return c
 }
 
-// CreateBucket creates a bucket; one that already exists is fine.
-func (m *MinIO) CreateBucket(t TB, name string) {
+// createBucket creates bucket name with c; one that already exists is fine.
+func createBucket(t TB, c *s3.Client, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := m.Client(t).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)})
+	_, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)})
 	var owned *types.BucketAlreadyOwnedByYou
-	if err != nil && !errors.As(err, &owned) {
+	var exists *types.BucketAlreadyExists
+	if err != nil && !errors.As(err, &owned) && !errors.As(err, &exists) {
 		t.Fatalf("testenv: create bucket %q: %v", name, err)
 	}
 }

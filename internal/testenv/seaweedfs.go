@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/chunkup/chunkup/internal/s3client"
 )
@@ -194,29 +192,10 @@ func (s *SeaweedFS) S3Config() s3client.Config {
 }
 
 // Client returns an S3 client for this server, built by s3client.New like chunkup's own.
-func (s *SeaweedFS) Client(t TB) *s3.Client {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := s3client.New(ctx, s.S3Config())
-	if err != nil {
-		t.Fatalf("testenv: s3 client: %v", err)
-	}
-	return c
-}
+func (s *SeaweedFS) Client(t TB) *s3.Client { return clientOf(t, s.S3Config()) }
 
 // CreateBucket creates a bucket; one that already exists is fine.
-func (s *SeaweedFS) CreateBucket(t TB, name string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, err := s.Client(t).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)})
-	var owned *types.BucketAlreadyOwnedByYou
-	var exists *types.BucketAlreadyExists
-	if err != nil && !errors.As(err, &owned) && !errors.As(err, &exists) {
-		t.Fatalf("testenv: create bucket %q: %v", name, err)
-	}
-}
+func (s *SeaweedFS) CreateBucket(t TB, name string) { createBucket(t, s.Client(t), name) }
 
 // Object reads object bucket/key back, failing the test if it cannot.
 func (s *SeaweedFS) Object(t TB, bucket, key string) []byte {
