@@ -262,16 +262,27 @@ func (s *Store) Complete(ctx context.Context, bucket, key, uploadID string, chec
 	if err == nil {
 		return etag, nil
 	}
+	// A completion retried after an earlier one completed the upload (its completer died
+	// before recording it) meets NoSuchUpload, or, on MinIO when the earlier request was
+	// cut off between moving the parts into the object and deleting the upload,
+	// InvalidPart for parts that are in the object now. Either way the object may be
+	// this upload's; for InvalidPart only its own upload id in the object's metadata
+	// says so, since the answer also means a part really is missing.
 	var exists *ExistsError
-	if errors.As(err, &exists) || !NoSuchUpload(err) {
+	invalidPart := InvalidPart(err)
+	if errors.As(err, &exists) || !NoSuchUpload(err) && !invalidPart {
 		return "", fmt.Errorf("complete multipart upload: %w", err)
 	}
 	head, herr := s.api.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), ChecksumMode: types.ChecksumModeEnabled})
 	if herr != nil {
 		return "", fmt.Errorf("complete multipart upload: %w; and the object is not there: %w", err, herr)
 	}
-	if other := head.Metadata[MetaUploadID]; o.UploadID != "" && other != "" && other != o.UploadID {
+	other := head.Metadata[MetaUploadID]
+	if o.UploadID != "" && other != "" && other != o.UploadID {
 		return "", &retry.PermanentError{Err: fmt.Errorf("complete multipart upload: %w; the object there is upload %s's", err, other)}
+	}
+	if invalidPart && (o.UploadID == "" || other != o.UploadID) {
+		return "", &retry.PermanentError{Err: fmt.Errorf("complete multipart upload: %w", err)}
 	}
 	if aws.ToInt64(head.ContentLength) != size {
 		return "", fmt.Errorf("complete multipart upload: %w; the object there has %d bytes, want %d", err, aws.ToInt64(head.ContentLength), size)
@@ -398,6 +409,13 @@ func (s *Store) AbortStrays(ctx context.Context, bucket, key, keep string) ([]st
 		aborted = append(aborted, id)
 	}
 	return aborted, nil
+}
+
+// InvalidPart reports whether err says a part named in a completion is not there (or
+// has another ETag).
+func InvalidPart(err error) bool {
+	var ae smithy.APIError
+	return errors.As(err, &ae) && ae.ErrorCode() == "InvalidPart"
 }
 
 // NoSuchUpload reports whether err says the multipart upload does not exist (any more).

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/testenv"
@@ -285,4 +286,75 @@ func (f *failingList) ListMultipartUploads(context.Context, *s3.ListMultipartUpl
 func (f *failingList) AbortMultipartUpload(context.Context, *s3.AbortMultipartUploadInput, ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error) {
 	f.aborts++
 	return &s3.AbortMultipartUploadOutput{}, nil
+}
+
+// cutOffCompletion is the real S3 client, except that once a completion has gone through
+// it answers the next ones as MinIO does when the request that completed the upload was
+// cut off (its completer killed) between moving the parts into the object and deleting
+// the multipart upload.
+type cutOffCompletion struct {
+	s3store.API
+	completed bool
+}
+
+func (c *cutOffCompletion) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMultipartUploadInput, opts ...func(*s3.Options)) (*s3.CompleteMultipartUploadOutput, error) {
+	if c.completed {
+		return nil, &smithy.GenericAPIError{Code: "InvalidPart", Message: "One or more of the specified parts could not be found."}
+	}
+	out, err := c.API.CompleteMultipartUpload(ctx, in, opts...)
+	c.completed = err == nil
+	return out, err
+}
+
+// TestCompleteAfterCutOffCompletion: a completion retried after one that completed the
+// upload but was cut off meets InvalidPart on MinIO; the object there is the upload's
+// own (its metadata says so), so the retry succeeds with its ETag. InvalidPart for an
+// object that is not there, or is another upload's, stays a permanent failure.
+func TestCompleteAfterCutOffCompletion(t *testing.T) {
+	ctx := testenv.Context(t, time.Minute)
+	srv := testenv.StartS3(t)
+	srv.CreateBucket(t, "bkt")
+	part := bytes.Repeat([]byte("p"), 5<<20)
+	sum := crc.Checksum(part)
+	for _, tc := range []struct {
+		name          string
+		completeFirst bool
+		retryAs       string
+		wantPermanent bool
+	}{
+		{"the upload's own object", true, "up-1", false},
+		{"another upload's object", true, "up-2", true},
+		{"no object", false, "up-1", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := &cutOffCompletion{API: srv.Client(t), completed: !tc.completeFirst}
+			st := s3store.New(api)
+			key := "cut/" + strings.ReplaceAll(tc.name, " ", "-")
+			mpu, checksummed, err := st.CreateMultipart(ctx, "bkt", key, "", s3store.Owner{UploadID: "up-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			etag, err := st.UploadPart(ctx, "bkt", key, mpu, checksummed, 1, part, sum)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts := []s3store.Part{{N: 1, ETag: etag, CRC32C: sum}}
+			var first string
+			if tc.completeFirst {
+				if first, err = st.Complete(ctx, "bkt", key, mpu, checksummed, parts, int64(len(part)), sum, s3store.Owner{UploadID: "up-1"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			again, err := st.Complete(ctx, "bkt", key, mpu, checksummed, parts, int64(len(part)), sum, s3store.Owner{UploadID: tc.retryAs})
+			if tc.wantPermanent {
+				if err == nil || !s3store.Permanent(err) {
+					t.Fatalf("retried completion: %q, %v; want a permanent failure", again, err)
+				}
+				return
+			}
+			if err != nil || again != first {
+				t.Fatalf("retried completion: %q, %v; want %q", again, err, first)
+			}
+		})
+	}
 }
