@@ -267,7 +267,14 @@ func (e *Env) startS3(cfg Config) error {
 		return fmt.Errorf("embedded s3: %w", err)
 	}
 	etags := newMultipartETags(backend, filepath.Join(e.S3Dir, "multipart-etags"))
-	faker := gofakes3.New(etags, gofakes3.WithAutoBucket(true), gofakes3.WithLogger(gofakes3.DiscardLog()))
+	parts, err := newDiskMultipart(filepath.Join(cfg.DataDir, "s3-multipart"), etags, time.Now)
+	if err != nil {
+		return err
+	}
+	faker := gofakes3.New(struct {
+		*multipartETags
+		*diskMultipart
+	}{etags, parts}, gofakes3.WithAutoBucket(true), gofakes3.WithLogger(gofakes3.DiscardLog()))
 	addr := cfg.S3Addr
 	if addr == "" {
 		addr = "127.0.0.1:0"
