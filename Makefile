@@ -117,7 +117,7 @@ deps-node: deps-apt
 # (one chunk and many, resume, if_absent and its races, CRC32C, expiry aborting the
 # multipart upload, strays, ReadObject ranges, the HTTP door). Everything runs on MinIO.
 SEAWEEDFS_TESTS := ./s3store/ ./test/e2e/
-SEAWEEDFS_RUN := ^(TestIfAbsent|TestAbortStraysPages|TestChunkChecksums|TestCompleteAfterCutOffCompletion|TestUploadSizes|TestCompletersRace|TestAbandonedUploadExpires|TestReadObject|TestHTTPCurl|TestHTTPSmallPatches|TestWorkerKilledHoldingClaim)$$
+SEAWEEDFS_RUN := ^(TestIfAbsent|TestAbortStraysPages|TestChunkChecksums|TestCompleteAfterCutOffCompletion|TestReason|TestUploadSizes|TestCompletersRace|TestAbandonedUploadExpires|TestReadObject|TestHTTPCurl|TestHTTPSmallPatches|TestWorkerKilledHoldingClaim)$$
 
 ## test: run every test, with the race detector, on MinIO; then the S3 subset on
 ## SeaweedFS

@@ -580,7 +580,7 @@ func (w *Worker) failed(ctx context.Context, c uploads.Claim, err error, log *sl
 	}
 	if s3store.Permanent(err) {
 		log.Error("chunk upload failed permanently; failing the upload", "err", err)
-		w.endThenDrop(ctx, c.Ref, err.Error(), log)
+		w.endThenDrop(ctx, c.Ref, s3store.Reason(err), log)
 		return
 	}
 	f := w.noteFailure(c.Ref)

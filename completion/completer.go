@@ -436,7 +436,7 @@ func (c *Completer) abortStrays(ctx context.Context, id string, b staging.Begin)
 func (c *Completer) failed(ctx context.Context, id string, err error) error {
 	if s3store.Permanent(err) {
 		c.cfg.Logger.Error("completion failed permanently; failing the upload", "upload_id", id, "err", err)
-		if endErr := c.ender.End(ctx, id, staging.StatusFailed, err.Error(), c.token); endErr != nil {
+		if endErr := c.ender.End(ctx, id, staging.StatusFailed, s3store.Reason(err), c.token); endErr != nil {
 			return endErr
 		}
 		return c.store.Drop(ctx, id)

@@ -47,3 +47,37 @@ func Permanent(err error) bool {
 	}
 	return false
 }
+
+// plainReasons say in plain words what an S3 error code means for an upload that
+// failed with it, and what to do; Reason adds the store's own words as detail.
+var plainReasons = map[string]string{
+	"NoSuchUpload": "S3 no longer has the multipart upload this upload stored its parts in (it was aborted " +
+		"or expired outside chunkup, or the store lost it), so the parts stored so far are gone: upload the file again",
+	"InvalidPart": "S3 does not have every part this upload stored (a part was lost or replaced outside chunkup), " +
+		"so the object cannot be assembled: upload the file again",
+	"NoSuchBucket": "the upload's bucket does not exist in S3: create the bucket (or use one that exists), " +
+		"then upload the file again",
+	"AccessDenied": "S3 refused chunkup's credentials for the upload's bucket or key: grant them access " +
+		"(credentials, bucket policy), then upload the file again",
+	"EntityTooSmall": "S3 refused to assemble the object because a part is below its minimum part size " +
+		"(5 MiB on AWS): upload the file again with a chunk size of at least that",
+	"EntityTooLarge": "S3 refused a part or object as larger than it accepts: upload the file again with a " +
+		"smaller chunk size",
+	"InvalidBucketName": "S3 does not accept the upload's bucket name: use a valid bucket name, then upload " +
+		"the file again",
+}
+
+// Reason is what an upload that failed with err records as its reason: for the S3
+// errors a caller can act on, plain words saying what happened and what to do, with
+// the store's answer after them; otherwise err's own text.
+func Reason(err error) string {
+	var api smithy.APIError
+	if !errors.As(err, &api) {
+		return err.Error()
+	}
+	plain, ok := plainReasons[api.ErrorCode()]
+	if !ok {
+		return err.Error()
+	}
+	return plain + " (S3 answered: " + err.Error() + ")"
+}

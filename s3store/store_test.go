@@ -3,6 +3,7 @@ package s3store_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -356,5 +357,35 @@ func TestCompleteAfterCutOffCompletion(t *testing.T) {
 				t.Fatalf("retried completion: %q, %v; want %q", again, err, first)
 			}
 		})
+	}
+}
+
+// TestReason: an upload failed by an S3 error a caller can act on records plain words
+// and what to do, with the store's own answer as detail (here a part sent to a
+// multipart upload the store no longer has); other errors keep their own text.
+func TestReason(t *testing.T) {
+	ctx := testenv.Context(t, time.Minute)
+	srv := testenv.StartS3(t)
+	srv.CreateBucket(t, "bkt")
+	st := s3store.New(srv.Client(t))
+	mpu, checksummed, err := st.CreateMultipart(ctx, "bkt", "k", "", s3store.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Abort(ctx, "bkt", "k", mpu); err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.UploadPart(ctx, "bkt", "k", mpu, checksummed, 1, []byte("data"), crc.Checksum([]byte("data")))
+	if !s3store.Permanent(err) {
+		t.Fatalf("part of an aborted upload: %v; want a permanent error", err)
+	}
+	got := s3store.Reason(err)
+	for _, want := range []string{"no longer has the multipart upload", "upload the file again", "NoSuchUpload"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("reason %q does not say %q", got, want)
+		}
+	}
+	if got := s3store.Reason(errors.New("boom")); got != "boom" {
+		t.Errorf("reason of a plain error: %q", got)
 	}
 }
