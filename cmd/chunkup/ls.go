@@ -27,6 +27,10 @@ func ls(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("ls: %w", err)
 	}
+	if len(ups) == 0 && !*asJSON {
+		// On stderr: a script reading stdout sees no uploads, a person is told so.
+		fmt.Fprintln(stderr, "chunkup: no uploads in progress")
+	}
 	for _, up := range ups {
 		if err := printUpload(stdout, up, *asJSON); err != nil {
 			return err

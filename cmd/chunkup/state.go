@@ -71,18 +71,22 @@ func openResumeState() (*resumeState, error) {
 }
 
 // lookup returns the id of the upload of e's file to e's place, if the file has not
-// changed since (same size and modification time).
-func (s *resumeState) lookup(e resumeEntry) (string, error) {
-	var id string
-	err := s.update(func(entries []resumeEntry) []resumeEntry {
+// changed since (same size and modification time); else, as stale, that of an upload
+// of the same path to the same place begun before the file changed.
+func (s *resumeState) lookup(e resumeEntry) (id, stale string, err error) {
+	err = s.update(func(entries []resumeEntry) []resumeEntry {
 		for _, o := range entries {
-			if o.samePlace(e) && o.Size == e.Size && o.ModTime.Equal(e.ModTime) {
+			switch {
+			case !o.samePlace(e):
+			case o.Size == e.Size && o.ModTime.Equal(e.ModTime):
 				id = o.UploadID
+			default:
+				stale = o.UploadID
 			}
 		}
 		return nil // unchanged
 	})
-	return id, err
+	return id, stale, err
 }
 
 // record notes e, replacing any entry for the same file and place.

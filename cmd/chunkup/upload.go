@@ -66,6 +66,7 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	ifAbsent := fs.Bool("if-absent", "", false, "fail instead of replacing an object that exists at the key (S3's conditional write; an object that appears there meanwhile fails the upload and stays)")
 	resume := fs.String("resume", "", "", "continue upload ID with FILE (one file only); chunks the server has are not sent again")
 	noResume := fs.Bool("no-resume", "", false, "start new uploads, even where an upload of the same file to the same place was interrupted")
+	keepStale := fs.Bool("keep-stale", "", false, "keep the interrupted upload of a file that changed since it began (by default it is aborted, so its bytes do not wait on the server until it expires)")
 	parallel := fs.Int("parallel", "CHUNKUP_PARALLEL", 1, "streams per upload")
 	window := fs.Int("window", "CHUNKUP_WINDOW", 4, "unacknowledged chunks per stream (memory: parallel × window × chunk size)")
 	jobs := fs.Int("jobs", "", 2, "files uploaded at once")
@@ -126,7 +127,7 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer c.Close()
 
-	r := &uploadRun{c: c, server: *server, resume: *resume, noResume: *noResume, asJSON: *asJSON,
+	r := &uploadRun{c: c, server: *server, resume: *resume, noResume: *noResume, keepStale: *keepStale, asJSON: *asJSON,
 		contentType: *contentType, stdout: stdout, stderr: stderr, display: newProgressDisplay(mode, stderr, todo, *recursive)}
 	if doc != (client.Document{}) {
 		r.opts = append(r.opts, client.WithDocument(doc))
@@ -299,6 +300,7 @@ type uploadRun struct {
 	contentType string
 	resume      string
 	noResume    bool
+	keepStale   bool
 	asJSON      bool
 	display     *progressDisplay
 	// state records uploads for resuming; nil when it cannot be kept.
@@ -443,9 +445,15 @@ func (r *uploadRun) resumable(ctx context.Context, j uploadJob, e resumeEntry) (
 	if r.state == nil {
 		return "", nil
 	}
-	id, err := r.state.lookup(e)
-	if err != nil || id == "" {
+	id, stale, err := r.state.lookup(e)
+	if err != nil {
 		r.stateTrouble(err)
+		return "", nil
+	}
+	if stale != "" {
+		r.staleUpload(ctx, j, stale)
+	}
+	if id == "" {
 		return "", nil
 	}
 	up, err := r.c.Get(ctx, id)
@@ -464,6 +472,30 @@ func (r *uploadRun) resumable(ctx context.Context, j uploadJob, e resumeEntry) (
 		return "", nil
 	}
 	return id, nil
+}
+
+// staleUpload deals with upload id of j's file begun before the file changed: it cannot
+// be resumed with the file as it is now, so unless --keep-stale it is aborted rather
+// than left holding its bytes on the server until it expires. Either way the CLI says
+// so, and forgets it.
+func (r *uploadRun) staleUpload(ctx context.Context, j uploadJob, id string) {
+	defer r.forget(id)
+	up, err := r.c.Get(ctx, id)
+	if err != nil || up.State != chunkupv1.UploadState_UPLOAD_STATE_ACTIVE {
+		return // gone or ended: nothing holds bytes
+	}
+	held := fmt.Sprintf("%s on the server", strings.TrimSpace(sizeString(up.ReceivedBytes)))
+	if r.keepStale {
+		r.display.println(fmt.Sprintf("chunkup: %s changed since upload %s began; keeping it (%s) as --keep-stale asks: 'chunkup abort %s' discards it",
+			j.name, id, held, id))
+		return
+	}
+	if _, err := r.c.Abort(ctx, id, "the file changed since the upload began; the CLI started a new upload of it"); err != nil {
+		r.display.println(fmt.Sprintf("chunkup: %s changed since upload %s began (%s); aborting it failed: %s", j.name, id, held, describe(err)))
+		return
+	}
+	r.display.println(fmt.Sprintf("chunkup: %s changed since upload %s began; aborted it (%s) and starting anew (--keep-stale keeps such uploads)",
+		j.name, id, held))
 }
 
 // announce says that upload up of j exists, as soon as it does: its id is what resumes

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -395,7 +396,7 @@ func TestAutomaticResume(t *testing.T) {
 			if err := state.drop(recorded.UploadID); err != nil { // what the case left behind
 				t.Fatal(err)
 			}
-			if id, err := state.lookup(entry); err != nil || id != "" {
+			if id, _, err := state.lookup(entry); err != nil || id != "" {
 				t.Fatalf("the state still holds upload %q (%v) for the file", id, err)
 			}
 		})
@@ -429,4 +430,62 @@ func TestUploadIfAbsent(t *testing.T) {
 		t.Fatalf("upload without --if-absent exited %d: %s", code, stderr)
 	}
 	requireObject(t, s3c, "docs/report.txt", second)
+}
+
+// TestChangedFileAndItsOldUpload: ls on a server without uploads says there are none.
+// The state holds an interrupted upload of a file that
+// has changed since (another size and modification time). Uploading the file again
+// says so, aborts the old upload (its bytes would otherwise wait on the server until it
+// expires) and uploads the file as it is now; with --keep-stale the old upload stays
+// and the CLI says how to discard it. Either way the state forgets it.
+func TestChangedFileAndItsOldUpload(t *testing.T) {
+	addr, s3c := startServer(t)
+	ctx, c := dialTest(t, addr)
+	// Nothing in progress yet: ls says so (on stderr; stdout stays empty for scripts).
+	if code, stdout, stderr := runCLI(t, "ls", "--server", addr); code != exitOK || stdout != "" || !strings.Contains(stderr, "no uploads in progress") {
+		t.Fatalf("ls without uploads: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	for _, tc := range []struct {
+		name      string
+		flags     []string
+		wantSaid  string
+		wantState chunkupv1.UploadState
+	}{
+		{"aborted", nil, "changed since upload %s began; aborted it", chunkupv1.UploadState_UPLOAD_STATE_ABORTED},
+		{"kept", []string{"--keep-stale"}, "changed since upload %s began; keeping it", chunkupv1.UploadState_UPLOAD_STATE_ACTIVE},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stateDir := isolateState(t)
+			file, data := writeRandomFile(t, "changed.bin", 3<<20)
+			old, err := c.API().CreateUpload(ctx, &chunkupv1.CreateUploadRequest{Name: "changed.bin"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := old.Upload.UploadId
+			entry := resumeEntry{Path: file, Size: 5 << 20, ModTime: time.Now().Add(-time.Hour).UTC(), Server: addr, UploadID: id}
+			st, _ := json.Marshal(map[string][]resumeEntry{"uploads": {entry}})
+			if err := os.WriteFile(filepath.Join(stateDir, "uploads.json"), st, 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			code, stdout, stderr := runCLI(t, append(append([]string{"upload", "--server", addr, "--progress", "none"}, tc.flags...), file)...)
+			if code != exitOK {
+				t.Fatalf("upload exited %d: %s", code, stderr)
+			}
+			if want := fmt.Sprintf(tc.wantSaid, id); !strings.Contains(stderr, want) {
+				t.Errorf("stderr does not say %q:\n%s", want, stderr)
+			}
+			fields := strings.Fields(stdout)
+			if len(fields) < 3 || fields[0] == id || fields[1] != "COMPLETED" {
+				t.Fatalf("upload printed %q; want a new upload COMPLETED", stdout)
+			}
+			requireObject(t, s3c, strings.TrimPrefix(fields[2], "s3://"+bucket+"/"), data)
+			if up, err := c.Get(ctx, id); err != nil || up.State != tc.wantState {
+				t.Errorf("the old upload is %v (%v); want %v", up.GetState(), err, tc.wantState)
+			}
+			if b, _ := os.ReadFile(filepath.Join(stateDir, "uploads.json")); strings.Contains(string(b), id) {
+				t.Errorf("the state still lists %s:\n%s", id, b)
+			}
+		})
+	}
 }
