@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -25,6 +26,9 @@ type ObjectInfo struct {
 	HasCRC32C bool
 	// UploadID is the chunkup upload that wrote it ("" when unknown).
 	UploadID string
+	// LastModified is when it was written; ContentType what it was stored with.
+	LastModified time.Time
+	ContentType  string
 }
 
 // Head returns what S3 says of object bucket/key, its whole-object CRC32C included when
@@ -35,7 +39,8 @@ func (s *Store) Head(ctx context.Context, bucket, key string) (ObjectInfo, error
 	if err != nil {
 		return ObjectInfo{}, fmt.Errorf("head object: %w", err)
 	}
-	info := ObjectInfo{Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag), UploadID: out.Metadata[MetaUploadID]}
+	info := ObjectInfo{Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag), UploadID: out.Metadata[MetaUploadID],
+		LastModified: aws.ToTime(out.LastModified), ContentType: aws.ToString(out.ContentType)}
 	// A composite checksum ("…-N") is a checksum of the parts' checksums, not the
 	// object's; only a full-object one, or one of an object put whole, is.
 	if c := aws.ToString(out.ChecksumCRC32C); c != "" && !strings.Contains(c, "-") &&
@@ -45,6 +50,36 @@ func (s *Store) Head(ctx context.Context, bucket, key string) (ObjectInfo, error
 		}
 	}
 	return info, nil
+}
+
+// ListedObject is one object of a listing.
+type ListedObject struct {
+	Key          string
+	Size         int64
+	ETag         string
+	LastModified time.Time
+}
+
+// List lists at most limit objects of bucket whose keys begin with prefix and sort after
+// the key after ("" from the first), in key order, and whether more follow.
+func (s *Store) List(ctx context.Context, bucket, prefix, after string, limit int) ([]ListedObject, bool, error) {
+	in := &s3.ListObjectsV2Input{Bucket: aws.String(bucket), MaxKeys: aws.Int32(int32(limit))}
+	if prefix != "" {
+		in.Prefix = aws.String(prefix)
+	}
+	if after != "" {
+		in.StartAfter = aws.String(after)
+	}
+	out, err := s.api.ListObjectsV2(ctx, in)
+	if err != nil {
+		return nil, false, fmt.Errorf("list objects: %w", err)
+	}
+	objs := make([]ListedObject, 0, len(out.Contents))
+	for _, o := range out.Contents {
+		objs = append(objs, ListedObject{Key: aws.ToString(o.Key), Size: aws.ToInt64(o.Size), ETag: aws.ToString(o.ETag),
+			LastModified: aws.ToTime(o.LastModified)})
+	}
+	return objs, aws.ToBool(out.IsTruncated), nil
 }
 
 // OpenRange reads length bytes of object bucket/key from offset (length 0: to the end).

@@ -41,6 +41,9 @@ type Core interface {
 	SettleStaging(reserved, staged int64)
 	Budgeted() bool
 	Config() upload.Config
+	ListObjects(ctx context.Context, prefix, pageToken string, pageSize int) ([]upload.Object, string, error)
+	StatObject(ctx context.Context, key string) (upload.Object, error)
+	DeleteObject(ctx context.Context, key, ifMatch string) error
 }
 
 var _ Core = (*upload.Core)(nil)

@@ -56,9 +56,12 @@ type Ender interface {
 	End(ctx context.Context, id string, status staging.Status, reason string, completer string) error
 }
 
-// Objects tells whether an object exists (for if_absent), and whose upload made it.
+// Objects tells whether an object exists (for if_absent), and whose upload made it, and
+// lists and deletes the caller's objects.
 type Objects interface {
 	Head(ctx context.Context, bucket, key string) (s3store.ObjectInfo, error)
+	List(ctx context.Context, bucket, prefix, after string, limit int) ([]s3store.ListedObject, bool, error)
+	Delete(ctx context.Context, bucket, key string) error
 }
 
 var _ Objects = (*s3store.Store)(nil)
@@ -121,8 +124,9 @@ type Deps struct {
 	Store Store
 	// Ender ends uploads (abort). Required.
 	Ender Ender
-	// Objects tells whether an object exists, for if_absent. Nil: the check is left to
-	// the conditional write at completion.
+	// Objects tells whether an object exists, for if_absent, and lists, describes and
+	// deletes objects. Nil: the check is left to the conditional write at completion,
+	// and the object calls are refused.
 	Objects Objects
 	// Local, when set, is a worker in this process that takes a staged chunk straight
 	// from the bytes received, instead of reading them back from Redis (which keeps the

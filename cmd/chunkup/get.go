@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -19,14 +20,28 @@ import (
 // get downloads a completed object through the server (ReadObject) into a file, or
 // standard output, checking every message's CRC32C and the object's.
 func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("get", "get [flags] UPLOAD_ID|KEY [FILE|-] (FILE defaults to the key's last element)")
+	fs := newFlagSet("get", "get [flags] UPLOAD_ID|KEY [FILE|-] (FILE defaults to the key's last element) | get -r PREFIX [DIR]")
 	fs.SetOutput(stderr)
 	server, _ := clientFlags(fs)
 	asKey := fs.Bool("key", "", false, "take the argument as an object key even if it looks like an upload id")
 	offset := fs.Size("offset", "", 0, "first byte to read")
 	length := fs.Size("length", "", 0, "bytes to read (0: to the end); a range is checked message by message only")
+	recursive := fs.Bool("recursive", "", false, "download every object whose key begins with PREFIX into DIR (default .), keeping the keys' paths below the prefix; files already there with the same bytes are skipped")
+	fs.BoolVar(recursive, "r", false, "short for --recursive")
+	jobs := fs.Int("jobs", "", 4, "objects downloaded at once (with -r)")
 	if err := fs.parse(args); err != nil {
 		return usageErr(err)
+	}
+	if *recursive {
+		if fs.NArg() < 1 || fs.NArg() > 2 || *offset != 0 || *length != 0 {
+			return usageError{errors.New("get -r needs a PREFIX and at most one DIR, and takes no --offset or --length")}
+		}
+		c, err := fs.dial(ctx, *server)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return getTree(ctx, c.Client, fs.Arg(0), cmp.Or(fs.Arg(1), "."), *jobs, stderr)
 	}
 	if fs.NArg() < 1 || fs.NArg() > 2 {
 		return usageError{errors.New("get needs an UPLOAD_ID or KEY, and at most one FILE")}
@@ -49,15 +64,26 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
-	// The bytes go to a temporary file beside the destination, renamed into place once
-	// every check passed: a failed download leaves nothing behind.
+	n, dest, err := download(ctx, c.Client, req, dest)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "%s: %d bytes\n", dest, n)
+	return nil
+}
+
+// download reads req's object (or range) into dest, or, when dest is "", into the key's
+// last element in the working directory; it returns the bytes written and the file.
+// The bytes go to a temporary file beside the destination, renamed into place once
+// every check passed: a failed download leaves nothing behind.
+func download(ctx context.Context, c *client.Client, req *chunkupv1.ReadObjectRequest, dest string) (int64, string, error) {
 	dir := "."
 	if dest != "" {
 		dir = filepath.Dir(dest)
 	}
 	tmp, err := createTemp(dir, ".chunkup-get-")
 	if err != nil {
-		return err
+		return 0, "", err
 	}
 	defer os.Remove(tmp.Name())
 	first, err := c.ReadObject(ctx, req, tmp)
@@ -65,7 +91,7 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		err = cerr
 	}
 	if err != nil {
-		return describeRead(err)
+		return 0, "", describeRead(err)
 	}
 	if dest == "" {
 		key := req.Key
@@ -79,18 +105,17 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fi, err := os.Stat(dest); err == nil && fi.Mode().IsRegular() {
 		// A file replaced keeps its mode, as cp leaves it.
 		if err := os.Chmod(tmp.Name(), fi.Mode().Perm()); err != nil {
-			return err
+			return 0, "", err
 		}
 	}
 	if err := os.Rename(tmp.Name(), dest); err != nil {
-		return err
+		return 0, "", err
 	}
 	n := first.ObjectSize - req.Offset
 	if req.Limit > 0 {
 		n = min(n, req.Limit)
 	}
-	fmt.Fprintf(stderr, "%s: %d bytes\n", dest, n)
-	return nil
+	return n, dest, nil
 }
 
 // createTemp creates a new file in dir named prefix and random letters, with mode

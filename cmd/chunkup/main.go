@@ -5,8 +5,11 @@
 //	chunkup upload --server ADDR FILE  upload files and print the final uploads
 //	chunkup upload -r DIR              upload a tree, keys keeping the relative paths
 //	chunkup status --server ADDR ID    print an upload's state
-//	chunkup ls --server ADDR           list your uploads in progress
+//	chunkup ls [PREFIX]                list your objects (--uploads: uploads in progress)
 //	chunkup get ID|KEY [FILE|-]        download a completed object, checked by CRC32C
+//	chunkup get -r PREFIX [DIR]        download every object under a prefix
+//	chunkup stat KEY                   print what is known of an object
+//	chunkup rm KEY... | rm -r PREFIX   delete objects
 //	chunkup abort  --server ADDR ID    abort an upload
 //	chunkup watch  --server ADDR ID    print an upload's progress until it ends
 //	chunkup events --brokers B         print events from Kafka as JSON lines
@@ -76,8 +79,10 @@ func commands() []command {
 		{"dev", "run everything in one process with embedded Redis, S3 and Kafka", dev},
 		{"upload", "upload files (or trees, -r) and print the final uploads", upload},
 		{"status", "print an upload's state", statusCmd},
-		{"ls", "list your uploads in progress", ls},
-		{"get", "download a completed object (or a range), checked by CRC32C", get},
+		{"ls", "list your objects under a prefix (--uploads: your uploads in progress)", ls},
+		{"get", "download an object (or a range, or with -r every object under a prefix), checked by CRC32C", get},
+		{"stat", "print what is known of an object", statCmd},
+		{"rm", "delete objects (-r: every object under a prefix)", rmCmd},
 		{"abort", "abort an upload", abort},
 		{"watch", "print an upload's progress until it ends", watch},
 		{"events", "print chunkup's Kafka events as JSON lines", eventsCmd},

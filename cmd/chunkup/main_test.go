@@ -477,7 +477,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		code, stdout, stderr := runCLI(t, "ls", "--server", addr, "--json")
+		code, stdout, stderr := runCLI(t, "ls", "--uploads", "--server", addr, "--json")
 		if code != exitOK {
 			t.Fatalf("ls exited %d\nstderr: %s", code, stderr)
 		}

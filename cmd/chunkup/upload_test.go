@@ -442,7 +442,7 @@ func TestChangedFileAndItsOldUpload(t *testing.T) {
 	addr, s3c := startServer(t)
 	ctx, c := dialTest(t, addr)
 	// Nothing in progress yet: ls says so (on stderr; stdout stays empty for scripts).
-	if code, stdout, stderr := runCLI(t, "ls", "--server", addr); code != exitOK || stdout != "" || !strings.Contains(stderr, "no uploads in progress") {
+	if code, stdout, stderr := runCLI(t, "ls", "--uploads", "--server", addr); code != exitOK || stdout != "" || !strings.Contains(stderr, "no uploads in progress") {
 		t.Fatalf("ls without uploads: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	for _, tc := range []struct {

@@ -1623,6 +1623,405 @@ func (x *UploadProgress) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// Object is a stored object.
+type Object struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The whole key, as Upload.key gives it (under the tenant's prefix, when there is one):
+	// what ReadObject, StatObject and DeleteObject take.
+	Key  string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Size int64  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// S3's ETag, with its quotes.
+	Etag         string                 `protobuf:"bytes,3,opt,name=etag,proto3" json:"etag,omitempty"`
+	LastModified *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_modified,json=lastModified,proto3" json:"last_modified,omitempty"`
+	// StatObject only: the content type, the object's CRC32C when the store keeps one
+	// (has_crc32c), and the chunkup upload that wrote it (empty when it was not chunkup).
+	ContentType   string `protobuf:"bytes,5,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	Crc32C        uint32 `protobuf:"varint,6,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	HasCrc32C     bool   `protobuf:"varint,7,opt,name=has_crc32c,json=hasCrc32c,proto3" json:"has_crc32c,omitempty"`
+	UploadId      string `protobuf:"bytes,8,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Object) Reset() {
+	*x = Object{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Object) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Object) ProtoMessage() {}
+
+func (x *Object) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Object.ProtoReflect.Descriptor instead.
+func (*Object) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Object) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Object) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Object) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
+func (x *Object) GetLastModified() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastModified
+	}
+	return nil
+}
+
+func (x *Object) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *Object) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *Object) GetHasCrc32C() bool {
+	if x != nil {
+		return x.HasCrc32C
+	}
+	return false
+}
+
+func (x *Object) GetUploadId() string {
+	if x != nil {
+		return x.UploadId
+	}
+	return ""
+}
+
+type ListObjectsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only keys that begin with it (whole keys, as Object.key); empty for all the caller's.
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// At most this many objects (1 to 1000); 0 means 1000.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListObjectsRequest) Reset() {
+	*x = ListObjectsRequest{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListObjectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListObjectsRequest) ProtoMessage() {}
+
+func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListObjectsRequest.ProtoReflect.Descriptor instead.
+func (*ListObjectsRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListObjectsRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListObjectsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListObjectsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListObjectsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Objects []*Object              `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
+	// Pass it as page_token to get the next page; empty when this was the last.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListObjectsResponse) Reset() {
+	*x = ListObjectsResponse{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListObjectsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListObjectsResponse) ProtoMessage() {}
+
+func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListObjectsResponse.ProtoReflect.Descriptor instead.
+func (*ListObjectsResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListObjectsResponse) GetObjects() []*Object {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+func (x *ListObjectsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type StatObjectRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatObjectRequest) Reset() {
+	*x = StatObjectRequest{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatObjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatObjectRequest) ProtoMessage() {}
+
+func (x *StatObjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatObjectRequest.ProtoReflect.Descriptor instead.
+func (*StatObjectRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *StatObjectRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type StatObjectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Object        *Object                `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatObjectResponse) Reset() {
+	*x = StatObjectResponse{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatObjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatObjectResponse) ProtoMessage() {}
+
+func (x *StatObjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatObjectResponse.ProtoReflect.Descriptor instead.
+func (*StatObjectResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *StatObjectResponse) GetObject() *Object {
+	if x != nil {
+		return x.Object
+	}
+	return nil
+}
+
+type DeleteObjectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// When set, delete only while the object has this ETag (as Object.etag gives it).
+	IfMatch       string `protobuf:"bytes,2,opt,name=if_match,json=ifMatch,proto3" json:"if_match,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteObjectRequest) Reset() {
+	*x = DeleteObjectRequest{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteObjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteObjectRequest) ProtoMessage() {}
+
+func (x *DeleteObjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteObjectRequest.ProtoReflect.Descriptor instead.
+func (*DeleteObjectRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DeleteObjectRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *DeleteObjectRequest) GetIfMatch() string {
+	if x != nil {
+		return x.IfMatch
+	}
+	return ""
+}
+
+type DeleteObjectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteObjectResponse) Reset() {
+	*x = DeleteObjectResponse{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteObjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteObjectResponse) ProtoMessage() {}
+
+func (x *DeleteObjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteObjectResponse.ProtoReflect.Descriptor instead.
+func (*DeleteObjectResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{23}
+}
+
 var File_chunkup_v1_upload_proto protoreflect.FileDescriptor
 
 const file_chunkup_v1_upload_proto_rawDesc = "" +
@@ -1763,7 +2162,33 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\x04etag\x18\v \x01(\tR\x04etag\x12\x14\n" +
 	"\x05error\x18\f \x01(\tR\x05error\x12;\n" +
 	"\vupdate_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime*\xca\x01\n" +
+	"updateTime\"\xfa\x01\n" +
+	"\x06Object\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04etag\x18\x03 \x01(\tR\x04etag\x12?\n" +
+	"\rlast_modified\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\flastModified\x12!\n" +
+	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\x12\x16\n" +
+	"\x06crc32c\x18\x06 \x01(\rR\x06crc32c\x12\x1d\n" +
+	"\n" +
+	"has_crc32c\x18\a \x01(\bR\thasCrc32c\x12\x1b\n" +
+	"\tupload_id\x18\b \x01(\tR\buploadId\"h\n" +
+	"\x12ListObjectsRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"k\n" +
+	"\x13ListObjectsResponse\x12,\n" +
+	"\aobjects\x18\x01 \x03(\v2\x12.chunkup.v1.ObjectR\aobjects\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"%\n" +
+	"\x11StatObjectRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"@\n" +
+	"\x12StatObjectResponse\x12*\n" +
+	"\x06object\x18\x01 \x01(\v2\x12.chunkup.v1.ObjectR\x06object\"B\n" +
+	"\x13DeleteObjectRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
+	"\bif_match\x18\x02 \x01(\tR\aifMatch\"\x16\n" +
+	"\x14DeleteObjectResponse*\xca\x01\n" +
 	"\vUploadState\x12\x1c\n" +
 	"\x18UPLOAD_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13UPLOAD_STATE_ACTIVE\x10\x01\x12\x1b\n" +
@@ -1771,7 +2196,7 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\x16UPLOAD_STATE_COMPLETED\x10\x03\x12\x17\n" +
 	"\x13UPLOAD_STATE_FAILED\x10\x04\x12\x18\n" +
 	"\x14UPLOAD_STATE_ABORTED\x10\x05\x12\x18\n" +
-	"\x14UPLOAD_STATE_EXPIRED\x10\x062\xc1\x04\n" +
+	"\x14UPLOAD_STATE_EXPIRED\x10\x062\xb1\x06\n" +
 	"\rUploadService\x12Q\n" +
 	"\fCreateUpload\x12\x1f.chunkup.v1.CreateUploadRequest\x1a .chunkup.v1.CreateUploadResponse\x12R\n" +
 	"\vUploadChunk\x12\x1e.chunkup.v1.UploadChunkRequest\x1a\x1f.chunkup.v1.UploadChunkResponse(\x010\x01\x12H\n" +
@@ -1780,7 +2205,11 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\vWatchUpload\x12\x1e.chunkup.v1.WatchUploadRequest\x1a\x1f.chunkup.v1.WatchUploadResponse0\x01\x12N\n" +
 	"\vListUploads\x12\x1e.chunkup.v1.ListUploadsRequest\x1a\x1f.chunkup.v1.ListUploadsResponse\x12M\n" +
 	"\n" +
-	"ReadObject\x12\x1d.chunkup.v1.ReadObjectRequest\x1a\x1e.chunkup.v1.ReadObjectResponse0\x01B5Z3github.com/chunkup/chunkup/gen/chunkup/v1;chunkupv1b\x06proto3"
+	"ReadObject\x12\x1d.chunkup.v1.ReadObjectRequest\x1a\x1e.chunkup.v1.ReadObjectResponse0\x01\x12N\n" +
+	"\vListObjects\x12\x1e.chunkup.v1.ListObjectsRequest\x1a\x1f.chunkup.v1.ListObjectsResponse\x12K\n" +
+	"\n" +
+	"StatObject\x12\x1d.chunkup.v1.StatObjectRequest\x1a\x1e.chunkup.v1.StatObjectResponse\x12Q\n" +
+	"\fDeleteObject\x12\x1f.chunkup.v1.DeleteObjectRequest\x1a .chunkup.v1.DeleteObjectResponseB5Z3github.com/chunkup/chunkup/gen/chunkup/v1;chunkupv1b\x06proto3"
 
 var (
 	file_chunkup_v1_upload_proto_rawDescOnce sync.Once
@@ -1795,7 +2224,7 @@ func file_chunkup_v1_upload_proto_rawDescGZIP() []byte {
 }
 
 var file_chunkup_v1_upload_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_chunkup_v1_upload_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_chunkup_v1_upload_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_chunkup_v1_upload_proto_goTypes = []any{
 	(UploadState)(0),              // 0: chunkup.v1.UploadState
 	(*Upload)(nil),                // 1: chunkup.v1.Upload
@@ -1815,21 +2244,28 @@ var file_chunkup_v1_upload_proto_goTypes = []any{
 	(*WatchUploadRequest)(nil),    // 15: chunkup.v1.WatchUploadRequest
 	(*WatchUploadResponse)(nil),   // 16: chunkup.v1.WatchUploadResponse
 	(*UploadProgress)(nil),        // 17: chunkup.v1.UploadProgress
-	nil,                           // 18: chunkup.v1.Upload.MetadataEntry
-	nil,                           // 19: chunkup.v1.CreateUploadRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 21: google.protobuf.Struct
+	(*Object)(nil),                // 18: chunkup.v1.Object
+	(*ListObjectsRequest)(nil),    // 19: chunkup.v1.ListObjectsRequest
+	(*ListObjectsResponse)(nil),   // 20: chunkup.v1.ListObjectsResponse
+	(*StatObjectRequest)(nil),     // 21: chunkup.v1.StatObjectRequest
+	(*StatObjectResponse)(nil),    // 22: chunkup.v1.StatObjectResponse
+	(*DeleteObjectRequest)(nil),   // 23: chunkup.v1.DeleteObjectRequest
+	(*DeleteObjectResponse)(nil),  // 24: chunkup.v1.DeleteObjectResponse
+	nil,                           // 25: chunkup.v1.Upload.MetadataEntry
+	nil,                           // 26: chunkup.v1.CreateUploadRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 28: google.protobuf.Struct
 }
 var file_chunkup_v1_upload_proto_depIdxs = []int32{
 	0,  // 0: chunkup.v1.Upload.state:type_name -> chunkup.v1.UploadState
-	18, // 1: chunkup.v1.Upload.metadata:type_name -> chunkup.v1.Upload.MetadataEntry
-	20, // 2: chunkup.v1.Upload.create_time:type_name -> google.protobuf.Timestamp
-	20, // 3: chunkup.v1.Upload.update_time:type_name -> google.protobuf.Timestamp
-	20, // 4: chunkup.v1.Upload.complete_time:type_name -> google.protobuf.Timestamp
+	25, // 1: chunkup.v1.Upload.metadata:type_name -> chunkup.v1.Upload.MetadataEntry
+	27, // 2: chunkup.v1.Upload.create_time:type_name -> google.protobuf.Timestamp
+	27, // 3: chunkup.v1.Upload.update_time:type_name -> google.protobuf.Timestamp
+	27, // 4: chunkup.v1.Upload.complete_time:type_name -> google.protobuf.Timestamp
 	2,  // 5: chunkup.v1.Upload.chunks:type_name -> chunkup.v1.ReceivedChunk
-	21, // 6: chunkup.v1.Upload.custom_metadata:type_name -> google.protobuf.Struct
-	19, // 7: chunkup.v1.CreateUploadRequest.metadata:type_name -> chunkup.v1.CreateUploadRequest.MetadataEntry
-	21, // 8: chunkup.v1.CreateUploadRequest.custom_metadata:type_name -> google.protobuf.Struct
+	28, // 6: chunkup.v1.Upload.custom_metadata:type_name -> google.protobuf.Struct
+	26, // 7: chunkup.v1.CreateUploadRequest.metadata:type_name -> chunkup.v1.CreateUploadRequest.MetadataEntry
+	28, // 8: chunkup.v1.CreateUploadRequest.custom_metadata:type_name -> google.protobuf.Struct
 	1,  // 9: chunkup.v1.CreateUploadResponse.upload:type_name -> chunkup.v1.Upload
 	3,  // 10: chunkup.v1.UploadChunkRequest.create:type_name -> chunkup.v1.CreateUploadRequest
 	1,  // 11: chunkup.v1.UploadChunkResponse.upload:type_name -> chunkup.v1.Upload
@@ -1840,26 +2276,35 @@ var file_chunkup_v1_upload_proto_depIdxs = []int32{
 	1,  // 16: chunkup.v1.ReadObjectResponse.upload:type_name -> chunkup.v1.Upload
 	17, // 17: chunkup.v1.WatchUploadResponse.progress:type_name -> chunkup.v1.UploadProgress
 	0,  // 18: chunkup.v1.UploadProgress.state:type_name -> chunkup.v1.UploadState
-	20, // 19: chunkup.v1.UploadProgress.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 20: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
-	5,  // 21: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
-	7,  // 22: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
-	9,  // 23: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
-	15, // 24: chunkup.v1.UploadService.WatchUpload:input_type -> chunkup.v1.WatchUploadRequest
-	11, // 25: chunkup.v1.UploadService.ListUploads:input_type -> chunkup.v1.ListUploadsRequest
-	13, // 26: chunkup.v1.UploadService.ReadObject:input_type -> chunkup.v1.ReadObjectRequest
-	4,  // 27: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
-	6,  // 28: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
-	8,  // 29: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
-	10, // 30: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
-	16, // 31: chunkup.v1.UploadService.WatchUpload:output_type -> chunkup.v1.WatchUploadResponse
-	12, // 32: chunkup.v1.UploadService.ListUploads:output_type -> chunkup.v1.ListUploadsResponse
-	14, // 33: chunkup.v1.UploadService.ReadObject:output_type -> chunkup.v1.ReadObjectResponse
-	27, // [27:34] is the sub-list for method output_type
-	20, // [20:27] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	27, // 19: chunkup.v1.UploadProgress.update_time:type_name -> google.protobuf.Timestamp
+	27, // 20: chunkup.v1.Object.last_modified:type_name -> google.protobuf.Timestamp
+	18, // 21: chunkup.v1.ListObjectsResponse.objects:type_name -> chunkup.v1.Object
+	18, // 22: chunkup.v1.StatObjectResponse.object:type_name -> chunkup.v1.Object
+	3,  // 23: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
+	5,  // 24: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
+	7,  // 25: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
+	9,  // 26: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
+	15, // 27: chunkup.v1.UploadService.WatchUpload:input_type -> chunkup.v1.WatchUploadRequest
+	11, // 28: chunkup.v1.UploadService.ListUploads:input_type -> chunkup.v1.ListUploadsRequest
+	13, // 29: chunkup.v1.UploadService.ReadObject:input_type -> chunkup.v1.ReadObjectRequest
+	19, // 30: chunkup.v1.UploadService.ListObjects:input_type -> chunkup.v1.ListObjectsRequest
+	21, // 31: chunkup.v1.UploadService.StatObject:input_type -> chunkup.v1.StatObjectRequest
+	23, // 32: chunkup.v1.UploadService.DeleteObject:input_type -> chunkup.v1.DeleteObjectRequest
+	4,  // 33: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
+	6,  // 34: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
+	8,  // 35: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
+	10, // 36: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
+	16, // 37: chunkup.v1.UploadService.WatchUpload:output_type -> chunkup.v1.WatchUploadResponse
+	12, // 38: chunkup.v1.UploadService.ListUploads:output_type -> chunkup.v1.ListUploadsResponse
+	14, // 39: chunkup.v1.UploadService.ReadObject:output_type -> chunkup.v1.ReadObjectResponse
+	20, // 40: chunkup.v1.UploadService.ListObjects:output_type -> chunkup.v1.ListObjectsResponse
+	22, // 41: chunkup.v1.UploadService.StatObject:output_type -> chunkup.v1.StatObjectResponse
+	24, // 42: chunkup.v1.UploadService.DeleteObject:output_type -> chunkup.v1.DeleteObjectResponse
+	33, // [33:43] is the sub-list for method output_type
+	23, // [23:33] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_chunkup_v1_upload_proto_init() }
@@ -1875,7 +2320,7 @@ func file_chunkup_v1_upload_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkup_v1_upload_proto_rawDesc), len(file_chunkup_v1_upload_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,9 @@ const (
 	UploadService_WatchUpload_FullMethodName  = "/chunkup.v1.UploadService/WatchUpload"
 	UploadService_ListUploads_FullMethodName  = "/chunkup.v1.UploadService/ListUploads"
 	UploadService_ReadObject_FullMethodName   = "/chunkup.v1.UploadService/ReadObject"
+	UploadService_ListObjects_FullMethodName  = "/chunkup.v1.UploadService/ListObjects"
+	UploadService_StatObject_FullMethodName   = "/chunkup.v1.UploadService/StatObject"
+	UploadService_DeleteObject_FullMethodName = "/chunkup.v1.UploadService/DeleteObject"
 )
 
 // UploadServiceClient is the client API for UploadService service.
@@ -75,6 +78,17 @@ type UploadServiceClient interface {
 	// object (its size and, when recorded, its CRC32C). An upload not COMPLETED is
 	// FAILED_PRECONDITION; another tenant's object is NOT_FOUND.
 	ReadObject(ctx context.Context, in *ReadObjectRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadObjectResponse], error)
+	// ListObjects lists the caller's stored objects whose keys begin with `prefix`, in key
+	// order, a page at a time: a tenant sees only the objects under its own prefix (a
+	// prefix outside it lists nothing). Uploads in progress are ListUploads'.
+	ListObjects(ctx context.Context, in *ListObjectsRequest, opts ...grpc.CallOption) (*ListObjectsResponse, error)
+	// StatObject describes one of the caller's objects; none at the key (or another
+	// tenant's) is NOT_FOUND.
+	StatObject(ctx context.Context, in *StatObjectRequest, opts ...grpc.CallOption) (*StatObjectResponse, error)
+	// DeleteObject deletes one of the caller's objects; none at the key (or another
+	// tenant's) is NOT_FOUND, and with `if_match` an object with another ETag is
+	// FAILED_PRECONDITION and stays.
+	DeleteObject(ctx context.Context, in *DeleteObjectRequest, opts ...grpc.CallOption) (*DeleteObjectResponse, error)
 }
 
 type uploadServiceClient struct {
@@ -176,6 +190,36 @@ func (c *uploadServiceClient) ReadObject(ctx context.Context, in *ReadObjectRequ
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type UploadService_ReadObjectClient = grpc.ServerStreamingClient[ReadObjectResponse]
 
+func (c *uploadServiceClient) ListObjects(ctx context.Context, in *ListObjectsRequest, opts ...grpc.CallOption) (*ListObjectsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListObjectsResponse)
+	err := c.cc.Invoke(ctx, UploadService_ListObjects_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *uploadServiceClient) StatObject(ctx context.Context, in *StatObjectRequest, opts ...grpc.CallOption) (*StatObjectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatObjectResponse)
+	err := c.cc.Invoke(ctx, UploadService_StatObject_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *uploadServiceClient) DeleteObject(ctx context.Context, in *DeleteObjectRequest, opts ...grpc.CallOption) (*DeleteObjectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteObjectResponse)
+	err := c.cc.Invoke(ctx, UploadService_DeleteObject_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // UploadServiceServer is the server API for UploadService service.
 // All implementations must embed UnimplementedUploadServiceServer
 // for forward compatibility.
@@ -223,6 +267,17 @@ type UploadServiceServer interface {
 	// object (its size and, when recorded, its CRC32C). An upload not COMPLETED is
 	// FAILED_PRECONDITION; another tenant's object is NOT_FOUND.
 	ReadObject(*ReadObjectRequest, grpc.ServerStreamingServer[ReadObjectResponse]) error
+	// ListObjects lists the caller's stored objects whose keys begin with `prefix`, in key
+	// order, a page at a time: a tenant sees only the objects under its own prefix (a
+	// prefix outside it lists nothing). Uploads in progress are ListUploads'.
+	ListObjects(context.Context, *ListObjectsRequest) (*ListObjectsResponse, error)
+	// StatObject describes one of the caller's objects; none at the key (or another
+	// tenant's) is NOT_FOUND.
+	StatObject(context.Context, *StatObjectRequest) (*StatObjectResponse, error)
+	// DeleteObject deletes one of the caller's objects; none at the key (or another
+	// tenant's) is NOT_FOUND, and with `if_match` an object with another ETag is
+	// FAILED_PRECONDITION and stays.
+	DeleteObject(context.Context, *DeleteObjectRequest) (*DeleteObjectResponse, error)
 	mustEmbedUnimplementedUploadServiceServer()
 }
 
@@ -253,6 +308,15 @@ func (UnimplementedUploadServiceServer) ListUploads(context.Context, *ListUpload
 }
 func (UnimplementedUploadServiceServer) ReadObject(*ReadObjectRequest, grpc.ServerStreamingServer[ReadObjectResponse]) error {
 	return status.Error(codes.Unimplemented, "method ReadObject not implemented")
+}
+func (UnimplementedUploadServiceServer) ListObjects(context.Context, *ListObjectsRequest) (*ListObjectsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListObjects not implemented")
+}
+func (UnimplementedUploadServiceServer) StatObject(context.Context, *StatObjectRequest) (*StatObjectResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StatObject not implemented")
+}
+func (UnimplementedUploadServiceServer) DeleteObject(context.Context, *DeleteObjectRequest) (*DeleteObjectResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteObject not implemented")
 }
 func (UnimplementedUploadServiceServer) mustEmbedUnimplementedUploadServiceServer() {}
 func (UnimplementedUploadServiceServer) testEmbeddedByValue()                       {}
@@ -376,6 +440,60 @@ func _UploadService_ReadObject_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type UploadService_ReadObjectServer = grpc.ServerStreamingServer[ReadObjectResponse]
 
+func _UploadService_ListObjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListObjectsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UploadServiceServer).ListObjects(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UploadService_ListObjects_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UploadServiceServer).ListObjects(ctx, req.(*ListObjectsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _UploadService_StatObject_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatObjectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UploadServiceServer).StatObject(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UploadService_StatObject_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UploadServiceServer).StatObject(ctx, req.(*StatObjectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _UploadService_DeleteObject_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteObjectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UploadServiceServer).DeleteObject(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UploadService_DeleteObject_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UploadServiceServer).DeleteObject(ctx, req.(*DeleteObjectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // UploadService_ServiceDesc is the grpc.ServiceDesc for UploadService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -398,6 +516,18 @@ var UploadService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListUploads",
 			Handler:    _UploadService_ListUploads_Handler,
+		},
+		{
+			MethodName: "ListObjects",
+			Handler:    _UploadService_ListObjects_Handler,
+		},
+		{
+			MethodName: "StatObject",
+			Handler:    _UploadService_StatObject_Handler,
+		},
+		{
+			MethodName: "DeleteObject",
+			Handler:    _UploadService_DeleteObject_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
