@@ -84,6 +84,13 @@ func (f *failing) InProgress(context.Context, string, string, int) ([]*staging.U
 func (f *failing) Progress(context.Context, string) (*staging.Subscription, error) {
 	return nil, f.fail("")
 }
+func (f *failing) ListObjects(context.Context, string, string, int) ([]upload.Object, string, error) {
+	return nil, "", f.fail("")
+}
+func (f *failing) StatObject(context.Context, string) (upload.Object, error) {
+	return upload.Object{}, f.fail("")
+}
+func (f *failing) DeleteObject(context.Context, string, string) error { return f.fail("") }
 
 var (
 	_ server.Core            = (*failing)(nil)
@@ -117,6 +124,8 @@ func TestEveryKindThroughBothDoors(t *testing.T) {
 		{"a chunk beyond the last", &staging.OutOfRangeError{N: 5, Total: 3}, fault.OutOfRange, codes.OutOfRange, 400, 400, false},
 		{"an upload too large", &upload.TooLargeError{Msg: "the upload has 11 bytes; this server takes at most 10"}, fault.TooLarge, codes.InvalidArgument, 413, 413, false},
 		{"an object at the key", &upload.ObjectExistsError{Key: "acme/k"}, fault.Exists, codes.AlreadyExists, 409, 409, false},
+		{"no object at the key", &upload.ObjectNotFoundError{Key: "acme/k"}, fault.NotFound, codes.NotFound, 404, 404, false},
+		{"a delete whose ETag no longer holds", &upload.PreconditionError{Msg: "the object has ETag x, not y"}, fault.Conflict, codes.FailedPrecondition, 409, 409, false},
 		{"a completed upload", &staging.StateError{Status: staging.StatusCompleted}, fault.Conflict, codes.FailedPrecondition, 409, 409, false},
 		{"an aborted upload", &staging.StateError{Status: staging.StatusAborted}, fault.Ended, codes.FailedPrecondition, 410, 410, false},
 		{"a chunk being uploaded", staging.ErrChunkBusy, fault.Busy, codes.Aborted, 503, 503, true},
