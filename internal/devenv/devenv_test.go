@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -52,7 +54,14 @@ func startEnv(t *testing.T, dir, redisMode string) *devenv.Env {
 // returns a client.
 func serve(t *testing.T, env *devenv.Env, bucket string) (c *client.Client, stop func()) {
 	t.Helper()
-	a, err := app.New(ctxT(t), app.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "off", RedisURL: env.RedisURL, Bucket: bucket,
+	c, _, stop = serveDoors(t, env, bucket, "off")
+	return c, stop
+}
+
+// serveDoors is serve with the HTTP door on httpAddr ("off": none), and its address.
+func serveDoors(t *testing.T, env *devenv.Env, bucket, httpAddr string) (c *client.Client, httpURL string, stop func()) {
+	t.Helper()
+	a, err := app.New(ctxT(t), app.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: httpAddr, RedisURL: env.RedisURL, Bucket: bucket,
 		S3: s3store.Config{Endpoint: env.S3Endpoint, AccessKey: "k", SecretKey: "s"}, KafkaBrokers: []string{env.KafkaAddr}})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +77,10 @@ func serve(t *testing.T, env *devenv.Env, bucket string) (c *client.Client, stop
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return c, stop
+	if httpAddr != "off" {
+		httpURL = "http://" + a.HTTPAddr()
+	}
+	return c, httpURL, stop
 }
 
 func randomBytes(n int, seed byte) []byte {
@@ -417,5 +429,79 @@ func TestEmbeddedS3Multipart(t *testing.T) {
 	_, err = c.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String("bkt"), Key: aws.String("k"), UploadId: mpu.UploadId})
 	if !s3store.NoSuchUpload(err) {
 		t.Fatalf("aborting a completed upload: %v; want NoSuchUpload", err)
+	}
+}
+
+// TestTusResumesAcrossRestart: a tus upload with a chunk written to the embedded S3, dev
+// stopped and started again on the same data directory: HEAD gives the offset the
+// server kept, a PATCH from there completes the upload, and the object is exact.
+func TestTusResumesAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	env := startEnv(t, dir, devenv.RedisSpawn)
+	c, base, stop := serveDoors(t, env, "dev", "127.0.0.1:0")
+	data := randomBytes(12<<20+5, 11)
+	tus := func(method, url string, h map[string]string, body []byte) *http.Response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctxT(t), method, url, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Tus-Resumable", "1.0.0")
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	created := tus("POST", base+"/files/", map[string]string{"Upload-Length": fmt.Sprint(len(data))}, nil)
+	if created.StatusCode != http.StatusCreated {
+		t.Fatalf("create: %s", created.Status)
+	}
+	loc := created.Header.Get("Location")
+	id := path.Base(loc)
+	const first = 9 << 20 // a chunk (8 MiB) and part of the next
+	if r := tus("PATCH", base+loc, map[string]string{"Upload-Offset": "0", "Content-Type": "application/offset+octet-stream"}, data[:first]); r.StatusCode != http.StatusNoContent {
+		t.Fatalf("first PATCH: %s", r.Status)
+	}
+	for {
+		up, err := c.Get(ctxT(t), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if up.UploadedChunks >= 1 {
+			break
+		}
+		select {
+		case <-ctxT(t).Done():
+			t.Fatalf("no chunk reached S3: %v", up)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	stop()
+	env.Close()
+
+	env = startEnv(t, dir, devenv.RedisSpawn)
+	c, base, _ = serveDoors(t, env, "dev", "127.0.0.1:0")
+	head := tus("HEAD", base+loc, nil, nil)
+	if head.StatusCode != http.StatusOK || head.Header.Get("Upload-Offset") != fmt.Sprint(first) {
+		t.Fatalf("HEAD after dev restarted: %s, offset %q; want 200 and %d", head.Status, head.Header.Get("Upload-Offset"), first)
+	}
+	if r := tus("PATCH", base+loc, map[string]string{"Upload-Offset": fmt.Sprint(first), "Content-Type": "application/offset+octet-stream"}, data[first:]); r.StatusCode != http.StatusNoContent {
+		t.Fatalf("PATCH after dev restarted: %s", r.Status)
+	}
+	up, err := c.Wait(ctxT(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	if _, err := c.ReadObject(ctxT(t), &chunkupv1.ReadObjectRequest{UploadId: up.UploadId}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), data) {
+		t.Fatalf("object has %d bytes, not the %d sent", got.Len(), len(data))
 	}
 }
