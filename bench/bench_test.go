@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/chunkup/chunkup/internal/testenv"
 )
 
 // TestRunSmall runs the whole benchmark at toy sizes, so that `make bench` keeps
@@ -23,7 +26,14 @@ func TestRunSmall(t *testing.T) {
 		t.Errorf("--staging always without figures: large %+v, small %+v", rep.LargeAlways, rep.SmallAlways)
 	}
 	if !rep.Pause.Exact || rep.Pause.AckedBeforeMiB <= 0 {
-		t.Errorf("MinIO pause: %+v", rep.Pause)
+		t.Errorf("%s pause: %+v", rep.Store, rep.Pause)
+	}
+	want := "MinIO"
+	if os.Getenv(testenv.S3Selector) == "seaweedfs" {
+		want = "SeaweedFS"
+	}
+	if rep.Store != want {
+		t.Errorf("the report names the store %q; the bench ran on %s", rep.Store, want)
 	}
 	if svg := string(rep.chart()); !strings.HasPrefix(svg, "<svg") || !strings.Contains(svg, "small always") || !strings.HasSuffix(svg, "</svg>\n") {
 		t.Errorf("chart: %.200s", svg)
@@ -47,7 +57,7 @@ func TestRunSmall(t *testing.T) {
 	}
 	var out bytes.Buffer
 	rep.print(&out)
-	for _, want := range []string{"large 24MiB", "large 24MiB via HTTP (tus)", "HTTP door (tus, one PATCH) / gRPC SDK", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB", "(always)", "MinIO paused"} {
+	for _, want := range []string{"large 24MiB", "large 24MiB via HTTP (tus)", "HTTP door (tus, one PATCH) / gRPC SDK", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB", "(always)", rep.Store + " paused"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}

@@ -8,7 +8,8 @@
 // same table is written as JSON (-out), and a chart of the ratios and of the CPU per
 // GiB of each component as SVG beside it.
 //
-// Redis and MinIO are real servers started through internal/testenv (as in the tests);
+// Redis and MinIO are real servers started through internal/testenv (as in the tests;
+// CHUNKUP_TEST_S3=seaweedfs runs it on SeaweedFS instead, and the report names the store);
 // each chunkup server runs as its own process, with its own Redis, so that its CPU time,
 // peak RSS and Redis costs are its own. Objects are verified byte for byte after each
 // timed upload, outside the timing.
@@ -154,7 +155,10 @@ func parseSize(s string) (int64, error) {
 type report struct {
 	When    time.Time `json:"when"`
 	Machine string    `json:"machine"`
-	Config  config    `json:"config"`
+	// Store is the S3 server the bench ran on (MinIO, or SeaweedFS with
+	// CHUNKUP_TEST_S3=seaweedfs).
+	Store  string `json:"store"`
+	Config config `json:"config"`
 	// Large and Small are the adaptive contender's (the default), LargeAlways and
 	// SmallAlways the --staging always contender's, against the same direct uploads.
 	Large comparison `json:"large"`
@@ -259,7 +263,7 @@ func (r *report) print(w io.Writer) {
 	}
 
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "chunkup\tMiB/s\ts/GiB\tserver RSS MiB\tRedis peak MiB\tack p50 ms\tack p99 ms\tCPU s/GiB server\tRedis\tMinIO\tclient\tstaged\t")
+	fmt.Fprintf(tw, "chunkup\tMiB/s\ts/GiB\tserver RSS MiB\tRedis peak MiB\tack p50 ms\tack p99 ms\tCPU s/GiB server\tRedis\t%s\tclient\tstaged\t\n", r.Store)
 	row := func(name string, mibps, spg float64, c cost) {
 		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.0f\t%.0f\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f%%\t\n", name, mibps, spg,
 			c.ServerPeakRSSMiB, c.RedisPeakMiB, c.AckP50ms, c.AckP99ms, c.ServerCPUPerGiB, c.RedisCPUPerGiB, c.MinIOCPUPerGiB, c.ClientCPUPerGiB, 100*c.StagedShare)
@@ -284,13 +288,13 @@ func (r *report) print(w io.Writer) {
 		row("scaling "+human(s.Bytes), s.MiBps, s.SecPerGiB, s.Cost)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "direct uploads, CPU s/GiB: large MinIO %.2f client %.2f, small MinIO %.2f client %.2f\n",
+	fmt.Fprintf(w, "direct uploads, CPU s/GiB: large %[1]s %.2[2]f client %.2[3]f, small %[1]s %.2[4]f client %.2[5]f\n", r.Store,
 		r.Large.DirectMinIOCPUPerGiB, r.Large.DirectClientCPUPerGiB, r.Small.DirectMinIOCPUPerGiB, r.Small.DirectClientCPUPerGiB)
 	fmt.Fprintf(w, "CPU-bound ratio (direct CPU s/GiB over chunkup's, all processes on these cores): large %.3f (always %.3f), small %.3f (always %.3f)\n",
 		r.Large.CPUBound, r.LargeAlways.CPUBound, r.Small.CPUBound, r.SmallAlways.CPUBound)
 	if p := r.Pause; p.Bytes > 0 {
-		fmt.Fprintf(w, "MinIO paused %.0fs mid-upload of %s (adaptive): %.0f MiB acknowledged before, %.0f MiB during the pause; Redis peak %.0f MiB; object exact: %v\n",
-			p.PauseSeconds, human(p.Bytes), p.AckedBeforeMiB, p.AckedDuringMiB, p.RedisPeakMiB, p.Exact)
+		fmt.Fprintf(w, "%s paused %.0fs mid-upload of %s (adaptive): %.0f MiB acknowledged before, %.0f MiB during the pause; Redis peak %.0f MiB; object exact: %v\n",
+			r.Store, p.PauseSeconds, human(p.Bytes), p.AckedBeforeMiB, p.AckedDuringMiB, p.RedisPeakMiB, p.Exact)
 	}
 
 	fmt.Fprintln(w)

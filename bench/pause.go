@@ -73,14 +73,14 @@ func (b *bench) pauseS3() pauseResult {
 			last = max(last, v)
 		}
 	}
-	if err := b.minio.Pause(); err != nil {
-		b.tb.Fatalf("bench: pause MinIO: %v", err)
+	if err := b.store.Pause(); err != nil {
+		b.tb.Fatalf("bench: pause %s: %v", b.store.Name(), err)
 	}
 	before := latest()
 	time.Sleep(pause) // the fault's duration
 	during := latest() - before
-	if err := b.minio.Resume(); err != nil {
-		b.tb.Fatalf("bench: resume MinIO: %v", err)
+	if err := b.store.Resume(); err != nil {
+		b.tb.Fatalf("bench: resume %s: %v", b.store.Name(), err)
 	}
 	r := <-done
 	res := pauseResult{Bytes: n, PauseSeconds: pause.Seconds(), AckedBeforeMiB: float64(before) / MiB,
@@ -90,7 +90,7 @@ func (b *bench) pauseS3() pauseResult {
 	}
 	b.verifyAndDelete([]object{{r.up.Key, start, n}}) // fails the run unless exact
 	res.Exact = true
-	b.tb.Logf("bench: MinIO paused %v mid-upload: %.0f MiB acknowledged before, %.0f MiB during; Redis peak %.0f MiB; object exact",
+	b.tb.Logf("bench: "+b.store.Name()+" paused %v mid-upload: %.0f MiB acknowledged before, %.0f MiB during; Redis peak %.0f MiB; object exact",
 		pause, res.AckedBeforeMiB, res.AckedDuringMiB, res.RedisPeakMiB)
 	return res
 }

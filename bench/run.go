@@ -33,9 +33,11 @@ const (
 
 // bench is one run's servers and clients.
 type bench struct {
-	tb    testenv.TB
-	cfg   config
-	minio *testenv.MinIO
+	tb  testenv.TB
+	cfg config
+	// store is the S3 server the bench runs on (testenv.StartS3: MinIO unless
+	// CHUNKUP_TEST_S3=seaweedfs).
+	store testenv.S3Server
 	s3    *s3.Client
 	// adaptive and always are the chunkup contenders: `chunkup serve` with --staging
 	// adaptive (the default) and --staging always; always is nil when skipped.
@@ -78,7 +80,7 @@ func (b *bench) startContender(name string, kafka *testenv.Kafka, bin string, ex
 		"--roles", "api,worker,completer,publisher,cleanup",
 		"--grpc-addr", grpcAddr, "--http-addr", ct.httpAddr,
 		"--redis-url", rs.URL(),
-		"--s3-endpoint", b.minio.Endpoint, "--s3-bucket", bucket,
+		"--s3-endpoint", b.store.S3Config().Endpoint, "--s3-bucket", bucket,
 		"--kafka-brokers", kafka.Addr, "--kafka-topic", topic,
 		"--chunk-size", human(cfg.PartSize), "--max-chunk-size", human(max(cfg.PartSize, 64*MiB)),
 		"--log-level", "warn",
@@ -92,7 +94,7 @@ func (b *bench) startContender(name string, kafka *testenv.Kafka, bin string, ex
 	args = append(args, extra...)
 	args = append(args, strings.Fields(cfg.ExtraArgs)...)
 	ct.server = testenv.StartProcess(tb, bin, args,
-		append([]string{"AWS_ACCESS_KEY_ID=" + b.minio.AccessKey, "AWS_SECRET_ACCESS_KEY=" + b.minio.SecretKey}, strings.Fields(cfg.ExtraEnv)...))
+		append([]string{"AWS_ACCESS_KEY_ID=" + b.store.S3Config().AccessKey, "AWS_SECRET_ACCESS_KEY=" + b.store.S3Config().SecretKey}, strings.Fields(cfg.ExtraEnv)...))
 	testenv.WaitReady(tb, ct.server, ct.httpAddr)
 	var err error
 	ct.cl, err = client.Dial(grpcAddr, client.WithWindow(cfg.Concurrency), client.WithDialOptions(ct.lat.dialOption()))
@@ -105,9 +107,9 @@ func (b *bench) startContender(name string, kafka *testenv.Kafka, bin string, ex
 
 func setUp(tb testenv.TB, cfg config) *bench {
 	b := &bench{tb: tb, cfg: cfg, src: newSource(64*MiB + 4093), http: httpClient()}
-	b.minio = testenv.StartMinIO(tb)
-	b.minio.CreateBucket(tb, bucket)
-	b.s3 = b.minio.Client(tb)
+	b.store = testenv.StartS3(tb)
+	b.store.CreateBucket(tb, bucket)
+	b.s3 = b.store.Client(tb)
 	kafka := testenv.StartKafka(tb, topic)
 	bin := testenv.BuildBinary(tb, "github.com/chunkup/chunkup/cmd/chunkup")
 	b.adaptive = b.startContender("adaptive", kafka, bin, "--staging", "adaptive")
@@ -145,7 +147,7 @@ func (b *bench) contenders() []*contender {
 
 func run(tb testenv.TB, cfg config) *report {
 	b := setUp(tb, cfg)
-	rep := &report{When: time.Now().UTC(), Machine: machine(), Config: cfg}
+	rep := &report{When: time.Now().UTC(), Machine: machine(), Store: b.store.Name(), Config: cfg}
 	skip := strings.Split(cfg.Skip, ",")
 	if !slices.Contains(skip, "large") {
 		rep.Large, rep.LargeAlways, rep.HTTP = b.compareLarge(!slices.Contains(skip, "http"))
@@ -252,7 +254,7 @@ func (b *bench) startMeter(ct *contender) *meter {
 	}
 	ct.lat.reset()
 	m.serverCPU = b.cpu(ct.server.Pid())
-	m.minioCPU = b.cpu(b.minio.Pid())
+	m.minioCPU = b.cpu(b.store.Pid())
 	m.clientCPU = b.cpu(os.Getpid())
 	var err error
 	if m.redisCPU, err = redisCPU(ctx, ct.redis); err != nil {
@@ -274,7 +276,7 @@ func (b *bench) startMeter(ct *contender) *meter {
 // rotates with the rounds: in one run it cost the small uploads a third of their
 // speed in the rounds that followed the large ones.
 func (b *bench) settle() {
-	pids := []int{b.minio.Pid()}
+	pids := []int{b.store.Pid()}
 	for _, ct := range b.contenders() {
 		pids = append(pids, ct.server.Pid())
 	}
@@ -298,7 +300,7 @@ func (b *bench) settle() {
 		prev = cur
 	}
 	if waited := time.Since(began); waited > 2*time.Second {
-		b.tb.Logf("bench: waited %s for MinIO and chunkup to go idle (%.1f CPU s meanwhile)", waited.Round(100*time.Millisecond), prev-first)
+		b.tb.Logf("bench: waited %s for the S3 server and chunkup to go idle (%.1f CPU s meanwhile)", waited.Round(100*time.Millisecond), prev-first)
 	}
 }
 
@@ -332,7 +334,7 @@ func (m *meter) stop(n int64) (time.Duration, cost) {
 	c.ServerPeakRSSMiB = rss
 	c.AckP50ms, c.AckP99ms = ct.lat.quantiles()
 	c.ServerCPUPerGiB = (b.cpu(ct.server.Pid()) - m.serverCPU) / gib
-	c.MinIOCPUPerGiB = (b.cpu(b.minio.Pid()) - m.minioCPU) / gib
+	c.MinIOCPUPerGiB = (b.cpu(b.store.Pid()) - m.minioCPU) / gib
 	c.ClientCPUPerGiB = (b.cpu(os.Getpid()) - m.clientCPU) / gib
 	rc, err := redisCPU(ctx, ct.redis)
 	if err != nil {
@@ -396,14 +398,14 @@ func (b *bench) viaDirect(n int64) (time.Duration, [2]float64) {
 	start := b.next()
 	key := fmt.Sprintf("direct/large-%d", start)
 	b.settle()
-	minio, cl := b.cpu(b.minio.Pid()), b.cpu(os.Getpid())
+	minio, cl := b.cpu(b.store.Pid()), b.cpu(os.Getpid())
 	began := time.Now()
 	_, err := b.direct.UploadObject(ctx, &transfermanager.UploadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: b.src.reader(start, n)})
 	took := time.Since(began)
 	if err != nil {
 		b.tb.Fatalf("bench: direct upload of %s: %v", human(n), err)
 	}
-	cpu := [2]float64{b.cpu(b.minio.Pid()) - minio, b.cpu(os.Getpid()) - cl}
+	cpu := [2]float64{b.cpu(b.store.Pid()) - minio, b.cpu(os.Getpid()) - cl}
 	b.verifyAndDelete([]object{{key, start, n}})
 	return took, cpu
 }
@@ -541,7 +543,7 @@ func (b *bench) smallDirect(count, conc int) (float64, [2]float64) {
 	n := b.cfg.SmallSize
 	objs, data := b.smallInputs(count, "direct/small-")
 	b.settle()
-	minio, cl := b.cpu(b.minio.Pid()), b.cpu(os.Getpid())
+	minio, cl := b.cpu(b.store.Pid()), b.cpu(os.Getpid())
 	began := time.Now()
 	errs := b.each(count, conc, func(i int) error {
 		_, err := b.s3.PutObject(ctx, &s3.PutObjectInput{
@@ -552,7 +554,7 @@ func (b *bench) smallDirect(count, conc int) (float64, [2]float64) {
 	})
 	took := time.Since(began)
 	gib := float64(int64(count)*n) / (1 << 30)
-	cpu := [2]float64{(b.cpu(b.minio.Pid()) - minio) / gib, (b.cpu(os.Getpid()) - cl) / gib}
+	cpu := [2]float64{(b.cpu(b.store.Pid()) - minio) / gib, (b.cpu(os.Getpid()) - cl) / gib}
 	b.failOn(errs, "direct")
 	b.verifyAndDelete(objs)
 	return float64(count) / took.Seconds(), cpu
@@ -700,8 +702,8 @@ func targets(r *report) []target {
 		if r.Config.Budget == 0 {
 			limit = math.Inf(1)
 		}
-		ts = append(ts, target{Figure: "MinIO paused: MiB acknowledged during the pause (adaptive)", Value: p.AckedDuringMiB, Want: "> 0, object exact", Met: p.AckedDuringMiB > 0 && p.Exact},
-			target{Figure: "MinIO paused: Redis peak MiB", Value: p.RedisPeakMiB, Want: fmt.Sprintf("<= %.0f (budget + a chunk + 16)", limit), Met: p.RedisPeakMiB <= limit})
+		ts = append(ts, target{Figure: r.Store + " paused: MiB acknowledged during the pause (adaptive)", Value: p.AckedDuringMiB, Want: "> 0, object exact", Met: p.AckedDuringMiB > 0 && p.Exact},
+			target{Figure: r.Store + " paused: Redis peak MiB", Value: p.RedisPeakMiB, Want: fmt.Sprintf("<= %.0f (budget + a chunk + 16)", limit), Met: p.RedisPeakMiB <= limit})
 	}
 	return ts
 }

@@ -208,7 +208,20 @@ type S3Server interface {
 	Client(t TB) *s3.Client
 	CreateBucket(t TB, name string)
 	Object(t TB, bucket, key string) []byte
+	// Name is the store's, for reports ("MinIO", "SeaweedFS").
+	Name() string
+	// Pid is the server process's (for its CPU time); Pause and Resume stop and
+	// continue it (SIGSTOP, SIGCONT): an S3 that stops answering.
+	Pid() int
+	Pause() error
+	Resume() error
 }
+
+// Name implements S3Server.
+func (m *MinIO) Name() string { return "MinIO" }
+
+// Name implements S3Server.
+func (s *SeaweedFS) Name() string { return "SeaweedFS" }
 
 var (
 	_ S3Server = (*MinIO)(nil)
