@@ -18,6 +18,7 @@ BIN := $(CACHE)/bin
 # Pinned tool versions. MinIO's is pinned in one place, internal/testenv/minio.version,
 # which testenv (the tests' own build of MinIO) reads too.
 MINIO_VERSION := $(shell cat internal/testenv/minio.version)
+TUSD_VERSION := $(shell cat internal/testenv/tusd.version)
 BUF_VERSION := v1.73.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
@@ -41,13 +42,13 @@ GO_TEST_FLAGS ?=
 NODE_PACKAGES := internal/testenv/node
 NODE_DIR = $(CACHE)/node/$(shell sha256sum $(NODE_PACKAGES)/package-lock.json | cut -c1-16)
 
-.PHONY: all deps deps-apt deps-minio deps-seaweedfs deps-node test chaos bench bench-go tools generate docs lint check-generate ci clean-cache
+.PHONY: all deps deps-apt deps-minio deps-tusd deps-seaweedfs deps-node test chaos bench bench-go tools generate docs lint check-generate ci clean-cache
 
 all: test
 
-## deps: install redis-server, chromium, Node (apt), MinIO (go install), SeaweedFS (built) and the tests'
+## deps: install redis-server, chromium, Node (apt), MinIO and tusd (go install), SeaweedFS (built) and the tests'
 ## Node packages (npm ci into the cache) when missing
-deps: deps-apt deps-minio deps-node deps-seaweedfs
+deps: deps-apt deps-minio deps-tusd deps-node deps-seaweedfs
 
 deps-apt:
 	@missing=""; \
@@ -94,6 +95,10 @@ endef
 # The lock file is the one internal/testenv takes before building MinIO itself.
 deps-minio:
 	$(call go_install,minio,github.com/minio/minio,$(MINIO_VERSION))
+
+# tusd: the bench's peer (and its small run in make test).
+deps-tusd:
+	$(call go_install,tusd,github.com/tus/tusd/v2/cmd/tusd,$(TUSD_VERSION))
 
 # SeaweedFS cannot be `go install`ed (replace directives in its go.mod): testenv builds
 # it into the cache (SeaweedFSBinary, under its lock), here by starting it once, before

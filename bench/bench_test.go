@@ -55,9 +55,14 @@ func TestRunSmall(t *testing.T) {
 	if len(rep.Small.Rounds) != cfg.SmallRounds || rep.Small.PairedRatio <= 0 {
 		t.Errorf("small comparison: %d rounds, paired ratio %v; want %d rounds and a ratio", len(rep.Small.Rounds), rep.Small.PairedRatio, cfg.SmallRounds)
 	}
+	for _, p := range []*peer{rep.TusdLarge, rep.TusdSmall} {
+		if p == nil || p.Peer <= 0 || p.Chunkup <= 0 || p.ChunkupToPeer <= 0 || p.CPUPerGiB <= 0 {
+			t.Errorf("the peer without figures: %+v", p)
+		}
+	}
 	var out bytes.Buffer
 	rep.print(&out)
-	for _, want := range []string{"large 24MiB", "large 24MiB via HTTP (tus)", "HTTP door (tus, one PATCH) / gRPC SDK", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB", "(always)", rep.Store + " paused"} {
+	for _, want := range []string{"large 24MiB", "large 24MiB via HTTP (tus)", "HTTP door (tus, one PATCH) / gRPC SDK", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB", "(always)", rep.Store + " paused", "peer tusd " + testenv.TusdVersion + ", large", "creation-with-upload"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -33,7 +36,7 @@ func (b *bench) viaHTTP(ct *contender, n int64) (time.Duration, cost) {
 	defer cancel()
 	start := b.next()
 	m := b.startMeter(ct)
-	id, err := b.tusUpload(ctx, ct.httpAddr, b.src.reader(start, n), n)
+	id, err := b.tusUpload(ctx, "http://"+ct.httpAddr+"/files/", b.src.reader(start, n), n)
 	if err == nil {
 		var last *chunkupv1.UploadProgress
 		if last, err = ct.cl.Watch(ctx, id, nil); err == nil && last.State != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
@@ -55,11 +58,11 @@ func (b *bench) viaHTTP(ct *contender, n int64) (time.Duration, cost) {
 	return took, c
 }
 
-// tusUpload creates a tus upload of n bytes and sends body in one PATCH; it returns the
-// upload's id once the server has staged the whole body.
-func (b *bench) tusUpload(ctx context.Context, httpAddr string, body io.Reader, n int64) (string, error) {
-	base := "http://" + httpAddr
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/files/", nil)
+// tusUpload creates a tus upload of n bytes at endpoint (a tus server's creation URL)
+// and sends body in one PATCH; it returns the upload's id once the server has taken the
+// whole body.
+func (b *bench) tusUpload(ctx context.Context, endpoint string, body io.Reader, n int64) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, nil)
 	if err != nil {
 		return "", err
 	}
@@ -71,11 +74,11 @@ func (b *bench) tusUpload(ctx context.Context, httpAddr string, body io.Reader, 
 		return "", err
 	}
 	drain(res)
-	loc := res.Header.Get("Location")
-	if res.StatusCode != http.StatusCreated || !strings.HasPrefix(loc, "/files/") {
-		return "", fmt.Errorf("create: %s, Location %q", res.Status, loc)
+	loc, err := location(endpoint, res)
+	if err != nil {
+		return "", err
 	}
-	req, err = http.NewRequestWithContext(ctx, http.MethodPatch, base+loc, body)
+	req, err = http.NewRequestWithContext(ctx, http.MethodPatch, loc.String(), body)
 	if err != nil {
 		return "", err
 	}
@@ -90,7 +93,46 @@ func (b *bench) tusUpload(ctx context.Context, httpAddr string, body io.Reader, 
 	if res.StatusCode != http.StatusNoContent || res.Header.Get("Upload-Offset") != strconv.FormatInt(n, 10) {
 		return "", fmt.Errorf("PATCH: %s, Upload-Offset %s: %s", res.Status, res.Header.Get("Upload-Offset"), msg)
 	}
-	return strings.TrimPrefix(loc, "/files/"), nil
+	return path.Base(loc.Path), nil
+}
+
+// tusCreateWithUpload sends data in the request that creates its tus upload
+// (creation-with-upload), as tus clients do for a small file; it returns the upload's
+// id once the server has taken it all.
+func (b *bench) tusCreateWithUpload(ctx context.Context, endpoint string, data []byte) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(data))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Tus-Resumable", "1.0.0")
+	req.Header.Set("Upload-Length", strconv.Itoa(len(data)))
+	req.Header.Set("Content-Type", "application/offset+octet-stream")
+	res, err := b.http.Do(req)
+	if err != nil {
+		return "", err
+	}
+	msg := drain(res)
+	if res.Header.Get("Upload-Offset") != strconv.Itoa(len(data)) {
+		return "", fmt.Errorf("create with upload: %s, Upload-Offset %q: %s", res.Status, res.Header.Get("Upload-Offset"), msg)
+	}
+	loc, err := location(endpoint, res)
+	if err != nil {
+		return "", err
+	}
+	return path.Base(loc.Path), nil
+}
+
+// location is a creation's upload URL: its Location resolved against endpoint.
+func location(endpoint string, res *http.Response) (*url.URL, error) {
+	base, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	loc, err := base.Parse(res.Header.Get("Location"))
+	if res.StatusCode != http.StatusCreated || err != nil || !strings.HasPrefix(loc.Path, base.Path) {
+		return nil, fmt.Errorf("create: %s, Location %q", res.Status, res.Header.Get("Location"))
+	}
+	return loc, nil
 }
 
 // drain reads and closes a response's body (so its connection is reused), and returns

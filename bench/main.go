@@ -86,7 +86,7 @@ func main() {
 	flag.BoolVar(&cfg.AOF, "aof", false, "run Redis with the append-only file (appendfsync everysec), as in production")
 	flag.StringVar(&cfg.ExtraArgs, "chunkup-args", "", "extra `chunkup serve` flags, space-separated (to compare settings)")
 	flag.StringVar(&cfg.ExtraEnv, "chunkup-env", "", "extra environment for `chunkup serve`, space-separated NAME=VALUE (e.g. GOGC=50)")
-	flag.StringVar(&cfg.Skip, "skip", "", "parts to leave out, comma-separated: large, http (the large upload through the HTTP door), small, scaling, pause, always (the --staging always contender) (while tuning one)")
+	flag.StringVar(&cfg.Skip, "skip", "", "parts to leave out, comma-separated: large, http (the large upload through the HTTP door), small, scaling, pause, always (the --staging always contender), tusd (the peer) (while tuning one)")
 	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "after the measurements, run the large upload and the small ones once more through chunkup and write the server's CPU profiles to this file and to its -small variant")
 	flag.Parse()
 
@@ -168,8 +168,11 @@ type report struct {
 	LargeAlways comparison     `json:"large_always"`
 	SmallAlways comparison     `json:"small_always"`
 	Scaling     []scalingStep  `json:"scaling"`
-	Pause       pauseResult    `json:"minio_paused"`
-	Targets     []target       `json:"targets"`
+	// TusdLarge and TusdSmall are the peer's figures beside chunkup's (nil: skipped).
+	TusdLarge *peer       `json:"tusd_large,omitempty"`
+	TusdSmall *peer       `json:"tusd_small,omitempty"`
+	Pause     pauseResult `json:"minio_paused"`
+	Targets   []target    `json:"targets"`
 }
 
 // comparison is chunkup against the direct upload, each the median of the rounds.
@@ -257,6 +260,12 @@ func (r *report) print(w io.Writer) {
 		}
 	}
 	tw.Flush()
+	if p := r.TusdLarge; p != nil {
+		fmt.Fprintln(w, "peer "+p.line("large "+human(r.Config.Large)+" in one PATCH"))
+	}
+	if p := r.TusdSmall; p != nil {
+		fmt.Fprintln(w, "peer "+p.line(fmt.Sprintf("small %d × %s @%d with creation-with-upload", r.Config.SmallCount, human(r.Config.SmallSize), r.Config.SmallConc)))
+	}
 	if r.HTTP.Chunkup > 0 {
 		fmt.Fprintf(w, "HTTP door (tus, one PATCH) / gRPC SDK, large %s: %.1f / %.1f MiB/s = %.3f\n",
 			human(r.Config.Large), r.HTTP.Chunkup, r.HTTP.GRPC, r.HTTP.RatioToGRPC)

@@ -46,8 +46,11 @@ type bench struct {
 	direct *transfermanager.Client
 	src    *source
 	seq    int64
-	// http uploads through the adaptive contender's HTTP door (see http.go).
+	// http uploads through the adaptive contender's HTTP door (see http.go), and
+	// through tusd.
 	http *http.Client
+	// tusd is the peer (peer.go); nil when skipped.
+	tusd *testenv.Tusd
 }
 
 // contender is one chunkup server the bench measures: its own `chunkup serve` process
@@ -149,11 +152,12 @@ func run(tb testenv.TB, cfg config) *report {
 	b := setUp(tb, cfg)
 	rep := &report{When: time.Now().UTC(), Machine: machine(), Store: b.store.Name(), Config: cfg}
 	skip := strings.Split(cfg.Skip, ",")
+	b.startTusd(skip)
 	if !slices.Contains(skip, "large") {
-		rep.Large, rep.LargeAlways, rep.HTTP = b.compareLarge(!slices.Contains(skip, "http"))
+		rep.Large, rep.LargeAlways, rep.HTTP, rep.TusdLarge = b.compareLarge(!slices.Contains(skip, "http"))
 	}
 	if !slices.Contains(skip, "small") {
-		rep.Small, rep.SmallAlways = b.compareSmall()
+		rep.Small, rep.SmallAlways, rep.TusdSmall = b.compareSmall()
 	}
 	if !slices.Contains(skip, "scaling") {
 		for _, n := range cfg.Sizes {
@@ -419,7 +423,7 @@ var doorTurn = &contender{name: "HTTP door"}
 // compareLarge alternates one large upload through each chunkup contender, (withHTTP)
 // one through the HTTP door, and one direct, Rounds times, and compares each with the
 // direct uploads.
-func (b *bench) compareLarge(withHTTP bool) (adaptive, always comparison, door httpComparison) {
+func (b *bench) compareLarge(withHTTP bool) (adaptive, always comparison, door httpComparison, tusd *peer) {
 	n := b.cfg.Large
 	var di []float64
 	var directCPU [][2]float64
@@ -430,6 +434,10 @@ func (b *bench) compareLarge(withHTTP bool) (adaptive, always comparison, door h
 	if withHTTP {
 		extra = append(extra, doorTurn)
 	}
+	var tusdCPU []float64
+	if b.tusd != nil {
+		extra = append(extra, tusdTurn)
+	}
 	for r := range b.cfg.Rounds {
 		for _, ct := range b.order(r, extra...) {
 			switch ct {
@@ -439,6 +447,9 @@ func (b *bench) compareLarge(withHTTP bool) (adaptive, always comparison, door h
 			case doorTurn:
 				took, c := b.viaHTTP(b.adaptive, n)
 				speeds[ct], costs[ct] = append(speeds[ct], mibps(n, took)), append(costs[ct], c)
+			case tusdTurn:
+				took, cpu := b.viaTusd(n)
+				speeds[ct], tusdCPU = append(speeds[ct], mibps(n, took)), append(tusdCPU, cpu)
 			default:
 				took, c := b.viaChunkup(ct, n)
 				speeds[ct], costs[ct] = append(speeds[ct], mibps(n, took)), append(costs[ct], c)
@@ -454,7 +465,11 @@ func (b *bench) compareLarge(withHTTP bool) (adaptive, always comparison, door h
 		h := summarize("MiB/s", speeds[doorTurn], di, costs[doorTurn], directCPU)
 		door = httpComparison{comparison: h, GRPC: adaptive.Chunkup, RatioToGRPC: h.Chunkup / adaptive.Chunkup}
 	}
-	return adaptive, always, door
+	if b.tusd != nil {
+		p := summarizePeer("MiB/s", speeds[tusdTurn], tusdCPU, di, adaptive)
+		tusd = &p
+	}
+	return adaptive, always, door, tusd
 }
 
 // roundFigures is each contender's figure of round r, for the log.
@@ -602,28 +617,42 @@ func (b *bench) failOn(errs []error, who string) {
 
 // compareSmall alternates the small uploads through each contender and direct, SmallRounds
 // times.
-func (b *bench) compareSmall() (adaptive, always comparison) {
+func (b *bench) compareSmall() (adaptive, always comparison, tusd *peer) {
 	var di []float64
 	var directCPU [][2]float64
 	speeds := map[*contender][]float64{}
 	costs := map[*contender][]cost{}
+	var extra []*contender
+	var tusdCPU []float64
+	if b.tusd != nil {
+		extra = append(extra, tusdTurn)
+	}
 	for r := range b.cfg.SmallRounds {
-		for _, ct := range b.order(r) {
-			if ct == nil {
+		for _, ct := range b.order(r, extra...) {
+			switch ct {
+			case nil:
 				fps, cpu := b.smallDirect(b.cfg.SmallCount, b.cfg.SmallConc)
 				di, directCPU = append(di, fps), append(directCPU, cpu)
+				continue
+			case tusdTurn:
+				fps, cpu := b.smallTusd(b.cfg.SmallCount, b.cfg.SmallConc)
+				speeds[ct], tusdCPU = append(speeds[ct], fps), append(tusdCPU, cpu)
 				continue
 			}
 			fps, c := b.smallChunkup(ct, b.cfg.SmallCount, b.cfg.SmallConc)
 			speeds[ct], costs[ct] = append(speeds[ct], fps), append(costs[ct], c)
 		}
-		b.tb.Logf("bench: small round %d: chunkup %s, direct %.1f files/s", r+1, b.roundFigures(speeds, r, "files/s"), di[r])
+		b.tb.Logf("bench: small round %d: chunkup %s, direct %.1f files/s", r+1, b.roundFigures(speeds, r, "files/s", extra...), di[r])
 	}
 	adaptive = summarize("files/s", speeds[b.adaptive], di, costs[b.adaptive], directCPU)
 	if b.always != nil {
 		always = summarize("files/s", speeds[b.always], di, costs[b.always], directCPU)
 	}
-	return adaptive, always
+	if b.tusd != nil {
+		p := summarizePeer("files/s", speeds[tusdTurn], tusdCPU, di, adaptive)
+		tusd = &p
+	}
+	return adaptive, always, tusd
 }
 
 // scale uploads n bytes through chunkup (adaptive; Rounds times up to 1 GiB, once above) and

@@ -50,31 +50,38 @@ func MinIOBinary() (string, error) {
 		}
 		return p, nil
 	}
-	bin := filepath.Join(BinDir(), "minio")
-	if isModuleVersion(bin, minioModule, MinIOVersion) {
+	return goInstalled("minio", minioModule, minioModule, MinIOVersion)
+}
+
+// goInstalled returns CacheDir()/bin/name, the binary of package pkg of module at
+// version. When that is missing or another version, it builds it with `go install
+// pkg@version` (minutes, for a server), under a file lock so that test binaries running
+// in parallel build it once.
+func goInstalled(name, module, pkg, version string) (string, error) {
+	bin := filepath.Join(BinDir(), name)
+	if isModuleVersion(bin, module, version) {
 		return bin, nil
 	}
-	err := withFileLock(filepath.Join(CacheDir(), "minio.lock"), func() error {
-		if isModuleVersion(bin, minioModule, MinIOVersion) { // another process built it
+	err := withFileLock(filepath.Join(CacheDir(), name+".lock"), func() error {
+		if isModuleVersion(bin, module, version) { // another process built it
 			return nil
 		}
 		if err := os.MkdirAll(BinDir(), 0o755); err != nil {
 			return err
 		}
-		cmd := exec.Command(goCommand(), "install", minioModule+"@"+MinIOVersion)
+		cmd := exec.Command(goCommand(), "install", pkg+"@"+version)
 		cmd.Dir = CacheDir() // outside any module
 		cmd.Env = append(os.Environ(), "GOBIN="+BinDir(), "GOWORK=off")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go install %s@%s: %v\n%s\n(`make deps` runs the same install)",
-				minioModule, MinIOVersion, err, out)
+			return fmt.Errorf("go install %s@%s: %v\n%s\n(`make deps` runs the same install)", pkg, version, err, out)
 		}
-		if !isModuleVersion(bin, minioModule, MinIOVersion) {
-			return fmt.Errorf("go install %s@%s did not produce %s", minioModule, MinIOVersion, bin)
+		if !isModuleVersion(bin, module, version) {
+			return fmt.Errorf("go install %s@%s did not produce %s", pkg, version, bin)
 		}
 		return nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("minio: %w", err)
+		return "", fmt.Errorf("%s: %w", name, err)
 	}
 	return bin, nil
 }
