@@ -60,9 +60,14 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("the peer without figures: %+v", p)
 		}
 	}
+	for _, c := range []*cliRow{rep.CLILarge, rep.CLISmall} {
+		if c == nil || c.CLI <= 0 || c.Ratio <= 0 || c.ToSDK <= 0 || c.ClientCPUPerGiB <= 0 {
+			t.Errorf("a CLI row without figures: %+v", c)
+		}
+	}
 	var out bytes.Buffer
 	rep.print(&out)
-	for _, want := range []string{"large 24MiB", "large 24MiB via HTTP (tus)", "HTTP door (tus, one PATCH) / gRPC SDK", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB", "(always)", rep.Store + " paused", "peer tusd " + testenv.TusdVersion + ", large", "creation-with-upload"} {
+	for _, want := range []string{"large 24MiB", "large 24MiB via HTTP (tus)", "HTTP door (tus, one PATCH) / gRPC SDK", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB", "(always)", rep.Store + " paused", "peer tusd " + testenv.TusdVersion + ", large", "creation-with-upload", "CLI, chunkup upload FILE", "CLI, chunkup upload --jobs"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}

@@ -86,7 +86,7 @@ func main() {
 	flag.BoolVar(&cfg.AOF, "aof", false, "run Redis with the append-only file (appendfsync everysec), as in production")
 	flag.StringVar(&cfg.ExtraArgs, "chunkup-args", "", "extra `chunkup serve` flags, space-separated (to compare settings)")
 	flag.StringVar(&cfg.ExtraEnv, "chunkup-env", "", "extra environment for `chunkup serve`, space-separated NAME=VALUE (e.g. GOGC=50)")
-	flag.StringVar(&cfg.Skip, "skip", "", "parts to leave out, comma-separated: large, http (the large upload through the HTTP door), small, scaling, pause, always (the --staging always contender), tusd (the peer) (while tuning one)")
+	flag.StringVar(&cfg.Skip, "skip", "", "parts to leave out, comma-separated: large, http (the large upload through the HTTP door), small, scaling, pause, always (the --staging always contender), tusd (the peer), cli (the CLI rows) (while tuning one)")
 	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "after the measurements, run the large upload and the small ones once more through chunkup and write the server's CPU profiles to this file and to its -small variant")
 	flag.Parse()
 
@@ -169,10 +169,13 @@ type report struct {
 	SmallAlways comparison     `json:"small_always"`
 	Scaling     []scalingStep  `json:"scaling"`
 	// TusdLarge and TusdSmall are the peer's figures beside chunkup's (nil: skipped).
-	TusdLarge *peer       `json:"tusd_large,omitempty"`
-	TusdSmall *peer       `json:"tusd_small,omitempty"`
-	Pause     pauseResult `json:"minio_paused"`
-	Targets   []target    `json:"targets"`
+	TusdLarge *peer `json:"tusd_large,omitempty"`
+	TusdSmall *peer `json:"tusd_small,omitempty"`
+	// CLILarge and CLISmall are the chunkup binary\'s rows (nil: skipped).
+	CLILarge *cliRow     `json:"cli_large,omitempty"`
+	CLISmall *cliRow     `json:"cli_small,omitempty"`
+	Pause    pauseResult `json:"minio_paused"`
+	Targets  []target    `json:"targets"`
 }
 
 // comparison is chunkup against the direct upload, each the median of the rounds.
@@ -260,6 +263,14 @@ func (r *report) print(w io.Writer) {
 		}
 	}
 	tw.Flush()
+	if c := r.CLILarge; c != nil {
+		fmt.Fprintf(w, "CLI, chunkup upload FILE (large %s): %.1f MiB/s = %.3f × direct, %.3f × the SDK; CLI CPU %.2f s/GiB\n",
+			human(r.Config.Large), c.CLI, c.Ratio, c.ToSDK, c.ClientCPUPerGiB)
+	}
+	if c := r.CLISmall; c != nil {
+		fmt.Fprintf(w, "CLI, chunkup upload --jobs %d FILES… (small %d × %s): %.1f files/s = %.3f × PutObject, %.3f × the SDK; CLI CPU %.2f s/GiB\n",
+			r.Config.SmallConc, r.Config.SmallCount, human(r.Config.SmallSize), c.CLI, c.Ratio, c.ToSDK, c.ClientCPUPerGiB)
+	}
 	if p := r.TusdLarge; p != nil {
 		fmt.Fprintln(w, "peer "+p.line("large "+human(r.Config.Large)+" in one PATCH"))
 	}

@@ -51,6 +51,11 @@ type bench struct {
 	http *http.Client
 	// tusd is the peer (peer.go); nil when skipped.
 	tusd *testenv.Tusd
+	// bin is the chunkup binary: the contenders' server and, in the CLI rows (cli.go),
+	// the client a user runs.
+	bin string
+	// cliState is the CLI's state directory (its resume records) for the CLI rows.
+	cliState string
 }
 
 // contender is one chunkup server the bench measures: its own `chunkup serve` process
@@ -61,6 +66,7 @@ type contender struct {
 	redis    *redis.Client
 	server   *testenv.Process
 	httpAddr string
+	grpcAddr string
 	cl       *client.Client
 	lat      *ackLatency
 }
@@ -78,6 +84,7 @@ func (b *bench) startContender(name string, kafka *testenv.Kafka, bin string, ex
 	rs := testenv.StartRedis(tb, ropts...)
 	ct.redis = rs.Client(tb)
 	grpcAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(tb))
+	ct.grpcAddr = grpcAddr
 	ct.httpAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(tb))
 	args := []string{"serve", "--instance-id", "bench-" + name,
 		"--roles", "api,worker,completer,publisher,cleanup",
@@ -115,6 +122,7 @@ func setUp(tb testenv.TB, cfg config) *bench {
 	b.s3 = b.store.Client(tb)
 	kafka := testenv.StartKafka(tb, topic)
 	bin := testenv.BuildBinary(tb, "github.com/chunkup/chunkup/cmd/chunkup")
+	b.bin = bin
 	b.adaptive = b.startContender("adaptive", kafka, bin, "--staging", "adaptive")
 	if !slices.Contains(strings.Split(cfg.Skip, ","), "always") {
 		b.always = b.startContender("always", kafka, bin, "--staging", "always")
@@ -154,10 +162,10 @@ func run(tb testenv.TB, cfg config) *report {
 	skip := strings.Split(cfg.Skip, ",")
 	b.startTusd(skip)
 	if !slices.Contains(skip, "large") {
-		rep.Large, rep.LargeAlways, rep.HTTP, rep.TusdLarge = b.compareLarge(!slices.Contains(skip, "http"))
+		rep.Large, rep.LargeAlways, rep.HTTP, rep.TusdLarge, rep.CLILarge = b.compareLarge(!slices.Contains(skip, "http"), !slices.Contains(skip, "cli"))
 	}
 	if !slices.Contains(skip, "small") {
-		rep.Small, rep.SmallAlways, rep.TusdSmall = b.compareSmall()
+		rep.Small, rep.SmallAlways, rep.TusdSmall, rep.CLISmall = b.compareSmall(!slices.Contains(skip, "cli"))
 	}
 	if !slices.Contains(skip, "scaling") {
 		for _, n := range cfg.Sizes {
@@ -423,7 +431,7 @@ var doorTurn = &contender{name: "HTTP door"}
 // compareLarge alternates one large upload through each chunkup contender, (withHTTP)
 // one through the HTTP door, and one direct, Rounds times, and compares each with the
 // direct uploads.
-func (b *bench) compareLarge(withHTTP bool) (adaptive, always comparison, door httpComparison, tusd *peer) {
+func (b *bench) compareLarge(withHTTP, withCLI bool) (adaptive, always comparison, door httpComparison, tusd *peer, cli *cliRow) {
 	n := b.cfg.Large
 	var di []float64
 	var directCPU [][2]float64
@@ -434,9 +442,12 @@ func (b *bench) compareLarge(withHTTP bool) (adaptive, always comparison, door h
 	if withHTTP {
 		extra = append(extra, doorTurn)
 	}
-	var tusdCPU []float64
+	var tusdCPU, cliCPU []float64
 	if b.tusd != nil {
 		extra = append(extra, tusdTurn)
+	}
+	if withCLI {
+		extra = append(extra, cliTurn)
 	}
 	for r := range b.cfg.Rounds {
 		for _, ct := range b.order(r, extra...) {
@@ -450,6 +461,9 @@ func (b *bench) compareLarge(withHTTP bool) (adaptive, always comparison, door h
 			case tusdTurn:
 				took, cpu := b.viaTusd(n)
 				speeds[ct], tusdCPU = append(speeds[ct], mibps(n, took)), append(tusdCPU, cpu)
+			case cliTurn:
+				took, cpu := b.viaCLI(n)
+				speeds[ct], cliCPU = append(speeds[ct], mibps(n, took)), append(cliCPU, cpu)
 			default:
 				took, c := b.viaChunkup(ct, n)
 				speeds[ct], costs[ct] = append(speeds[ct], mibps(n, took)), append(costs[ct], c)
@@ -469,7 +483,10 @@ func (b *bench) compareLarge(withHTTP bool) (adaptive, always comparison, door h
 		p := summarizePeer("MiB/s", speeds[tusdTurn], tusdCPU, di, adaptive)
 		tusd = &p
 	}
-	return adaptive, always, door, tusd
+	if withCLI {
+		cli = summarizeCLI("MiB/s", speeds[cliTurn], cliCPU, di, adaptive)
+	}
+	return adaptive, always, door, tusd, cli
 }
 
 // roundFigures is each contender's figure of round r, for the log.
@@ -617,15 +634,18 @@ func (b *bench) failOn(errs []error, who string) {
 
 // compareSmall alternates the small uploads through each contender and direct, SmallRounds
 // times.
-func (b *bench) compareSmall() (adaptive, always comparison, tusd *peer) {
+func (b *bench) compareSmall(withCLI bool) (adaptive, always comparison, tusd *peer, cli *cliRow) {
 	var di []float64
 	var directCPU [][2]float64
 	speeds := map[*contender][]float64{}
 	costs := map[*contender][]cost{}
 	var extra []*contender
-	var tusdCPU []float64
+	var tusdCPU, cliCPU []float64
 	if b.tusd != nil {
 		extra = append(extra, tusdTurn)
+	}
+	if withCLI {
+		extra = append(extra, cliTurn)
 	}
 	for r := range b.cfg.SmallRounds {
 		for _, ct := range b.order(r, extra...) {
@@ -637,6 +657,10 @@ func (b *bench) compareSmall() (adaptive, always comparison, tusd *peer) {
 			case tusdTurn:
 				fps, cpu := b.smallTusd(b.cfg.SmallCount, b.cfg.SmallConc)
 				speeds[ct], tusdCPU = append(speeds[ct], fps), append(tusdCPU, cpu)
+				continue
+			case cliTurn:
+				fps, cpu := b.smallCLI(b.cfg.SmallCount, b.cfg.SmallConc)
+				speeds[ct], cliCPU = append(speeds[ct], fps), append(cliCPU, cpu)
 				continue
 			}
 			fps, c := b.smallChunkup(ct, b.cfg.SmallCount, b.cfg.SmallConc)
@@ -652,7 +676,10 @@ func (b *bench) compareSmall() (adaptive, always comparison, tusd *peer) {
 		p := summarizePeer("files/s", speeds[tusdTurn], tusdCPU, di, adaptive)
 		tusd = &p
 	}
-	return adaptive, always, tusd
+	if withCLI {
+		cli = summarizeCLI("files/s", speeds[cliTurn], cliCPU, di, adaptive)
+	}
+	return adaptive, always, tusd, cli
 }
 
 // scale uploads n bytes through chunkup (adaptive; Rounds times up to 1 GiB, once above) and
@@ -724,6 +751,12 @@ func targets(r *report) []target {
 		limit := float64(r.Config.Budget)/MiB + 64
 		v := r.Large.Cost.RedisPeakMiB
 		ts = append(ts, target{Figure: "Redis peak used_memory MiB, large upload", Value: v, Want: fmt.Sprintf("<= %.0f (budget + 64)", limit), Met: v <= limit})
+	}
+	if c := r.CLILarge; c != nil {
+		ts = append(ts, target{Figure: "CLI large / direct (chunkup upload FILE)", Value: c.Ratio, Want: ">= 1.00", Met: c.Ratio >= 1.0})
+	}
+	if c := r.CLISmall; c != nil {
+		ts = append(ts, target{Figure: "CLI small / PutObject (chunkup upload --jobs N FILES…)", Value: c.Ratio, Want: ">= 0.90", Met: c.Ratio >= 0.9})
 	}
 	if p := r.Pause; p.Bytes > 0 {
 		// The budget, one chunk's Redis cost beyond it, and Redis' own (docs/limits.md).

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+)
+
+// cliTurn stands for an upload with the chunkup CLI, as a user runs it, in the order of
+// a round.
+var cliTurn = &contender{name: "CLI"}
+
+// cliRow is the chunkup binary run as a user runs it (`chunkup upload FILE`, `chunkup
+// upload --jobs 16 FILES…`, its defaults otherwise) against the adaptive contender,
+// beside the SDK's figure and the direct upload's of the same rounds.
+type cliRow struct {
+	Unit string `json:"unit"`
+	// CLI, SDK and Direct are the medians of the rounds.
+	CLI    float64 `json:"cli"`
+	SDK    float64 `json:"sdk"`
+	Direct float64 `json:"direct"`
+	// Ratio is CLI / Direct (the target), ToSDK is CLI / SDK.
+	Ratio float64 `json:"ratio"`
+	ToSDK float64 `json:"to_sdk"`
+	// ClientCPUPerGiB is the CLI process's CPU seconds per GiB in its median round.
+	ClientCPUPerGiB float64 `json:"cli_cpu_s_per_gib"`
+	// Rounds are each round's figures, the CLI's then the direct upload's.
+	Rounds [][2]float64 `json:"rounds"`
+}
+
+func summarizeCLI(unit string, speeds, cpu, di []float64, sdk comparison) *cliRow {
+	m := median(speeds)
+	r := &cliRow{Unit: unit, CLI: speeds[m], SDK: sdk.Chunkup, Direct: di[median(di)], ClientCPUPerGiB: cpu[m]}
+	r.Ratio, r.ToSDK = r.CLI/r.Direct, r.CLI/r.SDK
+	for i := range speeds {
+		r.Rounds = append(r.Rounds, [2]float64{speeds[i], di[i]})
+	}
+	return r
+}
+
+// runCLI runs `chunkup upload --json` of files with the extra flags against the adaptive
+// contender, and returns the time it took, its CPU seconds and the uploads it printed.
+func (b *bench) runCLI(files []string, extra ...string) (time.Duration, float64, []cliUpload) {
+	if b.cliState == "" {
+		b.cliState = b.tb.TempDir()
+	}
+	args := append([]string{"upload", "--server", b.adaptive.grpcAddr, "--progress", "none", "--json"}, extra...)
+	cmd := exec.Command(b.bin, append(args, files...)...)
+	cmd.Env = append(os.Environ(), "CHUNKUP_STATE_DIR="+b.cliState)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	b.settle()
+	began := time.Now()
+	err := cmd.Run()
+	took := time.Since(began)
+	if err != nil {
+		b.tb.Fatalf("bench: chunkup upload of %d files: %v\n%s", len(files), err, stderr.String())
+	}
+	cpu := (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	var ups []cliUpload
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		var up cliUpload
+		if err := json.Unmarshal(sc.Bytes(), &up); err != nil {
+			b.tb.Fatalf("bench: chunkup upload printed %q: %v", sc.Text(), err)
+		}
+		ups = append(ups, up)
+	}
+	if len(ups) != len(files) {
+		b.tb.Fatalf("bench: chunkup upload printed %d uploads for %d files:\n%s", len(ups), len(files), stdout.String())
+	}
+	return took, cpu, ups
+}
+
+// cliUpload is what the CLI's --json prints of an upload (its proto names).
+type cliUpload struct {
+	Name  string `json:"name"`
+	Key   string `json:"key"`
+	State string `json:"state"`
+	Size  string `json:"size"`
+}
+
+// viaCLI uploads n bytes with `chunkup upload FILE` and returns the elapsed time and the
+// CLI's CPU seconds per GiB. The file is written before the timing.
+func (b *bench) viaCLI(n int64) (time.Duration, float64) {
+	start := b.next()
+	path := filepath.Join(b.tb.TempDir(), "large.bin")
+	b.writeFile(path, start, n)
+	defer os.Remove(path)
+	took, cpu, ups := b.runCLI([]string{path})
+	if ups[0].State != "UPLOAD_STATE_COMPLETED" || ups[0].Size != fmt.Sprint(n) {
+		b.tb.Fatalf("bench: chunkup upload ended %s with %s bytes, want COMPLETED with %d", ups[0].State, ups[0].Size, n)
+	}
+	b.verifyAndDelete([]object{{ups[0].Key, start, n}})
+	return took, cpu / (float64(n) / (1 << 30))
+}
+
+// smallCLI uploads count small files with one `chunkup upload --jobs conc FILES…` and
+// returns the files per second and the CLI's CPU seconds per GiB.
+func (b *bench) smallCLI(count, conc int) (float64, float64) {
+	objs, data := b.smallInputs(count, "")
+	dir := b.tb.TempDir()
+	files := make([]string, count)
+	index := map[string]int{}
+	for i := range files {
+		name := fmt.Sprintf("small-%d.bin", i)
+		files[i], index[name] = filepath.Join(dir, name), i
+		if err := os.WriteFile(files[i], data[i], 0o644); err != nil {
+			b.tb.Fatalf("bench: %v", err)
+		}
+	}
+	defer os.RemoveAll(dir)
+	took, cpu, ups := b.runCLI(files, "--jobs", fmt.Sprint(conc))
+	for _, up := range ups {
+		i, ok := index[up.Name]
+		if !ok || up.State != "UPLOAD_STATE_COMPLETED" {
+			b.tb.Fatalf("bench: chunkup upload printed %+v", up)
+		}
+		objs[i].key = up.Key
+	}
+	b.verifyAndDelete(objs)
+	return float64(count) / took.Seconds(), cpu / (float64(int64(count)*b.cfg.SmallSize) / (1 << 30))
+}
+
+// writeFile writes the input's n bytes from start to path.
+func (b *bench) writeFile(path string, start, n int64) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.tb.Fatalf("bench: %v", err)
+	}
+	if _, err := f.ReadFrom(b.src.reader(start, n)); err != nil {
+		b.tb.Fatalf("bench: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		b.tb.Fatalf("bench: %v", err)
+	}
+}
