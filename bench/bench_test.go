@@ -16,6 +16,7 @@ func TestRunSmall(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Rounds, cfg.SmallRounds, cfg.Large, cfg.SmallCount, cfg.SmallConc = 1, 2, 24*MiB, 8, 4
 	cfg.Sizes = []int64{8 * MiB, 16 * MiB}
+	cfg.Concurrent = []concurrentCase{{Count: 8, Bytes: 256 << 10, Conc: 4}, {Count: 2, Bytes: 16 * MiB, Conc: 2}}
 	rep := run(t, cfg)
 
 	if rep.Large.Chunkup <= 0 || rep.Large.Direct <= 0 || rep.Small.Chunkup <= 0 || rep.Small.Direct <= 0 ||
@@ -60,6 +61,9 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("the peer without figures: %+v", p)
 		}
 	}
+	if len(rep.Concurrent) != 2 || rep.Concurrent[1].Ratio <= 0 || rep.Concurrent[1].Cost.ServerCPUPerGiB <= 0 {
+		t.Errorf("concurrent rows: %+v", rep.Concurrent)
+	}
 	for _, c := range []*cliRow{rep.CLILarge, rep.CLISmall} {
 		if c == nil || c.CLI <= 0 || c.Ratio <= 0 || c.ToSDK <= 0 || c.ClientCPUPerGiB <= 0 {
 			t.Errorf("a CLI row without figures: %+v", c)
@@ -67,7 +71,7 @@ func TestRunSmall(t *testing.T) {
 	}
 	var out bytes.Buffer
 	rep.print(&out)
-	for _, want := range []string{"large 24MiB", "large 24MiB via HTTP (tus)", "HTTP door (tus, one PATCH) / gRPC SDK", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB", "(always)", rep.Store + " paused", "peer tusd " + testenv.TusdVersion + ", large", "creation-with-upload", "CLI, chunkup upload FILE", "CLI, chunkup upload --jobs"} {
+	for _, want := range []string{"large 24MiB", "large 24MiB via HTTP (tus)", "HTTP door (tus, one PATCH) / gRPC SDK", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB", "(always)", rep.Store + " paused", "peer tusd " + testenv.TusdVersion + ", large", "creation-with-upload", "CLI, chunkup upload FILE", "CLI, chunkup upload --jobs", "many at once, 8 × 256KiB @4"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}

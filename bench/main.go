@@ -46,10 +46,12 @@ type config struct {
 	SmallSize   int64   `json:"small_bytes"`
 	SmallConc   int     `json:"small_concurrency"`
 	Sizes       []int64 `json:"scaling_bytes"`
-	PartSize    int64   `json:"part_bytes"`
-	Concurrency int     `json:"concurrency"`
-	Budget      int64   `json:"staged_bytes_budget"`
-	AOF         bool    `json:"redis_aof"`
+	// Concurrent are the rows of many uploads at once.
+	Concurrent  []concurrentCase `json:"concurrent"`
+	PartSize    int64            `json:"part_bytes"`
+	Concurrency int              `json:"concurrency"`
+	Budget      int64            `json:"staged_bytes_budget"`
+	AOF         bool             `json:"redis_aof"`
 	// MallocConf is the contenders' redis-server MALLOC_CONF ("" for jemalloc's default).
 	MallocConf string `json:"redis_malloc_conf"`
 	ExtraArgs  string `json:"chunkup_extra_args,omitempty"`
@@ -62,8 +64,9 @@ func defaultConfig() config {
 	return config{
 		Out: "bench-results.json", Rounds: 3, SmallRounds: 7,
 		Large: 1 << 30, SmallCount: 500, SmallSize: MiB, SmallConc: 16,
-		Sizes:    []int64{64 * MiB, 256 * MiB, 1 << 30, 4 << 30},
-		PartSize: 8 * MiB, Concurrency: 4, Budget: 256 * MiB,
+		Sizes:      []int64{64 * MiB, 256 * MiB, 1 << 30, 4 << 30},
+		Concurrent: []concurrentCase{{Count: 256, Bytes: 256 << 10, Conc: 128}, {Count: 16, Bytes: 256 * MiB, Conc: 16}},
+		PartSize:   8 * MiB, Concurrency: 4, Budget: 256 * MiB,
 		MallocConf: strings.TrimPrefix(devenv.RedisMallocConf, "MALLOC_CONF="),
 	}
 }
@@ -79,6 +82,7 @@ func main() {
 	small := flag.String("small-size", "1MiB", "size of each small upload")
 	flag.IntVar(&cfg.SmallConc, "small-concurrency", cfg.SmallConc, "small uploads at once")
 	flag.StringVar(&sizes, "sizes", sizes, "sizes of the scaling series, comma-separated")
+	concurrent := flag.String("concurrent", "256x256KiB@128,16x256MiB@16", "rows of many uploads at once, COUNTxSIZE@CONCURRENCY, comma-separated")
 	part := flag.String("part-size", "8MiB", "chunk size for chunkup, part size for the AWS transfer manager")
 	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "the SDK's window of unacknowledged chunks; the transfer manager's concurrency (chunkup's own part uploads use its --worker-concurrency, default 8, set with -chunkup-args)")
 	budget := flag.String("budget", "256MiB", "chunkup's --staged-bytes-budget")
@@ -86,7 +90,7 @@ func main() {
 	flag.BoolVar(&cfg.AOF, "aof", false, "run Redis with the append-only file (appendfsync everysec), as in production")
 	flag.StringVar(&cfg.ExtraArgs, "chunkup-args", "", "extra `chunkup serve` flags, space-separated (to compare settings)")
 	flag.StringVar(&cfg.ExtraEnv, "chunkup-env", "", "extra environment for `chunkup serve`, space-separated NAME=VALUE (e.g. GOGC=50)")
-	flag.StringVar(&cfg.Skip, "skip", "", "parts to leave out, comma-separated: large, http (the large upload through the HTTP door), small, scaling, pause, always (the --staging always contender), tusd (the peer), cli (the CLI rows) (while tuning one)")
+	flag.StringVar(&cfg.Skip, "skip", "", "parts to leave out, comma-separated: large, http (the large upload through the HTTP door), small, scaling, pause, always (the --staging always contender), tusd (the peer), cli (the CLI rows), concurrent (the rows of many uploads at once) (while tuning one)")
 	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "after the measurements, run the large upload and the small ones once more through chunkup and write the server's CPU profiles to this file and to its -small variant")
 	flag.Parse()
 
@@ -99,6 +103,10 @@ func main() {
 		return n
 	}
 	cfg.Large, cfg.SmallSize, cfg.PartSize, cfg.Budget = parse(*large), parse(*small), parse(*part), parse(*budget)
+	if cfg.Concurrent, err = parseConcurrent(*concurrent); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	cfg.Sizes = nil
 	for s := range strings.SplitSeq(sizes, ",") {
 		cfg.Sizes = append(cfg.Sizes, parse(strings.TrimSpace(s)))
@@ -168,6 +176,8 @@ type report struct {
 	LargeAlways comparison     `json:"large_always"`
 	SmallAlways comparison     `json:"small_always"`
 	Scaling     []scalingStep  `json:"scaling"`
+	// Concurrent are the rows of many uploads at once.
+	Concurrent []concurrentRow `json:"concurrent"`
 	// TusdLarge and TusdSmall are the peer's figures beside chunkup's (nil: skipped).
 	TusdLarge *peer `json:"tusd_large,omitempty"`
 	TusdSmall *peer `json:"tusd_small,omitempty"`
@@ -263,6 +273,9 @@ func (r *report) print(w io.Writer) {
 		}
 	}
 	tw.Flush()
+	for _, c := range r.Concurrent {
+		fmt.Fprintf(w, "many at once, %s: chunkup %.1f MiB/s, direct %.1f MiB/s = %.3f\n", c, c.Chunkup, c.Direct, c.Ratio)
+	}
 	if c := r.CLILarge; c != nil {
 		fmt.Fprintf(w, "CLI, chunkup upload FILE (large %s): %.1f MiB/s = %.3f × direct, %.3f × the SDK; CLI CPU %.2f s/GiB\n",
 			human(r.Config.Large), c.CLI, c.Ratio, c.ToSDK, c.ClientCPUPerGiB)
@@ -307,6 +320,9 @@ func (r *report) print(w io.Writer) {
 	for _, s := range r.Scaling {
 		row("scaling "+human(s.Bytes), s.MiBps, s.SecPerGiB, s.Cost)
 	}
+	for _, c := range r.Concurrent {
+		row(c.String(), c.Chunkup, 1024/c.Chunkup, c.Cost)
+	}
 	tw.Flush()
 	fmt.Fprintf(w, "direct uploads, CPU s/GiB: large %[1]s %.2[2]f client %.2[3]f, small %[1]s %.2[4]f client %.2[5]f\n", r.Store,
 		r.Large.DirectMinIOCPUPerGiB, r.Large.DirectClientCPUPerGiB, r.Small.DirectMinIOCPUPerGiB, r.Small.DirectClientCPUPerGiB)
@@ -335,6 +351,8 @@ func human(n int64) string {
 		return fmt.Sprintf("%dGiB", n>>30)
 	case n >= MiB && n%MiB == 0:
 		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
 	default:
 		return fmt.Sprintf("%dB", n)
 	}

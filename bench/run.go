@@ -172,6 +172,11 @@ func run(tb testenv.TB, cfg config) *report {
 			rep.Scaling = append(rep.Scaling, b.scale(n))
 		}
 	}
+	if !slices.Contains(skip, "concurrent") {
+		for _, c := range cfg.Concurrent {
+			rep.Concurrent = append(rep.Concurrent, b.compareConcurrent(c))
+		}
+	}
 	if !slices.Contains(skip, "pause") {
 		rep.Pause = b.pauseS3()
 	}
