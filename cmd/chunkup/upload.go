@@ -121,6 +121,11 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	if len(todo) == 0 {
+		// Only a tree can hold nothing: say so rather than exit as if files went up.
+		fmt.Fprintf(stderr, "chunkup: no files under %s: nothing to upload\n", strings.Join(files, ", "))
+		return nil
+	}
 	c, err := fs.dial(ctx, *server, client.WithParallel(*parallel), client.WithWindow(*window))
 	if err != nil {
 		return err

@@ -489,3 +489,17 @@ func TestChangedFileAndItsOldUpload(t *testing.T) {
 		})
 	}
 }
+
+// TestUploadEmptyTree: upload -r of a folder that holds no file (folders only) says so
+// and uploads nothing, without needing a server.
+func TestUploadEmptyTree(t *testing.T) {
+	clearEnv(t)
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "upload", "--server", "127.0.0.1:1", "-r", dir)
+	if code != exitOK || stdout != "" || !strings.Contains(stderr, "no files under "+dir) {
+		t.Fatalf("upload -r of an empty tree: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
