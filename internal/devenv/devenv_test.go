@@ -282,6 +282,26 @@ func TestConditionalWrites(t *testing.T) {
 	}
 }
 
+// waitForPart waits until upload id has a chunk stored in S3 as a part.
+func waitForPart(t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	ctx := ctxT(t)
+	for {
+		up, err := c.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if up.UploadedChunks >= 1 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no chunk reached S3: %v", up)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // failAfter yields r's first n bytes, then waits for stop and fails: a client
 // interrupted mid-upload.
 type failAfter struct {
@@ -318,20 +338,7 @@ func TestUploadResumesAcrossRestart(t *testing.T) {
 		failed <- err
 	}()
 	id := <-ids
-	for {
-		up, err := c.Get(ctxT(t), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if up.UploadedChunks >= 1 {
-			break
-		}
-		select {
-		case <-ctxT(t).Done():
-			t.Fatalf("no chunk reached S3: %v", up)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	waitForPart(t, c, id)
 	close(interrupt)
 	if err := <-failed; err == nil {
 		t.Fatal("the interrupted upload succeeded")
@@ -467,20 +474,7 @@ func TestTusResumesAcrossRestart(t *testing.T) {
 	if r := tus("PATCH", base+loc, map[string]string{"Upload-Offset": "0", "Content-Type": "application/offset+octet-stream"}, data[:first]); r.StatusCode != http.StatusNoContent {
 		t.Fatalf("first PATCH: %s", r.Status)
 	}
-	for {
-		up, err := c.Get(ctxT(t), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if up.UploadedChunks >= 1 {
-			break
-		}
-		select {
-		case <-ctxT(t).Done():
-			t.Fatalf("no chunk reached S3: %v", up)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	waitForPart(t, c, id)
 	stop()
 	env.Close()
 
