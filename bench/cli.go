@@ -62,23 +62,32 @@ func (b *bench) runCLI(files []string, extra ...string) (time.Duration, float64,
 		b.tb.Fatalf("bench: chunkup upload of %d files: %v\n%s", len(files), err, stderr.String())
 	}
 	cpu := (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	// With --json the CLI prints each upload as it starts, then as it ends: the last
+	// line of each upload is its end.
 	var ups []cliUpload
+	at := map[string]int{}
 	sc := bufio.NewScanner(&stdout)
 	for sc.Scan() {
 		var up cliUpload
 		if err := json.Unmarshal(sc.Bytes(), &up); err != nil {
 			b.tb.Fatalf("bench: chunkup upload printed %q: %v", sc.Text(), err)
 		}
+		if i, ok := at[up.ID]; ok {
+			ups[i] = up
+			continue
+		}
+		at[up.ID] = len(ups)
 		ups = append(ups, up)
 	}
 	if len(ups) != len(files) {
-		b.tb.Fatalf("bench: chunkup upload printed %d uploads for %d files:\n%s", len(ups), len(files), stdout.String())
+		b.tb.Fatalf("bench: chunkup upload printed %d uploads for %d files:\n%s", len(ups), len(files), stderr.String())
 	}
 	return took, cpu, ups
 }
 
 // cliUpload is what the CLI's --json prints of an upload (its proto names).
 type cliUpload struct {
+	ID    string `json:"upload_id"`
 	Name  string `json:"name"`
 	Key   string `json:"key"`
 	State string `json:"state"`
