@@ -35,6 +35,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,6 +107,18 @@ func usage() string {
 }
 
 func main() {
+	// CHUNKUP_CPUPROFILE=FILE writes a CPU profile of the command (the bench's CLI rows
+	// measure the client a user runs; this is how to see where its time goes).
+	if path := os.Getenv("CHUNKUP_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			if err := pprof.StartCPUProfile(f); err == nil {
+				code := run(os.Args[1:], os.Stdout, os.Stderr)
+				pprof.StopCPUProfile()
+				f.Close()
+				os.Exit(code)
+			}
+		}
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
