@@ -61,6 +61,9 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("the peer without figures: %+v", p)
 		}
 	}
+	if p := rep.HTTP.Patches; p == nil || p.Chunkup <= 0 || p.Cost.ServerCPUPerGiB <= 0 {
+		t.Errorf("the HTTP door in PATCHes of a chunk without figures: %+v", p)
+	}
 	if len(rep.Concurrent) != 2 || rep.Concurrent[1].Ratio <= 0 || rep.Concurrent[1].Cost.ServerCPUPerGiB <= 0 {
 		t.Errorf("concurrent rows: %+v", rep.Concurrent)
 	}
@@ -71,7 +74,7 @@ func TestRunSmall(t *testing.T) {
 	}
 	var out bytes.Buffer
 	rep.print(&out)
-	for _, want := range []string{"large 24MiB", "large 24MiB via HTTP (tus)", "HTTP door (tus, one PATCH) / gRPC SDK", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB", "(always)", rep.Store + " paused", "peer tusd " + testenv.TusdVersion + ", large", "creation-with-upload", "CLI, chunkup upload FILE", "CLI, chunkup upload --jobs", "many at once, 8 × 256KiB @4"} {
+	for _, want := range []string{"large 24MiB", "large 24MiB via HTTP (tus)", "HTTP door (tus, one PATCH) / gRPC SDK", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB", "(always)", rep.Store + " paused", "peer tusd " + testenv.TusdVersion + ", large", "creation-with-upload", "CLI, chunkup upload FILE", "CLI, chunkup upload --jobs", "many at once, 8 × 256KiB @4", "via HTTP (tus), 8MiB PATCHes"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}

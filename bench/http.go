@@ -30,13 +30,14 @@ func httpClient() *http.Client {
 	}}
 }
 
-// viaHTTP uploads n bytes through the HTTP door and returns the elapsed time and costs.
-func (b *bench) viaHTTP(ct *contender, n int64) (time.Duration, cost) {
+// viaHTTP uploads n bytes through the HTTP door, in one PATCH or (patch > 0) in
+// PATCHes of patch bytes, and returns the elapsed time and costs.
+func (b *bench) viaHTTP(ct *contender, n, patch int64) (time.Duration, cost) {
 	ctx, cancel := b.ctx()
 	defer cancel()
 	start := b.next()
 	m := b.startMeter(ct)
-	id, err := b.tusUpload(ctx, "http://"+ct.httpAddr+"/files/", b.src.reader(start, n), n)
+	id, err := b.tusUpload(ctx, "http://"+ct.httpAddr+"/files/", b.src.reader(start, n), n, patch)
 	if err == nil {
 		var last *chunkupv1.UploadProgress
 		if last, err = ct.cl.Watch(ctx, id, nil); err == nil && last.State != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
@@ -59,9 +60,10 @@ func (b *bench) viaHTTP(ct *contender, n int64) (time.Duration, cost) {
 }
 
 // tusUpload creates a tus upload of n bytes at endpoint (a tus server's creation URL)
-// and sends body in one PATCH; it returns the upload's id once the server has taken the
-// whole body.
-func (b *bench) tusUpload(ctx context.Context, endpoint string, body io.Reader, n int64) (string, error) {
+// and sends body in one PATCH, or (patch > 0) in PATCHes of patch bytes as tus clients
+// with a chunkSize do; it returns the upload's id once the server has taken the whole
+// body.
+func (b *bench) tusUpload(ctx context.Context, endpoint string, body io.Reader, n, patch int64) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, nil)
 	if err != nil {
 		return "", err
@@ -78,20 +80,27 @@ func (b *bench) tusUpload(ctx context.Context, endpoint string, body io.Reader, 
 	if err != nil {
 		return "", err
 	}
-	req, err = http.NewRequestWithContext(ctx, http.MethodPatch, loc.String(), body)
-	if err != nil {
-		return "", err
+	if patch <= 0 {
+		patch = n
 	}
-	req.ContentLength = n
-	req.Header.Set("Tus-Resumable", "1.0.0")
-	req.Header.Set("Content-Type", "application/offset+octet-stream")
-	req.Header.Set("Upload-Offset", "0")
-	if res, err = b.http.Do(req); err != nil {
-		return "", err
-	}
-	msg := drain(res)
-	if res.StatusCode != http.StatusNoContent || res.Header.Get("Upload-Offset") != strconv.FormatInt(n, 10) {
-		return "", fmt.Errorf("PATCH: %s, Upload-Offset %s: %s", res.Status, res.Header.Get("Upload-Offset"), msg)
+	for off := int64(0); off < n; {
+		size := min(patch, n-off)
+		req, err = http.NewRequestWithContext(ctx, http.MethodPatch, loc.String(), io.LimitReader(body, size))
+		if err != nil {
+			return "", err
+		}
+		req.ContentLength = size
+		req.Header.Set("Tus-Resumable", "1.0.0")
+		req.Header.Set("Content-Type", "application/offset+octet-stream")
+		req.Header.Set("Upload-Offset", strconv.FormatInt(off, 10))
+		if res, err = b.http.Do(req); err != nil {
+			return "", err
+		}
+		msg := drain(res)
+		off += size
+		if res.StatusCode != http.StatusNoContent || res.Header.Get("Upload-Offset") != strconv.FormatInt(off, 10) {
+			return "", fmt.Errorf("PATCH: %s, Upload-Offset %s (want %d): %s", res.Status, res.Header.Get("Upload-Offset"), off, msg)
+		}
 	}
 	return path.Base(loc.Path), nil
 }

@@ -220,6 +220,9 @@ type httpComparison struct {
 	comparison
 	GRPC        float64 `json:"grpc"`
 	RatioToGRPC float64 `json:"ratio_to_grpc"`
+	// Patches is the same upload in PATCHes of a chunk's size (tus clients with a
+	// chunkSize).
+	Patches *comparison `json:"patches,omitempty"`
 }
 
 // cost is what an upload through chunkup used.
@@ -267,7 +270,9 @@ func (r *report) print(w io.Writer) {
 	for _, c := range []struct {
 		name, mode string
 		cmp        comparison
-	}{{large, "adaptive", r.Large}, {large, "always", r.LargeAlways}, {large + " via HTTP (tus)", "adaptive", r.HTTP.comparison}, {small, "adaptive", r.Small}, {small, "always", r.SmallAlways}} {
+	}{{large, "adaptive", r.Large}, {large, "always", r.LargeAlways}, {large + " via HTTP (tus)", "adaptive", r.HTTP.comparison},
+		{large + " via HTTP (tus), " + human(r.Config.PartSize) + " PATCHes", "adaptive", ptrOr(r.HTTP.Patches)},
+		{small, "adaptive", r.Small}, {small, "always", r.SmallAlways}} {
 		if c.cmp.Unit != "" {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.3f\t%.3f\t\n", c.name, c.mode, c.cmp.Unit, c.cmp.Chunkup, c.cmp.Direct, c.cmp.Ratio, c.cmp.PairedRatio)
 		}
@@ -343,6 +348,14 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%.3f\t%s\t%s\t\n", t.Figure, t.Value, t.Want, met)
 	}
 	tw.Flush()
+}
+
+// ptrOr is *c, or no comparison.
+func ptrOr(c *comparison) comparison {
+	if c == nil {
+		return comparison{}
+	}
+	return *c
 }
 
 func human(n int64) string {

@@ -58,7 +58,7 @@ func (b *bench) viaTusd(n int64) (time.Duration, float64) {
 	b.settle()
 	cpu := b.cpu(b.tusd.Pid())
 	began := time.Now()
-	id, err := b.tusUpload(ctx, b.tusd.URL, b.src.reader(start, n), n)
+	id, err := b.tusUpload(ctx, b.tusd.URL, b.src.reader(start, n), n, 0)
 	took := time.Since(began)
 	if err != nil {
 		b.tb.Fatalf("bench: tusd upload of %s: %v", human(n), err)

@@ -143,7 +143,7 @@ func setUp(tb testenv.TB, cfg config) *bench {
 		b.viaChunkup(ct, min(cfg.Large, 256*MiB))
 	}
 	if !slices.Contains(strings.Split(cfg.Skip, ","), "http") {
-		b.viaHTTP(b.adaptive, min(cfg.Large, 256*MiB))
+		b.viaHTTP(b.adaptive, min(cfg.Large, 256*MiB), 0)
 	}
 	return b
 }
@@ -433,6 +433,10 @@ func mibps(n int64, d time.Duration) float64 { return float64(n) / MiB / d.Secon
 // one tus PATCH) in the order of a round.
 var doorTurn = &contender{name: "HTTP door"}
 
+// doorPatchesTurn is the same through the HTTP door in PATCHes of a chunk's size (8
+// MiB by default), as tus clients with a chunkSize send.
+var doorPatchesTurn = &contender{name: "HTTP door, PATCHes of a chunk"}
+
 // compareLarge alternates one large upload through each chunkup contender, (withHTTP)
 // one through the HTTP door, and one direct, Rounds times, and compares each with the
 // direct uploads.
@@ -445,7 +449,7 @@ func (b *bench) compareLarge(withHTTP, withCLI bool) (adaptive, always compariso
 	gib := float64(n) / (1 << 30)
 	var extra []*contender
 	if withHTTP {
-		extra = append(extra, doorTurn)
+		extra = append(extra, doorTurn, doorPatchesTurn)
 	}
 	var tusdCPU, cliCPU []float64
 	if b.tusd != nil {
@@ -460,8 +464,12 @@ func (b *bench) compareLarge(withHTTP, withCLI bool) (adaptive, always compariso
 			case nil:
 				took, cpu := b.viaDirect(n)
 				di, directCPU = append(di, mibps(n, took)), append(directCPU, [2]float64{cpu[0] / gib, cpu[1] / gib})
-			case doorTurn:
-				took, c := b.viaHTTP(b.adaptive, n)
+			case doorTurn, doorPatchesTurn:
+				patch := int64(0)
+				if ct == doorPatchesTurn {
+					patch = b.cfg.PartSize
+				}
+				took, c := b.viaHTTP(b.adaptive, n, patch)
 				speeds[ct], costs[ct] = append(speeds[ct], mibps(n, took)), append(costs[ct], c)
 			case tusdTurn:
 				took, cpu := b.viaTusd(n)
@@ -483,6 +491,8 @@ func (b *bench) compareLarge(withHTTP, withCLI bool) (adaptive, always compariso
 	if withHTTP {
 		h := summarize("MiB/s", speeds[doorTurn], di, costs[doorTurn], directCPU)
 		door = httpComparison{comparison: h, GRPC: adaptive.Chunkup, RatioToGRPC: h.Chunkup / adaptive.Chunkup}
+		p := summarize("MiB/s", speeds[doorPatchesTurn], di, costs[doorPatchesTurn], directCPU)
+		door.Patches = &p
 	}
 	if b.tusd != nil {
 		p := summarizePeer("MiB/s", speeds[tusdTurn], tusdCPU, di, adaptive)
