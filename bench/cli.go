@@ -8,7 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // cliTurn stands for an upload with the chunkup CLI, as a user runs it, in the order of
@@ -51,7 +54,14 @@ func (b *bench) runCLI(files []string, extra ...string) (time.Duration, float64,
 	}
 	args := append([]string{"upload", "--server", b.adaptive.grpcAddr, "--progress", "none", "--json"}, extra...)
 	cmd := exec.Command(b.bin, append(args, files...)...)
-	cmd.Env = append(os.Environ(), "CHUNKUP_STATE_DIR="+b.cliState)
+	// The CLI at its defaults: none of a developer's CHUNKUP_* settings.
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CHUNKUP_") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, "CHUNKUP_STATE_DIR="+b.cliState)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	b.settle()
@@ -123,6 +133,7 @@ func (b *bench) smallCLI(count, conc int) (float64, float64) {
 			b.tb.Fatalf("bench: %v", err)
 		}
 	}
+	syncFS(b.tb, dir)
 	defer os.RemoveAll(dir)
 	took, cpu, ups := b.runCLI(files, "--jobs", fmt.Sprint(conc))
 	for _, up := range ups {
@@ -145,7 +156,25 @@ func (b *bench) writeFile(path string, start, n int64) {
 	if _, err := f.ReadFrom(b.src.reader(start, n)); err != nil {
 		b.tb.Fatalf("bench: %v", err)
 	}
+	// On disk before the timing: the kernel's writing it back must not fall into the
+	// CLI's turn (it stays in the page cache, as a file just written does for a user).
+	if err := f.Sync(); err != nil {
+		b.tb.Fatalf("bench: %v", err)
+	}
 	if err := f.Close(); err != nil {
 		b.tb.Fatalf("bench: %v", err)
+	}
+}
+
+// syncFS writes back what is waiting to be written to the file system of dir (syncfs(2)),
+// so that it does not fall into a timing.
+func syncFS(tb interface{ Fatalf(string, ...any) }, dir string) {
+	f, err := os.Open(dir)
+	if err != nil {
+		tb.Fatalf("bench: %v", err)
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		tb.Fatalf("bench: syncfs %s: %v", dir, err)
 	}
 }

@@ -2,6 +2,7 @@ package s3store_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -325,13 +326,18 @@ func TestCompleteAfterCutOffCompletion(t *testing.T) {
 	}{
 		{"the upload's own object", true, "up-1", false},
 		{"another upload's object", true, "up-2", true},
+		{"an object that names no upload", true, "", true},
 		{"no object", false, "up-1", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			api := &cutOffCompletion{API: srv.Client(t), completed: !tc.completeFirst}
 			st := s3store.New(api)
 			key := "cut/" + strings.ReplaceAll(tc.name, " ", "-")
-			mpu, checksummed, err := st.CreateMultipart(ctx, "bkt", key, "", s3store.Owner{UploadID: "up-1"})
+			writer := s3store.Owner{UploadID: "up-1"}
+			if tc.retryAs == "" {
+				writer = s3store.Owner{} // an object chunkup did not label
+			}
+			mpu, checksummed, err := st.CreateMultipart(ctx, "bkt", key, "", writer)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -342,11 +348,12 @@ func TestCompleteAfterCutOffCompletion(t *testing.T) {
 			parts := []s3store.Part{{N: 1, ETag: etag, CRC32C: sum}}
 			var first string
 			if tc.completeFirst {
-				if first, err = st.Complete(ctx, "bkt", key, mpu, checksummed, parts, int64(len(part)), sum, s3store.Owner{UploadID: "up-1"}); err != nil {
+				if first, err = st.Complete(ctx, "bkt", key, mpu, checksummed, parts, int64(len(part)), sum, writer); err != nil {
 					t.Fatal(err)
 				}
 			}
-			again, err := st.Complete(ctx, "bkt", key, mpu, checksummed, parts, int64(len(part)), sum, s3store.Owner{UploadID: tc.retryAs})
+			retryAs := s3store.Owner{UploadID: cmp.Or(tc.retryAs, "up-1")}
+			again, err := st.Complete(ctx, "bkt", key, mpu, checksummed, parts, int64(len(part)), sum, retryAs)
 			if tc.wantPermanent {
 				if err == nil || !s3store.Permanent(err) {
 					t.Fatalf("retried completion: %q, %v; want a permanent failure", again, err)

@@ -100,7 +100,7 @@ func toStatus(id string, err error) error {
 	err = explain(id, err)
 	k := fault.KindOf(err)
 	msg := err.Error()
-	if k == fault.Internal {
+	if k == fault.Internal && id != "" {
 		msg = fmt.Sprintf("upload %s: %v", clip(id), err)
 	}
 	st := status.New(CodeOf(k), msg)

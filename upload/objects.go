@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/chunkup/chunkup/internal/fault"
 	"github.com/chunkup/chunkup/s3store"
@@ -52,10 +53,18 @@ func tenantPrefix(ctx context.Context) string {
 	return ""
 }
 
-// visible checks that key is well formed and the caller's to see.
+// visible checks that key can be a key and is the caller's to see. Only what S3 itself
+// requires is checked (not ValidateKey's rules for the keys of new uploads): a listing
+// returns whatever keys the bucket holds, and each must be one a caller can stat and
+// delete.
 func visible(ctx context.Context, key string) error {
-	if err := ValidateKey(key); err != nil {
-		return err
+	switch {
+	case key == "":
+		return invalidf("key is empty: name the object by its whole key, as a listing gives it")
+	case len(key) > maxKeyLen:
+		return invalidf("key has %d bytes; keys have at most %d", len(key), maxKeyLen)
+	case !utf8.ValidString(key):
+		return invalidf("key is not UTF-8")
 	}
 	if !strings.HasPrefix(key, tenantPrefix(ctx)) {
 		return &ObjectNotFoundError{Key: key} // another tenant's keys are not there for it
@@ -97,7 +106,7 @@ func (c *Core) ListObjects(ctx context.Context, prefix, pageToken string, pageSi
 	}
 	listed, more, err := c.objects.List(ctx, c.cfg.Bucket, prefix, string(after), pageSize)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %w", staging.ErrUnavailable, err)
+		return nil, "", objectErr(err)
 	}
 	objs := make([]Object, len(listed))
 	for i, o := range listed {
@@ -123,15 +132,17 @@ func (c *Core) StatObject(ctx context.Context, key string) (Object, error) {
 	case s3store.NotFound(err):
 		return Object{}, &ObjectNotFoundError{Key: key}
 	case err != nil:
-		return Object{}, fmt.Errorf("%w: %w", staging.ErrUnavailable, err)
+		return Object{}, objectErr(err)
 	}
 	return Object{Key: key, Size: info.Size, ETag: info.ETag, LastModified: info.LastModified, ContentType: info.ContentType,
 		CRC32C: info.CRC32C, HasCRC32C: info.HasCRC32C, UploadID: info.UploadID}, nil
 }
 
-// DeleteObject deletes the caller's object at key. With ifMatch, only while the object
-// has that ETag (another ETag: a *PreconditionError, nothing deleted). No object there
-// is an *ObjectNotFoundError.
+// DeleteObject deletes the caller's object at key. With ifMatch, only if the object has
+// that ETag when the core looks just before deleting (another ETag: a
+// *PreconditionError, nothing deleted); an object written over it between that look and
+// the delete is deleted too, since not every S3 store takes a condition on DeleteObject.
+// No object there is an *ObjectNotFoundError.
 func (c *Core) DeleteObject(ctx context.Context, key, ifMatch string) error {
 	obj, err := c.StatObject(ctx, key)
 	if err != nil {
@@ -141,9 +152,19 @@ func (c *Core) DeleteObject(ctx context.Context, key, ifMatch string) error {
 		return &PreconditionError{Msg: fmt.Sprintf("the object at key %s has ETag %s, not %s: nothing was deleted; stat it again to see what it is now", Quote(key), obj.ETag, Quote(ifMatch))}
 	}
 	if err := c.objects.Delete(ctx, c.cfg.Bucket, key); err != nil {
-		return fmt.Errorf("%w: %w", staging.ErrUnavailable, err)
+		return objectErr(err)
 	}
 	return nil
+}
+
+// objectErr is an S3 error of an object call as the caller sees it: one that retrying
+// will not help (access denied, no such bucket) is the server's fault, with S3's words;
+// any other is Unavailable, to be retried.
+func objectErr(err error) error {
+	if s3store.Permanent(err) {
+		return fault.Wrap(err, fault.Internal, "S3 refused the object call: "+s3store.Reason(err))
+	}
+	return fmt.Errorf("%w: %w", staging.ErrUnavailable, err)
 }
 
 // PreconditionError is a request whose condition does not hold; nothing was changed.

@@ -82,6 +82,19 @@ func TestObjects(t *testing.T) {
 		t.Errorf("page size 1001: %v; want Invalid", err)
 	}
 
+	// A key written to the bucket by other means than chunkup, which chunkup would not
+	// make for an upload, is still the tenant's to stat and delete.
+	const odd = "acme/folder/"
+	if _, err := s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("objs"), Key: aws.String(odd), Body: strings.NewReader("")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.StatObject(acme, odd); err != nil {
+		t.Errorf("stat %q: %v", odd, err)
+	}
+	if err := core.DeleteObject(acme, odd, ""); err != nil {
+		t.Errorf("delete %q: %v", odd, err)
+	}
+
 	obj, err := core.StatObject(acme, "acme/a")
 	if err != nil || obj.Size != int64(len("acme/a")) || obj.ETag == "" || obj.LastModified.IsZero() {
 		t.Fatalf("stat acme/a: %+v, %v", obj, err)

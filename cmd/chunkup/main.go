@@ -110,14 +110,17 @@ func main() {
 	// CHUNKUP_CPUPROFILE=FILE writes a CPU profile of the command (the bench's CLI rows
 	// measure the client a user runs; this is how to see where its time goes).
 	if path := os.Getenv("CHUNKUP_CPUPROFILE"); path != "" {
-		if f, err := os.Create(path); err == nil {
-			if err := pprof.StartCPUProfile(f); err == nil {
-				code := run(os.Args[1:], os.Stdout, os.Stderr)
-				pprof.StopCPUProfile()
-				f.Close()
-				os.Exit(code)
-			}
+		f, err := os.Create(path)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
 		}
+		if err == nil {
+			code := run(os.Args[1:], os.Stdout, os.Stderr)
+			pprof.StopCPUProfile()
+			f.Close()
+			os.Exit(code)
+		}
+		fmt.Fprintf(os.Stderr, "chunkup: warning: CHUNKUP_CPUPROFILE: %v; running without a profile\n", err)
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -167,19 +167,21 @@ func getTree(ctx context.Context, c *client.Client, prefix, dir string, jobs int
 		return fmt.Errorf("get -r: no objects under %q", prefix)
 	}
 	var (
-		mu                    sync.Mutex
-		fetched, kept, failed int
-		say                   = func(format string, a ...any) { mu.Lock(); fmt.Fprintf(stderr, format, a...); mu.Unlock() }
-		g, gctx               = errgroup.WithContext(ctx)
-		stop                  = func() bool { return ctx.Err() != nil }
-		count                 = func(n *int) { mu.Lock(); *n++; mu.Unlock() }
+		mu                            sync.Mutex
+		fetched, kept, failed, unsafe int
+		say                           = func(format string, a ...any) { mu.Lock(); fmt.Fprintf(stderr, format, a...); mu.Unlock() }
+		g, gctx                       = errgroup.WithContext(ctx)
+		stop                          = func() bool { return ctx.Err() != nil }
+		count                         = func(n *int) { mu.Lock(); *n++; mu.Unlock() }
 	)
 	g.SetLimit(max(1, jobs))
 	for _, o := range objs {
 		rel := treePath(prefix, o.Key)
-		if !filepath.IsLocal(rel) {
-			say("chunkup: %s: skipped: its key does not name a path inside %s\n", o.Key, dir)
-			count(&failed)
+		if !filepath.IsLocal(rel) || rel != filepath.Clean(rel) || strings.HasSuffix(o.Key, "/") {
+			// Outside dir, or a name that cleans to another key's file (a/./b, a//b), or
+			// a folder marker: no file of its own to write.
+			say("chunkup: %s: skipped: its key does not name a file of its own inside %s\n", o.Key, dir)
+			count(&unsafe)
 			continue
 		}
 		dest := filepath.Join(dir, rel)
@@ -214,8 +216,11 @@ func getTree(ctx context.Context, c *client.Client, prefix, dir string, jobs int
 	if kept > 0 {
 		say("chunkup: %d of %d files were already there with the same bytes\n", kept, len(objs))
 	}
+	if unsafe > 0 {
+		say("chunkup: %d of %d objects were skipped: their keys name no file of their own below the prefix\n", unsafe, len(objs))
+	}
 	if failed > 0 {
-		return fmt.Errorf("get -r: %d of %d objects were not downloaded; run the same command again to fetch the rest", failed, len(objs))
+		return fmt.Errorf("get -r: %d of %d objects were not downloaded; run the same command again to fetch them", failed, len(objs))
 	}
 	return nil
 }

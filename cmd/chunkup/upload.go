@@ -484,10 +484,20 @@ func (r *uploadRun) resumable(ctx context.Context, j uploadJob, e resumeEntry) (
 // than left holding its bytes on the server until it expires. Either way the CLI says
 // so, and forgets it.
 func (r *uploadRun) staleUpload(ctx context.Context, j uploadJob, id string) {
-	defer r.forget(id)
 	up, err := r.c.Get(ctx, id)
-	if err != nil || up.State != chunkupv1.UploadState_UPLOAD_STATE_ACTIVE {
-		return // gone or ended: nothing holds bytes
+	switch {
+	case status.Code(err) == codes.NotFound:
+		r.forget(id) // gone: nothing holds bytes
+		return
+	case err != nil:
+		// Kept in the state, so that the next run deals with it.
+		r.display.println(fmt.Sprintf("chunkup: %s changed since upload %s began, which could not be looked up to abort it: %s",
+			j.name, id, describe(err)))
+		return
+	}
+	defer r.forget(id)
+	if up.State != chunkupv1.UploadState_UPLOAD_STATE_ACTIVE {
+		return // ended: nothing holds bytes
 	}
 	held := fmt.Sprintf("%s on the server", strings.TrimSpace(sizeString(up.ReceivedBytes)))
 	if r.keepStale {

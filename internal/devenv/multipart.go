@@ -205,9 +205,12 @@ func (d *diskMultipart) UploadPart(bucket, object string, id gofakes3.UploadID, 
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if _, err := d.load(bucket, object, id); err != nil {
+		return "", err // aborted or completed meanwhile
+	}
 	old, err := d.parts(id)
 	if err != nil {
-		return "", gofakes3.ErrNoSuchUpload // aborted or completed meanwhile
+		return "", gofakes3.ErrNoSuchUpload
 	}
 	final := filepath.Join(dir, fmt.Sprintf("part.%d.%s", partNumber, sum))
 	if err := os.Rename(f.Name(), final); err != nil {
@@ -236,7 +239,7 @@ func (d *diskMultipart) ListParts(bucket, object string, id gofakes3.UploadID, m
 		if n <= marker {
 			continue
 		}
-		if int64(len(res.Parts)) >= limit {
+		if limit > 0 && int64(len(res.Parts)) >= limit {
 			res.IsTruncated = true
 			break
 		}
@@ -330,7 +333,19 @@ func (d *diskMultipart) AbortMultipartUpload(bucket, object string, id gofakes3.
 	if _, err := d.load(bucket, object, id); err != nil {
 		return err
 	}
-	return os.RemoveAll(filepath.Join(d.dir, string(id)))
+	return d.remove(id)
+}
+
+// remove deletes upload id's directory. It is first renamed to a name that is no id,
+// under mu, so that the upload is gone at once for every call, and a part being written
+// into it meanwhile cannot make the removal fail half-way (its rename into place then
+// fails, and its request with it).
+func (d *diskMultipart) remove(id gofakes3.UploadID) error {
+	gone := filepath.Join(d.dir, ".gone-"+string(id))
+	if err := os.Rename(filepath.Join(d.dir, string(id)), gone); err != nil {
+		return err
+	}
+	return os.RemoveAll(gone)
 }
 
 func (d *diskMultipart) CompleteMultipartUpload(bucket, object string, id gofakes3.UploadID, in *gofakes3.CompleteMultipartUploadRequest) (gofakes3.VersionID, string, error) {
@@ -376,7 +391,7 @@ func (d *diskMultipart) CompleteMultipartUpload(bucket, object string, id gofake
 	if err != nil {
 		return "", "", err
 	}
-	if err := os.RemoveAll(filepath.Join(d.dir, string(id))); err != nil {
+	if err := d.remove(id); err != nil {
 		return "", "", err
 	}
 	return res.VersionID, fmt.Sprintf(`"%s-%d"`, hex.EncodeToString(whole.Sum(nil)), len(in.Parts)), nil

@@ -1936,7 +1936,9 @@ func (x *StatObjectResponse) GetObject() *Object {
 type DeleteObjectRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// When set, delete only while the object has this ETag (as Object.etag gives it).
+	// When set, delete only if the object has this ETag (as Object.etag gives it) when the
+	// server looks, just before deleting: an object written over it in between is deleted
+	// too, since not every S3 store takes a condition on DeleteObject.
 	IfMatch       string `protobuf:"bytes,2,opt,name=if_match,json=ifMatch,proto3" json:"if_match,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
