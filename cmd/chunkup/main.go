@@ -44,7 +44,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/chunkup/chunkup/app"
 	"github.com/chunkup/chunkup/client"
@@ -546,12 +545,7 @@ func withUploadID(ctx context.Context, name string, args []string, stdout, stder
 
 func printUpload(w io.Writer, up *chunkupv1.Upload, asJSON bool) error {
 	if asJSON {
-		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(up)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return printProto(w, up)
 	}
 	_, err := fmt.Fprintln(w, uploadLine(up))
 	return err

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
@@ -23,12 +22,7 @@ import (
 // printObject prints one object as `aws s3 ls` does (time, size, key), or as JSON.
 func printObject(w io.Writer, o *chunkupv1.Object, asJSON bool) error {
 	if asJSON {
-		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(o)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return printProto(w, o)
 	}
 	_, err := fmt.Fprintf(w, "%s %12d %s\n", o.LastModified.AsTime().Local().Format(time.DateTime), o.Size, o.Key)
 	return err
