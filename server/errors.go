@@ -138,8 +138,6 @@ func explain(id string, err error) error {
 		return fault.Wrap(err, fault.Conflict, fmt.Sprintf("%v; %d requeued before it", mal, job.Requeued))
 	case errors.As(err, new(*NoObjectError)):
 		return fault.Wrap(err, fault.Conflict, fmt.Sprintf("upload %s %v", id, err))
-	case errors.As(err, new(*ObjectNotFoundError)):
-		return fault.Wrap(err, fault.NotFound, fmt.Sprintf("%v: it may not exist, or be another tenant's", err))
 	case errors.Is(err, documents.ErrNotFound):
 		return fault.Wrap(err, fault.NotFound, fmt.Sprintf("document %s not found: only completed image and PDF uploads handed to OCR are documents (it may also have expired)", quote(id)))
 	case errors.Is(err, ocrqueue.ErrJobNotFound):

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/crc"
@@ -25,11 +24,6 @@ var _ Objects = (*s3store.Store)(nil)
 // readPiece is the most bytes one ReadObject message carries: small enough for any
 // client's default receive limit (4 MiB in most gRPC libraries).
 const readPiece = 1 << 20
-
-// ObjectNotFoundError means there is no object to read (or none the caller may read).
-type ObjectNotFoundError struct{ What string }
-
-func (e *ObjectNotFoundError) Error() string { return e.What + " not found" }
 
 // NoObjectError means an upload has no object to read: it is not COMPLETED.
 type NoObjectError struct{ Status staging.Status }
@@ -112,19 +106,11 @@ func (s *UploadService) locate(ctx context.Context, req *chunkupv1.ReadObjectReq
 		return &chunkupv1.ReadObjectResponse{ObjectSize: up.Size, ObjectCrc32C: up.CRC32C, HasObjectCrc32C: true, Upload: summary(up)},
 			up.Bucket, up.Key, nil
 	}
-	if err := upload.ValidateKey(req.Key); err != nil {
+	// The core's stat: the same tenant scoping and errors as StatObject and ListObjects.
+	o, err := s.core.StatObject(ctx, req.Key)
+	if err != nil {
 		return nil, "", "", err
 	}
-	if t := upload.TenantFrom(ctx); t != "" && !strings.HasPrefix(req.Key, t+"/") {
-		return nil, "", "", &ObjectNotFoundError{What: "object " + quote(req.Key)}
-	}
-	info, err := s.objects.Head(ctx, s.bucket, req.Key)
-	if s3store.NotFound(err) {
-		return nil, "", "", &ObjectNotFoundError{What: "object " + quote(req.Key)}
-	}
-	if err != nil {
-		return nil, "", "", fmt.Errorf("%w: %w", staging.ErrUnavailable, err)
-	}
-	return &chunkupv1.ReadObjectResponse{ObjectSize: info.Size, ObjectCrc32C: info.CRC32C, HasObjectCrc32C: info.HasCRC32C},
+	return &chunkupv1.ReadObjectResponse{ObjectSize: o.Size, ObjectCrc32C: o.CRC32C, HasObjectCrc32C: o.HasCRC32C},
 		s.bucket, req.Key, nil
 }

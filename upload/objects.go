@@ -35,7 +35,7 @@ const defaultListPage, maxListPage = 1000, 1000
 type ObjectNotFoundError struct{ Key string }
 
 func (e *ObjectNotFoundError) Error() string {
-	return fmt.Sprintf("no object at key %s: list the objects (ListObjects) to see which keys exist", Quote(e.Key))
+	return fmt.Sprintf("object %s not found: it may not exist, or be another tenant's; list the objects (ListObjects) to see which keys exist", Quote(e.Key))
 }
 
 // Kind implements fault's kinded errors.
