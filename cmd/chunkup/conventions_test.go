@@ -413,7 +413,9 @@ func TestDevBanner(t *testing.T) {
 
 // TestProgressOnTerminal uploads a small file, an empty file and two large ones on a
 // terminal (tmux's, 100 × 40) and reads the screen back: a bar per file at 100 %, in
-// the order of the arguments, and the total, each drawn once.
+// the order of the arguments, and the total, each drawn once. Then get -r brings them
+// back on another terminal: its total bar ends at 100 % with every file, once, and the
+// files are exact.
 func TestProgressOnTerminal(t *testing.T) {
 	tmux, err := exec.LookPath("tmux")
 	if err != nil {
@@ -430,7 +432,7 @@ func TestProgressOnTerminal(t *testing.T) {
 		}
 	}
 	sock := filepath.Join(t.TempDir(), "tmux.sock")
-	cmd := fmt.Sprintf("%s upload --server %s %s >%s; echo EXIT=$?", bin, addr, strings.Join(names, " "), filepath.Join(t.TempDir(), "stdout"))
+	cmd := fmt.Sprintf("%s upload --server %s --prefix term %s >%s; echo EXIT=$?", bin, addr, strings.Join(names, " "), filepath.Join(t.TempDir(), "stdout"))
 	run := func(args ...string) string {
 		t.Helper()
 		out, err := exec.Command(tmux, append([]string{"-S", sock, "-f", "/dev/null"}, args...)...).CombinedOutput()
@@ -467,6 +469,32 @@ func TestProgressOnTerminal(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^empty\.txt .*\[=+\]`).MatchString(screen) {
 		t.Errorf("the empty file's bar is not full")
+	}
+
+	back := filepath.Join(t.TempDir(), "back")
+	run("new-session", "-d", "-s", "get", "-x", "100", "-y", "40", "-c", dir, "sh", "-c",
+		fmt.Sprintf("%s get -r --server %s term/ %s; echo GETEXIT=$?; sleep 600", bin, addr, back))
+	screen = ""
+	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(screen, "GETEXIT="); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("get -r did not end within 2 minutes; the screen:\n%s", screen)
+		}
+		// The visible screen only: tmux moves a screen cleared from its top into
+		// its history (scroll-on-clear), and the bars here start at the top.
+		screen = run("capture-pane", "-p", "-t", "get")
+	}
+	t.Logf("get -r's screen:\n%s", screen)
+	if !strings.Contains(screen, "GETEXIT=0") {
+		t.Fatalf("get -r failed; the screen:\n%s", screen)
+	}
+	if all := regexp.MustCompile(`(?m)^total .*\[.*\] +100 % .*4/4 files`).FindAllString(screen, -1); len(all) != 1 {
+		t.Errorf("get -r's total bar is on the screen %d times at 100 %% with 4/4 files, want once", len(all))
+	}
+	for _, name := range names {
+		want, _ := os.ReadFile(filepath.Join(dir, name))
+		if got, err := os.ReadFile(filepath.Join(back, name)); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("get -r brought %s back with %d bytes (%v), want %d", name, len(got), err, len(want))
+		}
 	}
 }
 

@@ -29,6 +29,7 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	recursive := fs.Bool("recursive", "", false, "download every object whose key begins with PREFIX into DIR (default .), keeping the keys' paths below the prefix; files already there with the same bytes are skipped")
 	fs.BoolVar(recursive, "r", false, "short for --recursive")
 	jobs := fs.Int("jobs", "", 4, "objects downloaded at once (with -r)")
+	progressMode := fs.String("progress", "", "auto", "progress display with -r: auto (bars on a terminal, lines otherwise), bars, lines, none")
 	if err := fs.parse(args); err != nil {
 		return usageErr(err)
 	}
@@ -41,7 +42,11 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer c.Close()
-		return getTree(ctx, c.Client, fs.Arg(0), cmp.Or(fs.Arg(1), "."), *jobs, stderr)
+		mode, err := progressModeOf(*progressMode, stderr)
+		if err != nil {
+			return err
+		}
+		return getTree(ctx, c.Client, fs.Arg(0), cmp.Or(fs.Arg(1), "."), *jobs, mode, stderr)
 	}
 	if fs.NArg() < 1 || fs.NArg() > 2 {
 		return usageError{errors.New("get needs an UPLOAD_ID or KEY, and at most one FILE")}
@@ -64,7 +69,7 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
-	n, dest, err := download(ctx, c.Client, req, dest)
+	n, dest, err := download(ctx, c.Client, req, dest, nil)
 	if err != nil {
 		return err
 	}
@@ -76,7 +81,7 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // last element in the working directory; it returns the bytes written and the file.
 // The bytes go to a temporary file beside the destination, renamed into place once
 // every check passed: a failed download leaves nothing behind.
-func download(ctx context.Context, c *client.Client, req *chunkupv1.ReadObjectRequest, dest string) (int64, string, error) {
+func download(ctx context.Context, c *client.Client, req *chunkupv1.ReadObjectRequest, dest string, progress func(written int64)) (int64, string, error) {
 	dir := "."
 	if dest != "" {
 		dir = filepath.Dir(dest)
@@ -86,7 +91,11 @@ func download(ctx context.Context, c *client.Client, req *chunkupv1.ReadObjectRe
 		return 0, "", err
 	}
 	defer os.Remove(tmp.Name())
-	first, err := c.ReadObject(ctx, req, tmp)
+	var w io.Writer = tmp
+	if progress != nil {
+		w = &countingWriter{w: tmp, fn: progress}
+	}
+	first, err := c.ReadObject(ctx, req, w)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -139,4 +148,18 @@ func describeRead(err error) error {
 		return fmt.Errorf("get: %w", err)
 	}
 	return nil
+}
+
+// countingWriter passes writes on to w and the running total of bytes written to fn.
+type countingWriter struct {
+	w  io.Writer
+	n  int64
+	fn func(int64)
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	c.fn(c.n)
+	return n, err
 }

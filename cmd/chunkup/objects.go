@@ -149,7 +149,7 @@ func rmCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // getTree downloads every object under prefix into dir, keeping the keys' paths below
 // the prefix, jobs at a time. A file already there with the object's size and CRC32C
 // is skipped, so running it again after an interruption fetches only what is missing.
-func getTree(ctx context.Context, c *client.Client, prefix, dir string, jobs int, stderr io.Writer) error {
+func getTree(ctx context.Context, c *client.Client, prefix, dir string, jobs int, mode string, stderr io.Writer) error {
 	var objs []*chunkupv1.Object
 	for o, err := range c.Objects(ctx, prefix) {
 		if err != nil {
@@ -160,30 +160,50 @@ func getTree(ctx context.Context, c *client.Client, prefix, dir string, jobs int
 	if len(objs) == 0 {
 		return fmt.Errorf("get -r: no objects under %q", prefix)
 	}
-	var (
-		mu                            sync.Mutex
-		fetched, kept, failed, unsafe int
-		say                           = func(format string, a ...any) { mu.Lock(); fmt.Fprintf(stderr, format, a...); mu.Unlock() }
-		g, gctx                       = errgroup.WithContext(ctx)
-		stop                          = func() bool { return ctx.Err() != nil }
-		count                         = func(n *int) { mu.Lock(); *n++; mu.Unlock() }
-	)
-	g.SetLimit(max(1, jobs))
+	// Keys that name no file of their own are told and left out before the bars are
+	// drawn, so that the total counts only what is fetched.
+	var safe []*chunkupv1.Object
 	for _, o := range objs {
 		rel := treePath(prefix, o.Key)
 		if !filepath.IsLocal(rel) || rel != filepath.Clean(rel) || strings.HasSuffix(o.Key, "/") {
 			// Outside dir, or a name that cleans to another key's file (a/./b, a//b), or
 			// a folder marker: no file of its own to write.
-			say("chunkup: %s: skipped: its key does not name a file of its own inside %s\n", o.Key, dir)
-			count(&unsafe)
+			fmt.Fprintf(stderr, "chunkup: %s: skipped: its key does not name a file of its own inside %s\n", o.Key, dir)
 			continue
 		}
-		dest := filepath.Join(dir, rel)
+		safe = append(safe, o)
+	}
+	unsafe := len(objs) - len(safe)
+	// The files' bars (or lines) as an upload of a tree shows them; the display's
+	// lines go above the bars.
+	// (named by their paths below DIR: a bar wider than the terminal would wrap and
+	// leave its old frames behind).
+	files := make([]uploadJob, len(safe))
+	for i, o := range safe {
+		files[i] = uploadJob{name: treePath(prefix, o.Key), size: o.Size}
+	}
+	display := newProgressDisplay(mode, stderr, files, true)
+	var (
+		mu                    sync.Mutex
+		fetched, kept, failed int
+		say                   = func(format string, a ...any) { display.println(strings.TrimSuffix(fmt.Sprintf(format, a...), "\n")) }
+		g, gctx               = errgroup.WithContext(ctx)
+		stop                  = func() bool { return ctx.Err() != nil }
+		count                 = func(n *int) { mu.Lock(); *n++; mu.Unlock() }
+	)
+	g.SetLimit(max(1, jobs))
+	for i, o := range safe {
+		dest := filepath.Join(dir, files[i].name)
+		track := display.track(i, files[i])
 		g.Go(func() error {
+			ok := false
+			defer func() { track.done(ok) }()
 			if stop() {
 				return nil
 			}
 			if same, err := sameFile(gctx, c, o, dest); err == nil && same {
+				track.advance(o.Size)
+				ok = true
 				count(&kept)
 				return nil
 			}
@@ -192,26 +212,35 @@ func getTree(ctx context.Context, c *client.Client, prefix, dir string, jobs int
 				count(&failed)
 				return nil
 			}
-			n, _, err := download(gctx, c, &chunkupv1.ReadObjectRequest{Key: o.Key}, dest)
+			var progress func(int64)
+			if mode == "bars" { // lines: one per file once it is written, below
+				progress = func(written int64) { track.update(client.Progress{Size: o.Size, BytesAcked: written}) }
+			}
+			n, _, err := download(gctx, c, &chunkupv1.ReadObjectRequest{Key: o.Key}, dest, progress)
 			if err != nil {
 				say("chunkup: %s: %v\n", o.Key, err)
 				count(&failed)
 				return nil
 			}
-			say("%s: %d bytes\n", dest, n)
+			if mode == "lines" {
+				say("%s: %d bytes\n", dest, n)
+			}
+			ok = true
 			count(&fetched)
 			return nil
 		})
 	}
 	_ = g.Wait()
+	display.finish()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// The bars are gone: what is left to say goes to stderr itself.
 	if kept > 0 {
-		say("chunkup: %d of %d files were already there with the same bytes\n", kept, len(objs))
+		fmt.Fprintf(stderr, "chunkup: %d of %d files were already there with the same bytes\n", kept, len(objs))
 	}
 	if unsafe > 0 {
-		say("chunkup: %d of %d objects were skipped: their keys name no file of their own below the prefix\n", unsafe, len(objs))
+		fmt.Fprintf(stderr, "chunkup: %d of %d objects were skipped: their keys name no file of their own below the prefix\n", unsafe, len(objs))
 	}
 	if failed > 0 {
 		return fmt.Errorf("get -r: %d of %d objects were not downloaded; run the same command again to fetch them", failed, len(objs))

@@ -5,7 +5,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +19,22 @@ import (
 
 // barWidth is the width of a bar's [===>   ] part.
 const barWidth = 40
+
+// progressModeOf is the display --progress asks for on stderr: auto is bars on a
+// terminal and lines otherwise.
+func progressModeOf(flag string, stderr io.Writer) (string, error) {
+	mode := flag
+	if mode == "auto" {
+		mode = "lines"
+		if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			mode = "bars"
+		}
+	}
+	if mode != "bars" && mode != "lines" && mode != "none" {
+		return "", usageError{fmt.Errorf("--progress %q: use auto, bars, lines or none", mode)}
+	}
+	return mode, nil
+}
 
 // progressDisplay shows uploads' progress: on a terminal a bar per file, in the order
 // of the arguments, and one for all of them when there are several; for logs a plain
@@ -98,6 +113,7 @@ type tracker struct {
 	d     *progressDisplay
 	name  string
 	sized bool // its size is known (not standard input), so it counts in the total
+	empty bool // its size is known to be 0: its bar is one step, taken when done
 	bar   *mpb.Bar
 	speed *speed
 	// base is what the server held when the upload started (a resume), and shown the
@@ -109,19 +125,24 @@ type tracker struct {
 // track makes the i-th file's tracker; its bar is placed by i, so bars keep the order of
 // the arguments whatever order the files start in.
 func (d *progressDisplay) track(i int, j uploadJob) *tracker {
-	t := &tracker{d: d, name: j.name, sized: j.size >= 0, tenths: -1, speed: newSpeed()}
+	t := &tracker{d: d, name: j.name, sized: j.size >= 0, empty: j.size == 0, tenths: -1, speed: newSpeed()}
 	if d.bars != nil {
+		counters, total := decor.CountersKibiByte("% .1f / % .1f", decor.WCSyncSpace), max(j.size, 0)
+		if t.empty {
+			// mpb leaves a bar of no bytes empty even when complete, so an empty file's
+			// bar counts one step, taken when it is done, under its true counters. (A
+			// filler of our own would not shrink with the terminal: a line wider than
+			// the terminal wraps and leaves its old frames behind.)
+			counters, total = decor.Name("0.0 b / 0.0 b", decor.WCSyncSpace), 1
+		}
 		opts := []mpb.BarOption{mpb.BarWidth(barWidth), mpb.BarPriority(i),
-			mpb.PrependDecorators(decor.Name(j.name, decor.WCSyncSpaceR), decor.CountersKibiByte("% .1f / % .1f", decor.WCSyncSpace)),
+			mpb.PrependDecorators(decor.Name(j.name, decor.WCSyncSpaceR), counters),
 			mpb.AppendDecorators(percentage(), decor.Name(" "), t.speed.decorator()),
 		}
 		if d.removeDone {
 			opts = append(opts, mpb.BarRemoveOnComplete())
 		}
-		if j.size == 0 { // mpb leaves a bar of no bytes empty: a complete one is full
-			opts = append(opts, mpb.BarFillerOnComplete("["+strings.Repeat("=", barWidth-2)+"]"))
-		}
-		t.bar = d.bars.AddBar(max(j.size, 0), opts...)
+		t.bar = d.bars.AddBar(total, opts...)
 	}
 	return t
 }
@@ -134,7 +155,7 @@ func (t *tracker) start(up *chunkupv1.Upload) {
 	if t.d.totalSpeed != nil && t.sized {
 		t.d.totalSpeed.base.Add(t.base)
 	}
-	if t.bar != nil && up.ExpectedSize >= 0 {
+	if t.bar != nil && up.ExpectedSize >= 0 && !t.empty {
 		t.bar.SetTotal(up.ExpectedSize, false)
 	}
 	t.advance(t.base)
@@ -146,7 +167,7 @@ func (t *tracker) start(up *chunkupv1.Upload) {
 // update takes the SDK's progress (which knows the size once the upload is created):
 // the bar follows acknowledged bytes (durably staged), not merely sent ones.
 func (t *tracker) update(p client.Progress) {
-	if t.bar != nil {
+	if t.bar != nil && !t.empty {
 		if p.Size >= 0 {
 			t.bar.SetTotal(p.Size, false)
 		} else {
@@ -176,7 +197,7 @@ func (t *tracker) advance(acked int64) {
 		t.d.total.IncrInt64(acked - t.shown)
 	}
 	t.shown = acked
-	if t.bar != nil {
+	if t.bar != nil && !t.empty {
 		t.bar.SetCurrent(acked)
 	}
 }
@@ -186,7 +207,9 @@ func (t *tracker) done(ok bool) {
 	if t.bar == nil {
 		return
 	}
-	if ok {
+	if ok && t.empty {
+		t.bar.SetCurrent(1)
+	} else if ok {
 		t.bar.SetTotal(-1, true)
 	} else {
 		t.bar.Abort(t.d.removeDone)

@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/term"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -102,15 +101,9 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return usageError{fmt.Errorf("--custom-metadata: want a JSON object: %w", err)}
 		}
 	}
-	mode := *progressMode
-	if mode == "auto" {
-		mode = "lines"
-		if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-			mode = "bars"
-		}
-	}
-	if mode != "bars" && mode != "lines" && mode != "none" {
-		return usageError{fmt.Errorf("--progress %q: use auto, bars, lines or none", mode)}
+	mode, err := progressModeOf(*progressMode, stderr)
+	if err != nil {
+		return err
 	}
 	var keyPrefix *string
 	if prefixGiven {
