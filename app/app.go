@@ -122,6 +122,9 @@ type Config struct {
 	// HTTPDoor configures the HTTP door (tus and the IETF resumable-upload draft) that
 	// the api role serves on HTTPAddr (see httpdoor.go).
 	HTTPDoor HTTPDoorConfig
+	// DirectDoor configures the direct-to-S3 door (Uppy Companion's S3 multipart
+	// contract) that the api role serves on HTTPAddr (see directdoor.go).
+	DirectDoor DirectDoorConfig
 }
 
 // Validate checks the configuration and the configurations of every role.
@@ -147,7 +150,7 @@ func (c *Config) Validate() error {
 		return errors.New("rate limits must not be negative")
 	}
 	return errors.Join(c.S3.Validate(), c.Auth.Validate(), c.TLS.Validate(), wrapf("http %w", c.HTTPTLS.Validate()), c.Documents.Validate(), c.Staging.Validate(), core.Validate(), srv.Validate(), c.Worker.Validate(),
-		c.Completer.Validate(), c.Publisher.Validate(), c.Expirer.Validate(), c.OCR.validate(), c.HTTPDoor.Validate(), c.HTTPServer.Validate())
+		c.Completer.Validate(), c.Publisher.Validate(), c.Expirer.Validate(), c.OCR.validate(), c.HTTPDoor.Validate(), c.DirectDoor.Validate(), c.HTTPServer.Validate())
 }
 
 func (c *Config) redisURL() string {
@@ -172,6 +175,8 @@ type App struct {
 	log     *slog.Logger
 	rdb     redis.UniversalClient
 	s3      *s3store.Store
+	// presigner signs direct uploads' part URLs for the store's public address.
+	presigner *s3store.Presigner
 	hub     *notify.Hub
 	outbox  *outbox.Outbox
 	uploads *uploads.Store
@@ -251,6 +256,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a.s3 = s3store.New(client, s3store.StoreOptions(cfg.S3)...)
+	a.presigner = s3store.NewPresigner(client, cfg.S3.PublicEndpoint)
 	if err := a.s3.EnsureBucket(ctx, cfg.bucket()); err != nil {
 		return nil, err
 	}
@@ -333,6 +339,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			uc.Logger = a.log.With("role", RoleAPI)
 		}
 		cd := upload.Deps{Store: a.uploads, Ender: ender, Objects: a.s3}
+		if !cfg.DirectDoor.Off {
+			cd.Direct, cd.DirectStore = directS3{a.s3, a.presigner}, upload.NewDirectStore(a.uploads)
+		}
 		if a.metrics != nil {
 			cd.Metrics = a.metrics
 		}
@@ -412,6 +421,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}))
 		if a.api != nil && !cfg.HTTPDoor.Off {
 			if err := a.setupDoor(mux, guard); err != nil {
+				return nil, err
+			}
+		}
+		if a.api != nil && !cfg.DirectDoor.Off {
+			if err := a.setupDirectDoor(mux, guard); err != nil {
 				return nil, err
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +32,7 @@ type Objects interface {
 	Complete(ctx context.Context, bucket, key, uploadID string, checksummed bool, parts []s3store.Part, size int64, sum uint32, o s3store.Owner) (string, error)
 	AbortStrays(ctx context.Context, bucket, key, keep string) ([]string, error)
 	FirstBytes(ctx context.Context, bucket, key string, n int64) ([]byte, error)
+	ObjectCRC(ctx context.Context, bucket, key string) (uint32, int64, error)
 }
 
 var _ Objects = (*s3store.Store)(nil)
@@ -270,6 +272,17 @@ func (c *Completer) complete(ctx context.Context, id string, head []byte) (*stag
 			return nil, c.failed(ctx, id, err)
 		}
 	}
+	if slices.ContainsFunc(parts, func(p staging.Part) bool { return p.NoCRC }) {
+		// A direct upload whose client gave no checksums: the object's CRC32C (which
+		// its record, its event and its readers' checks carry) is learnt by reading it.
+		var n int64
+		if sum, n, err = c.objectCRC(ctx, b); err != nil {
+			return nil, c.retryLater(ctx, id, err)
+		}
+		if n != size {
+			return nil, c.failed(ctx, id, &retry.PermanentError{Err: fmt.Errorf("the object has %d bytes, but its parts %d", n, size)})
+		}
+	}
 	// The object is final: no other multipart upload for its key can be of use. Done
 	// before the completion is recorded, so that a completer dying here leaves the job
 	// to its successor (which meets NoSuchUpload, finds the object, and gets here).
@@ -394,6 +407,12 @@ func (c *Completer) completeMultipart(ctx context.Context, id string, b staging.
 	}
 	return c.s3.Complete(ctx, b.Bucket, b.Key, b.MultipartID, b.MultipartChecksummed, ps, size, sum,
 		s3store.Owner{UploadID: id, IfAbsent: b.IfAbsent})
+}
+
+// objectCRC reads the completed object for its CRC32C (unbounded in time but by the
+// caller's context: a large object takes longer than one S3 call's bound).
+func (c *Completer) objectCRC(ctx context.Context, b staging.Begin) (uint32, int64, error) {
+	return c.s3.ObjectCRC(ctx, b.Bucket, b.Key)
 }
 
 // strayTimeout bounds the clean-up of stray multipart uploads after a completion, so a

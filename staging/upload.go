@@ -25,6 +25,12 @@ type NewUpload struct {
 	Metadata                        map[string]string
 	// IfAbsent: the object must not replace one at its key (S3's conditional write).
 	IfAbsent bool
+	// Direct: the client puts the parts into S3 itself, with URLs chunkup signs, in
+	// the multipart upload MultipartID (created with CRC32C checksums when
+	// MultipartChecksummed); chunkup records the parts the client reports.
+	Direct               bool
+	MultipartID          string
+	MultipartChecksummed bool
 	Document
 	// At is the creation time recorded; zero means the store's clock now. A caller
 	// that sets it can describe the new upload (Created) without reading it back.
@@ -45,7 +51,8 @@ func (u NewUpload) Created() *Upload {
 		ID: u.ID, Status: StatusActive, Bucket: u.Bucket, Key: u.Key, ChunkSize: u.ChunkSize,
 		ExpectedSize: u.ExpectedSize, Total: u.Total, InstanceID: u.InstanceID, Name: u.Name, ContentType: u.ContentType,
 		ClientNodeID: u.ClientNodeID, CorrelationID: u.CorrelationID, Tenant: u.Tenant, Metadata: u.Metadata,
-		Document: u.Document, IfAbsent: u.IfAbsent, ReceivedChunks: []uint32{}, Created: at, Updated: at,
+		Document: u.Document, IfAbsent: u.IfAbsent, Direct: u.Direct, MultipartID: u.MultipartID,
+		ReceivedChunks: []uint32{}, Created: at, Updated: at,
 	}
 }
 
@@ -57,6 +64,8 @@ type Params struct {
 	Total uint32
 	// Tenant owns the upload.
 	Tenant string
+	// Direct: its parts go straight into S3 (NewUpload.Direct); it takes no chunks.
+	Direct bool
 }
 
 // Upload is an upload's state as stored.
@@ -90,6 +99,8 @@ type Upload struct {
 	Tail Tail
 	// IfAbsent: the object must not replace one at its key.
 	IfAbsent bool
+	// Direct: its parts go straight into S3 (NewUpload.Direct).
+	Direct bool
 	Document
 	// DetectedContentType is the type found in the object's first bytes at completion,
 	// when ContentType was empty or generic.
@@ -193,6 +204,9 @@ type Part struct {
 	ETag   string
 	CRC32C uint32
 	Size   int64
+	// NoCRC: the part's CRC32C is not known (a direct upload's part from a client that
+	// gave none); CRC32C is 0.
+	NoCRC bool
 }
 
 // Final describes a completed object.

@@ -142,6 +142,11 @@ type Deps struct {
 	Completer Completer
 	// Metrics, when set, counts uploads and chunks.
 	Metrics Metrics
+	// Direct and DirectStore, when set, make direct uploads (CreateDirect): S3's side
+	// (the multipart upload, signed part URLs, the parts' listing) and the records.
+	// Nil: direct uploads are refused as unsupported.
+	Direct      DirectS3
+	DirectStore DirectStore
 }
 
 // Config configures the core. Zero values mean the documented defaults.
@@ -193,6 +198,9 @@ type Config struct {
 	// LockLease is the lease of an upload's append lock in Redis (see Lock). Zero
 	// means 15 s.
 	LockLease time.Duration
+	// DirectURLTTL is how long a direct upload's signed part URLs are valid. Zero
+	// means DefaultDirectURLTTL; at most 7 days (SigV4's limit).
+	DirectURLTTL time.Duration
 	Logger    *slog.Logger
 }
 
@@ -234,6 +242,9 @@ func (c Config) Validate() error {
 	}
 	if c.StagedBytesBudget > 0 && c.StagedBytesBudget < 2*MinPartSize {
 		return errors.New("upload: the staged-bytes budget must be at least 10 MiB (two minimal chunks)")
+	}
+	if c.DirectURLTTL < 0 || c.DirectURLTTL > 7*24*time.Hour || c.DirectURLTTL > 0 && c.DirectURLTTL < time.Second {
+		return errors.New("upload: the direct URL TTL must be between 1s and 7 days (SigV4's limit)")
 	}
 	if c.LockLease < 0 || c.LockLease > 0 && c.LockLease < 30*time.Millisecond {
 		return errors.New("upload: the lock lease must be at least 30ms")
@@ -277,6 +288,9 @@ func (c Config) WithDefaults() Config {
 	if c.LockLease == 0 {
 		c.LockLease = DefaultLockLease
 	}
+	if c.DirectURLTTL == 0 {
+		c.DirectURLTTL = DefaultDirectURLTTL
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -307,6 +321,9 @@ type Core struct {
 	streams   *StreamCounter
 	creates   *TenantRateLimiter // nil: no bound
 	budget    *budgetGate        // nil: no budget
+	// direct and directStore make direct uploads; nil: refused.
+	direct      DirectS3
+	directStore DirectStore
 }
 
 // New returns the core.
@@ -317,9 +334,12 @@ func New(d Deps, cfg Config) (*Core, error) {
 	if d.Store == nil || d.Ender == nil {
 		return nil, errors.New("upload: the core needs a store and an ender")
 	}
+	if (d.Direct == nil) != (d.DirectStore == nil) {
+		return nil, errors.New("upload: direct uploads need both Direct and DirectStore")
+	}
 	cfg = cfg.WithDefaults()
 	c := &Core{cfg: cfg, store: d.Store, ender: d.Ender, objects: d.Objects, local: d.Local,
-		completer: d.Completer, metrics: d.Metrics,
+		completer: d.Completer, metrics: d.Metrics, direct: d.Direct, directStore: d.DirectStore,
 		streams: NewStreamCounter("upload streams", cfg.MaxStreamsPerTenant)}
 	if cfg.CreateRatePerTenant > 0 {
 		c.creates = NewTenantRateLimiter(cfg.CreateRatePerTenant, int(max(1, 2*cfg.CreateRatePerTenant)))

@@ -37,6 +37,10 @@ type CreateRequest struct {
 	// CorrelationID ties the upload to the caller's request; "" takes the context's
 	// (WithCorrelationID), or has one made.
 	CorrelationID string
+
+	// direct: the client puts the parts into S3 itself (CreateDirect), with their
+	// CRC32C when directChecksums.
+	direct, directChecksums bool
 }
 
 // Plan validates create request req and returns the parameters the upload it makes
@@ -151,6 +155,11 @@ func (c *Core) create(ctx context.Context, req *CreateRequest, p staging.Params)
 	if expected >= 0 {
 		nu.Total = staging.TotalChunks(expected, chunkSize)
 	}
+	if req.direct {
+		if err := c.createMultipart(ctx, &nu, req.directChecksums); err != nil {
+			return nil, err
+		}
+	}
 	var created bool
 	if fresh {
 		// With its node index, which is written once the upload exists (a reader that
@@ -159,6 +168,12 @@ func (c *Core) create(ctx context.Context, req *CreateRequest, p staging.Params)
 	} else {
 		// An id bound by an attempt that may have died before creating it.
 		created, err = c.store.Create(ctx, nu)
+	}
+	if req.direct && (err != nil || !created) {
+		// The record names another multipart upload, or none: this one is a stray.
+		if aerr := c.direct.Abort(context.WithoutCancel(ctx), nu.Bucket, nu.Key, nu.MultipartID); aerr != nil {
+			c.cfg.Logger.Warn("abort a direct upload's unused multipart upload", "upload_id", id, "err", aerr)
+		}
 	}
 	if err != nil {
 		return nil, err

@@ -22,6 +22,10 @@ type Config struct {
 	// Endpoint is the base URL of an S3-compatible store (e.g. http://127.0.0.1:9000).
 	// Empty means AWS S3. A custom endpoint implies path-style addressing.
 	Endpoint string
+	// PublicEndpoint is the store's base URL as clients reach it, for the URLs direct
+	// uploads' clients put parts to, when it differs from Endpoint (a store behind a
+	// proxy, or on a private network name). Empty means Endpoint.
+	PublicEndpoint string
 	// Region defaults to us-east-1.
 	Region string
 	// AccessKey and SecretKey, when both set, are used instead of the SDK's chain.

@@ -192,7 +192,7 @@ func parseParts(id string, h map[string]string, total uint32) ([]staging.Part, e
 		if len(f) != 3 {
 			return nil, fmt.Errorf("staging: upload %s part %d is malformed", id, n)
 		}
-		parts[i] = staging.Part{N: n, ETag: f[0], CRC32C: rdb.U32(f[1]), Size: rdb.I64(f[2])}
+		parts[i] = staging.Part{N: n, ETag: f[0], CRC32C: rdb.U32(f[1]), Size: rdb.I64(f[2]), NoCRC: f[1] == rdb.NoCRC}
 	}
 	return parts, nil
 }

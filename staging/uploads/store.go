@@ -316,11 +316,14 @@ func (s *Store) createArgs(u staging.NewUpload) ([]string, []any, error) {
 		"status", string(staging.StatusActive), "bucket", u.Bucket, "key", u.Key,
 		"chunk_size", u.ChunkSize, "expected_size", u.ExpectedSize, "total", u.Total,
 		"max_received", 0, "received", 0, "received_bytes", 0, "uploaded", 0,
-		"uploaded_bytes", 0, "s3_upload_id", "", "instance_id", u.InstanceID, "tenant", u.Tenant,
+		"uploaded_bytes", 0, "s3_upload_id", u.MultipartID, "instance_id", u.InstanceID, "tenant", u.Tenant,
 		"created_ms", now, "updated_ms", now,
 	}
 	if u.IfAbsent {
 		state = append(state, "if_absent", "1")
+	}
+	if u.Direct {
+		state = append(state, "direct", "1", "mpu_crc32c", flag(u.MultipartChecksummed))
 	}
 	args := []any{s.c.KeysTTL(), len(state) / 2}
 	args = append(args, state...)
@@ -345,7 +348,7 @@ func (s *Store) createArgs(u staging.NewUpload) ([]string, []any, error) {
 
 // Params reads an upload's immutable parameters.
 func (s *Store) Params(ctx context.Context, id string) (staging.Params, error) {
-	v, err := s.c.Client.HMGet(ctx, rdb.StateKey(id), "chunk_size", "expected_size", "tenant").Result()
+	v, err := s.c.Client.HMGet(ctx, rdb.StateKey(id), "chunk_size", "expected_size", "tenant", "direct").Result()
 	if err != nil {
 		return staging.Params{}, err
 	}
@@ -356,6 +359,7 @@ func (s *Store) Params(ctx context.Context, id string) (staging.Params, error) {
 	p.ChunkSize = rdb.I64(v[0])
 	p.ExpectedSize = rdb.I64(v[1])
 	p.Tenant = rdb.Str(v[2])
+	p.Direct = rdb.Str(v[3]) == "1"
 	if p.ExpectedSize >= 0 {
 		p.Total = staging.TotalChunks(p.ExpectedSize, p.ChunkSize)
 	}
@@ -439,6 +443,7 @@ func parseUpload(id string, h, m, received map[string]string, partsAll *redis.Ma
 		Created: rdb.MsTime(h["created_ms"]), Updated: rdb.MsTime(h["updated_ms"]),
 		FirstChunk: rdb.MsTime(h["first_ms"]), Completed: rdb.MsTime(h["completed_ms"]),
 		DetectedContentType: h["detected_ct"], IfAbsent: h["if_absent"] == "1", Tail: parseTail(h["tail"]),
+		Direct: h["direct"] == "1",
 		Document: staging.Document{NodeID: m["node_id"], ConnectorID: m["connector_id"], ParentID: m["parent_id"],
 			Path: m["path"], Drive: m["drive"], CustomMetadata: m["custom_metadata"]},
 	}

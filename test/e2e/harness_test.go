@@ -128,10 +128,14 @@ func (e *env) requireExact(t testing.TB, up *chunkupv1.Upload, want []byte) {
 	harness.RequireExact(t, ctx(t), e.s3, bucket, up, want)
 }
 
-// openMultipartUploads lists the multipart uploads MinIO still holds.
-func (e *env) openMultipartUploads(t testing.TB) int {
+// openMultipartUploads counts the multipart uploads MinIO still holds.
+func (e *env) openMultipartUploads(t testing.TB) int { return e.openMultipartUploadsFor(t, "") }
+
+// openMultipartUploadsFor counts the multipart uploads MinIO still holds for keys that
+// begin with prefix.
+func (e *env) openMultipartUploadsFor(t testing.TB, prefix string) int {
 	t.Helper()
-	out, err := e.s3.ListMultipartUploads(ctx(t), &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket)})
+	out, err := e.s3.ListMultipartUploads(ctx(t), &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket), Prefix: aws.String(prefix)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,10 +54,18 @@ func ParseCRCSize(v string) (crc uint32, size int64, ok bool) {
 	if !found {
 		return 0, 0, false
 	}
+	if c == NoCRC {
+		sn, err := strconv.ParseInt(sz, 10, 64)
+		return 0, sn, err == nil
+	}
 	cn, err1 := strconv.ParseUint(c, 10, 32)
 	sn, err2 := strconv.ParseInt(sz, 10, 64)
 	return uint32(cn), sn, err1 == nil && err2 == nil
 }
+
+// NoCRC stands for a CRC32C that is not known (a direct upload's part from a client
+// that gave none) where a record holds a chunk's or part's CRC32C.
+const NoCRC = "-"
 
 // OneLine keeps a message on one line (error histories are lists of lines).
 func OneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), "\n", " ") }

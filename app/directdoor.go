@@ -1,0 +1,83 @@
+package app
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/chunkup/chunkup/directdoor"
+	"github.com/chunkup/chunkup/s3store"
+	"github.com/chunkup/chunkup/server"
+	"github.com/chunkup/chunkup/upload"
+)
+
+// DirectDoorConfig configures the direct-to-S3 door (package directdoor).
+type DirectDoorConfig struct {
+	// Off turns the door off (and direct uploads with it).
+	Off bool
+	// Prefix is where it is mounted on HTTPAddr. Zero means "/s3/".
+	Prefix string
+}
+
+// Validate checks the configuration.
+func (c DirectDoorConfig) Validate() error {
+	if c.Off || c.Prefix == "" {
+		return nil
+	}
+	if c.Prefix == "/" || !strings.HasPrefix(c.Prefix, "/") || !strings.HasSuffix(c.Prefix, "/") {
+		return fmt.Errorf("direct door: the prefix %q must start and end with / and not be / alone (e.g. /s3/)", c.Prefix)
+	}
+	return nil
+}
+
+// directS3 is S3's side of direct uploads: the store, and the presigner for the store's
+// public address.
+type directS3 struct {
+	*s3store.Store
+	*s3store.Presigner
+}
+
+var _ upload.DirectS3 = directS3{}
+
+// setupDirectDoor mounts the direct-to-S3 door over the upload core, with the API's
+// credentials and rate limit, as the HTTP door's.
+func (a *App) setupDirectDoor(mux *http.ServeMux, guard server.Guard) (err error) {
+	prefix := cmp.Or(a.cfg.DirectDoor.Prefix, "/s3/")
+	limiter := guard.RateLimiter()
+	authenticate := func(r *http.Request) (context.Context, error) { return server.HTTPContext(r), nil }
+	if guard.Auth != nil {
+		authenticate = guard.Auth.AuthenticateHTTP
+	}
+	endpoint := cmp.Or(a.cfg.S3.PublicEndpoint, a.cfg.S3.Endpoint, "https://s3."+cmp.Or(a.cfg.S3.Region, "us-east-1")+".amazonaws.com")
+	door := directdoor.New(a.core, directdoor.Config{
+		Prefix: prefix,
+		Authenticate: func(r *http.Request) (context.Context, error) {
+			ctx, err := authenticate(r)
+			if err != nil {
+				return nil, err
+			}
+			ctx = upload.WithCorrelationID(ctx, server.CorrelationID(ctx))
+			if limiter != nil {
+				if err := limiter.Limit(ctx); err != nil {
+					return nil, err
+				}
+			}
+			return ctx, nil
+		},
+		ObjectURL: directdoor.ObjectURL(endpoint),
+		Logger:    a.log.With("role", "directdoor"),
+	})
+	defer func() {
+		// ServeMux panics on a pattern that conflicts with one registered already.
+		if p := recover(); p != nil {
+			err = fmt.Errorf("direct door: prefix %s: %v", prefix, p)
+		}
+	}()
+	// A completion lists the parts and may read the object for its CRC32C: bounded, as
+	// every request of the door, so that a stuck store does not hold the connection.
+	mux.Handle(prefix, http.TimeoutHandler(door, 5*time.Minute, `{"error":"the request took too long; retry it"}`))
+	return nil
+}

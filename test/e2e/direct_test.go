@@ -1,0 +1,402 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/chunkup/chunkup/cleanup"
+	"github.com/chunkup/chunkup/client"
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/testdocs"
+	"github.com/chunkup/chunkup/internal/testenv"
+	"github.com/chunkup/chunkup/server"
+	"github.com/chunkup/chunkup/staging"
+)
+
+// directCall sends one request of Companion's S3 multipart contract to chunkup with
+// curl, and decodes its JSON answer into out (when not nil).
+func directCall(t *testing.T, method, u string, body any, out any, header ...string) int {
+	t.Helper()
+	args := []string{"-X", method, u}
+	for _, h := range header {
+		args = append(args, "-H", h)
+	}
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-H", "Content-Type: application/json", "--data-binary", string(b))
+	}
+	res, _, text := curl(t, args...)
+	if out != nil && res.code < 300 {
+		if err := json.Unmarshal([]byte(text), out); err != nil {
+			t.Fatalf("%s %s: %d %q: %v", method, u, res.code, text, err)
+		}
+	}
+	if res.code >= 300 {
+		t.Logf("%s %s: %d %s", method, u, res.code, text)
+		if out, ok := out.(*directError); ok {
+			_ = json.Unmarshal([]byte(text), out)
+		}
+	}
+	return res.code
+}
+
+type directError struct {
+	Error string `json:"error"`
+}
+
+type directCreated struct {
+	UploadID string `json:"uploadId"`
+	Key      string `json:"key"`
+	Bucket   string `json:"bucket"`
+}
+
+type directPart struct {
+	PartNumber int    `json:"PartNumber"`
+	ETag       string `json:"ETag"`
+	Size       int64  `json:"Size,omitempty"`
+}
+
+// direct drives one direct upload against the door at base.
+type direct struct {
+	t       *testing.T
+	base    string
+	header  []string // credentials
+	created directCreated
+}
+
+func newDirect(t *testing.T, base, filename, ct string, header ...string) *direct {
+	t.Helper()
+	d := &direct{t: t, base: base, header: header}
+	if code := directCall(t, "POST", base+"multipart", map[string]any{"filename": filename, "type": ct,
+		"metadata": map[string]any{"name": filename, "type": ct, "relativePath": nil, "source": "e2e"}}, &d.created, header...); code != http.StatusOK {
+		t.Fatalf("create: %d", code)
+	}
+	if d.created.UploadID == "" || d.created.Key == "" {
+		t.Fatalf("create answered %+v", d.created)
+	}
+	return d
+}
+
+func (d *direct) q() string { return "?key=" + url.QueryEscape(d.created.Key) }
+
+// sign returns part n's signed URL.
+func (d *direct) sign(n int) string {
+	d.t.Helper()
+	var signed struct {
+		URL     string `json:"url"`
+		Expires int64  `json:"expires"`
+	}
+	if code := directCall(d.t, "GET", d.base+"multipart/"+d.created.UploadID+"/"+strconv.Itoa(n)+d.q(), nil, &signed, d.header...); code != http.StatusOK || signed.URL == "" || signed.Expires <= 0 {
+		d.t.Fatalf("sign part %d: %d %+v", n, code, signed)
+	}
+	return signed.URL
+}
+
+// put PUTs data to a signed URL with curl, as a browser or script would, and returns
+// the status and the ETag S3 answered.
+func (d *direct) put(u string, data []byte) (int, string) {
+	d.t.Helper()
+	file := writeFile(d.t, "part", data)
+	res, _, _ := curl(d.t, "-X", "PUT", "--data-binary", "@"+file, "-H", "Content-Type:", u)
+	return res.code, res.header.Get("ETag")
+}
+
+func (d *direct) complete(parts []directPart, out any) int {
+	d.t.Helper()
+	return directCall(d.t, "POST", d.base+"multipart/"+d.created.UploadID+"/complete"+d.q(), map[string]any{"parts": parts}, out, d.header...)
+}
+
+// TestDirectContractByCurl: Companion's S3 multipart contract by curl alone: create,
+// sign three parts, PUT them straight to MinIO with the signed URLs, complete with their
+// ETags; GetUpload says COMPLETED, the object is exact, and Kafka has its
+// UploadCompleted once. A one-part PNG goes the same way and is read by OCR (its parts
+// carry no checksum: chunkup reads the object for its CRC32C). The parts' listing shows
+// what S3 holds while the upload is open.
+func TestDirectContractByCurl(t *testing.T) {
+	e := newEnv(t)
+	k := testenv.StartKafka(t, topic)
+	a := e.start(t, withOCR(withKafka(e.config(), k)))
+	c := e.client(t, a)
+	base := "http://" + a.HTTPAddr() + "/s3/"
+
+	data := randomBytes(11<<20+12345, 281)
+	d := newDirect(t, base, "video.bin", "application/octet-stream")
+	bounds := []int{0, 5 << 20, 10 << 20, len(data)}
+	var parts []directPart
+	for n := 1; n <= 3; n++ {
+		code, etag := d.put(d.sign(n), data[bounds[n-1]:bounds[n]])
+		if code != http.StatusOK || etag == "" {
+			t.Fatalf("PUT part %d to S3: %d, ETag %q", n, code, etag)
+		}
+		parts = append(parts, directPart{PartNumber: n, ETag: etag})
+	}
+	var held []directPart
+	if code := directCall(t, "GET", base+"multipart/"+d.created.UploadID+d.q(), nil, &held); code != http.StatusOK || len(held) != 3 || held[2].Size != int64(bounds[3]-bounds[2]) {
+		t.Fatalf("list parts: %d %+v", code, held)
+	}
+	var done struct {
+		Location, Key, Status string
+	}
+	if code := d.complete(parts, &done); code != http.StatusOK || done.Key != d.created.Key || done.Status != "COMPLETED" || !strings.HasSuffix(done.Location, "/"+d.created.Key) {
+		t.Fatalf("complete: %d %+v", code, done)
+	}
+	up := getUpload(t, c, d.created.UploadID)
+	e.requireExact(t, up, data)
+	if up.Name != "video.bin" || up.Metadata["source"] != "e2e" {
+		t.Fatalf("upload %v: want the name and metadata given", up)
+	}
+	// Completing again answers the same: a client that lost the answer retries.
+	if code := d.complete(parts, &done); code != http.StatusOK || done.Status != "COMPLETED" {
+		t.Fatalf("complete again: %d %+v", code, done)
+	}
+
+	png := testdocs.PNG("INVOICE 7373", "DIRECT DOOR")
+	p := newDirect(t, base, "scan.png", "image/png")
+	code, etag := p.put(p.sign(1), png)
+	if code != http.StatusOK {
+		t.Fatalf("PUT the PNG: %d", code)
+	}
+	if code := p.complete([]directPart{{PartNumber: 1, ETag: etag}}, nil); code != http.StatusOK {
+		t.Fatalf("complete the PNG: %d", code)
+	}
+	pup := waitCompleted(t, c, p.created.UploadID)
+	e.requireExact(t, pup, png)
+	if dec := waitDecision(t, documents(t, a.GRPCAddr()), p.created.UploadID); dec.Ocr == nil || dec.Ocr.Words < 2 {
+		t.Fatalf("document %v: want OCR words", dec)
+	}
+	waitFor(t, "the events on Kafka", func() bool {
+		evs := allEvents(t, k)
+		return len(eventsFor(evs, d.created.UploadID, "chunkup.v1.UploadCompleted")) == 1 &&
+			len(eventsFor(evs, p.created.UploadID, "chunkup.v1.UploadCompleted")) == 1
+	})
+	if n := e.openMultipartUploads(t); n != 0 {
+		t.Fatalf("%d multipart uploads left open in MinIO", n)
+	}
+}
+
+// TestDirectRefusals: what a client reports is checked against what S3 holds before
+// anything is completed. An ETag S3 does not hold, a missing part, a part of another
+// size than reported, and a part under S3's minimum that is not the last each fail the
+// upload with a reason (409), write no object and leave no multipart upload; a signed
+// URL does not take another part number, nor anything once expired; bad requests are
+// 400 and change nothing; another tenant cannot see, sign, complete or abort the upload
+// (404, as for a missing one), and a request without credentials is 401.
+func TestDirectRefusals(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.Upload.DirectURLTTL = 2 * time.Second
+	cfg.Auth.APIKeys = map[string]string{server.HashAPIKey("acme-key"): "acme", server.HashAPIKey("rival-key"): "rival"}
+	a := e.start(t, cfg)
+	c := e.client(t, a, client.WithAPIKey("acme-key"))
+	base := "http://" + a.HTTPAddr() + "/s3/"
+	five := randomBytes(5<<20, 290)
+	acme, rival := "x-api-key: acme-key", "x-api-key: rival-key"
+	// Every upload of this test is acme's (the package's newDirect, with its key).
+	newDirect := func(t *testing.T, base, filename, ct string) *direct { return newDirect(t, base, filename, ct, acme) }
+
+	// threeParts makes an upload with parts 1 and 2 (5 MiB each) and 3 (1 KiB) in S3.
+	threeParts := func(t *testing.T) (*direct, []directPart) {
+		t.Helper()
+		d := newDirect(t, base, "f.bin", "application/octet-stream")
+		var parts []directPart
+		for n, b := range [][]byte{five, five, five[:1024]} {
+			code, etag := d.put(d.sign(n+1), b)
+			if code != http.StatusOK {
+				t.Fatalf("PUT part %d: %d", n+1, code)
+			}
+			parts = append(parts, directPart{PartNumber: n + 1, ETag: etag})
+		}
+		return d, parts
+	}
+	failed := func(t *testing.T, d *direct, parts []directPart, reason string) {
+		t.Helper()
+		var answer directError
+		if code := d.complete(parts, &answer); code != http.StatusConflict || !strings.Contains(answer.Error, reason) || !strings.Contains(answer.Error, "nothing was written") {
+			t.Fatalf("complete: %d %q, want 409 saying %q", code, answer.Error, reason)
+		}
+		up := getUpload(t, c, d.created.UploadID)
+		if up.State != chunkupv1.UploadState_UPLOAD_STATE_FAILED || !strings.Contains(up.Error, reason) {
+			t.Fatalf("upload %v: want FAILED saying %q", up, reason)
+		}
+		if _, err := e.s3.HeadObject(ctx(t), &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(d.created.Key)}); err == nil {
+			t.Fatalf("an object was written at %s", d.created.Key)
+		}
+		waitFor(t, "the multipart upload to be aborted", func() bool { return e.openMultipartUploadsFor(t, d.created.Key) == 0 })
+	}
+
+	t.Run("an ETag S3 does not hold", func(t *testing.T) {
+		d, parts := threeParts(t)
+		parts[1].ETag = `"0123456789abcdef0123456789abcdef"`
+		failed(t, d, parts, "part 2 was reported with ETag")
+	})
+	t.Run("a missing part", func(t *testing.T) {
+		d := newDirect(t, base, "f.bin", "application/octet-stream")
+		var parts []directPart
+		for n := 1; n <= 2; n++ {
+			code, etag := d.put(d.sign(n), five)
+			if code != http.StatusOK {
+				t.Fatalf("PUT part %d: %d", n, code)
+			}
+			parts = append(parts, directPart{PartNumber: n, ETag: etag})
+		}
+		parts = append(parts, directPart{PartNumber: 3, ETag: parts[1].ETag}) // never put
+		failed(t, d, parts, "part 3 was reported, but S3 does not hold it")
+	})
+	t.Run("a part of another size", func(t *testing.T) {
+		d, parts := threeParts(t)
+		parts[2].Size = 2048
+		failed(t, d, parts, "part 3 was reported with 2048 bytes, but S3 holds 1024")
+	})
+	t.Run("a part S3 holds that was not reported", func(t *testing.T) {
+		d, parts := threeParts(t)
+		failed(t, d, parts[:2], "S3 holds part 3, which was not reported")
+	})
+	t.Run("a small part before the last", func(t *testing.T) {
+		d := newDirect(t, base, "f.bin", "application/octet-stream")
+		var parts []directPart
+		for n, b := range [][]byte{five[:1024], five} {
+			code, etag := d.put(d.sign(n+1), b)
+			if code != http.StatusOK {
+				t.Fatalf("PUT part %d: %d", n+1, code)
+			}
+			parts = append(parts, directPart{PartNumber: n + 1, ETag: etag})
+		}
+		failed(t, d, parts, "every part but the last must have at least 5 MiB")
+	})
+	t.Run("a URL for another part number", func(t *testing.T) {
+		d := newDirect(t, base, "f.bin", "application/octet-stream")
+		u := strings.Replace(d.sign(1), "partNumber=1&", "partNumber=2&", 1)
+		if !strings.Contains(u, "partNumber=2&") {
+			t.Fatalf("no partNumber in %s", u)
+		}
+		if code, _ := d.put(u, five[:100]); code != http.StatusForbidden {
+			t.Fatalf("PUT with the part number changed: %d, want 403", code)
+		}
+	})
+	t.Run("an expired URL", func(t *testing.T) {
+		d := newDirect(t, base, "f.bin", "application/octet-stream")
+		u := d.sign(1)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			code, _ := d.put(u, five[:100])
+			if code == http.StatusForbidden {
+				break
+			}
+			if code != http.StatusOK || time.Now().After(deadline) {
+				t.Fatalf("PUT with a URL signed for 2s: %d after %s", code, time.Since(deadline.Add(-30*time.Second)))
+			}
+			time.Sleep(250 * time.Millisecond) // the URL is valid until its time is up
+		}
+	})
+	t.Run("bad requests change nothing", func(t *testing.T) {
+		d, parts := threeParts(t)
+		for _, tc := range []struct {
+			name  string
+			parts []directPart
+			want  string
+		}{
+			{"no parts", nil, "report 1 to 10000 parts"},
+			{"a gap", []directPart{parts[0], parts[2]}, "part 2 is missing or repeated"},
+			{"no ETag", []directPart{parts[0], parts[1], {PartNumber: 3}}, "part 3 has no ETag"},
+		} {
+			var answer directError
+			if code := d.complete(tc.parts, &answer); code != http.StatusBadRequest || !strings.Contains(answer.Error, tc.want) {
+				t.Errorf("%s: %d %q, want 400 saying %q", tc.name, code, answer.Error, tc.want)
+			}
+		}
+		var answer directError
+		if code := directCall(t, "GET", base+"multipart/"+d.created.UploadID+"/0"+d.q(), nil, &answer, acme); code != http.StatusBadRequest {
+			t.Errorf("sign part 0: %d %q, want 400", code, answer.Error)
+		}
+		if code := directCall(t, "GET", base+"multipart/"+d.created.UploadID+"/1?key=other", nil, &answer, acme); code != http.StatusBadRequest || !strings.Contains(answer.Error, "is not upload") {
+			t.Errorf("sign with another key: %d %q, want 400", code, answer.Error)
+		}
+		if code := directCall(t, "POST", base+"multipart", map[string]any{"filename": "x"}, &answer, acme); code != http.StatusBadRequest || !strings.Contains(answer.Error, "type") {
+			t.Errorf("create without a type: %d %q, want 400", code, answer.Error)
+		}
+		// Another tenant: the upload does not exist for it, whatever it asks.
+		for _, r := range []struct{ method, path string }{{"GET", "/1"}, {"GET", ""}, {"POST", "/complete"}, {"DELETE", ""}} {
+			var body any
+			if r.method == "POST" {
+				body = map[string]any{"parts": parts}
+			}
+			if code := directCall(t, r.method, base+"multipart/"+d.created.UploadID+r.path+d.q(), body, &answer, rival); code != http.StatusNotFound {
+				t.Errorf("the other tenant's %s %s: %d %q, want 404", r.method, r.path, code, answer.Error)
+			}
+		}
+		if code := directCall(t, "POST", base+"multipart", map[string]any{"filename": "x", "type": "text/plain"}, &answer); code != http.StatusUnauthorized {
+			t.Errorf("create without credentials: %d %q, want 401", code, answer.Error)
+		}
+		if up := getUpload(t, c, d.created.UploadID); up.State != chunkupv1.UploadState_UPLOAD_STATE_ACTIVE {
+			t.Fatalf("after bad requests the upload is %v, want ACTIVE", up.State)
+		}
+		if code := d.complete(parts, nil); code != http.StatusOK {
+			t.Fatalf("the right completion after them: %d", code)
+		}
+		want := append(append(append([]byte{}, five...), five...), five[:1024]...)
+		e.requireExact(t, waitCompleted(t, c, d.created.UploadID), want)
+	})
+	t.Run("chunks through another door", func(t *testing.T) {
+		d := newDirect(t, base, "f.bin", "application/octet-stream")
+		_, err := c.Upload(ctx(t), strings.NewReader("abc"), client.WithResume(d.created.UploadID))
+		if err == nil || !strings.Contains(err.Error(), "direct upload") {
+			t.Fatalf("chunks sent to a direct upload: %v, want refused", err)
+		}
+	})
+	t.Run("abort", func(t *testing.T) {
+		d, _ := threeParts(t)
+		if code := directCall(t, "DELETE", base+"multipart/"+d.created.UploadID+d.q(), nil, nil, acme); code != http.StatusOK {
+			t.Fatalf("abort: %d", code)
+		}
+		if up := getUpload(t, c, d.created.UploadID); up.State != chunkupv1.UploadState_UPLOAD_STATE_ABORTED {
+			t.Fatalf("aborted: %v", up.State)
+		}
+		waitFor(t, "the multipart upload to be aborted", func() bool { return e.openMultipartUploadsFor(t, d.created.Key) == 0 })
+	})
+}
+
+// TestDirectUploadExpires: a direct upload abandoned after a part expires like any
+// upload, and its multipart upload is aborted in S3; while its client keeps asking for
+// part URLs it is alive.
+func TestDirectUploadExpires(t *testing.T) {
+	e := newEnv(t)
+	clk := &offsetClock{}
+	cfg := e.config()
+	cfg.Staging = staging.Config{StateTTL: time.Hour, Retention: time.Hour, Now: clk.Now}
+	cfg.Expirer = cleanup.ExpirerConfig{Interval: 100 * time.Millisecond}
+	a := e.start(t, cfg)
+	c := e.client(t, a)
+	d := newDirect(t, "http://"+a.HTTPAddr()+"/s3/", "abandoned.bin", "application/octet-stream")
+	if code, _ := d.put(d.sign(1), randomBytes(5<<20, 292)); code != http.StatusOK {
+		t.Fatalf("PUT: %d", code)
+	}
+	if n := e.openMultipartUploads(t); n != 1 {
+		t.Fatalf("%d multipart uploads open, want 1", n)
+	}
+	// Signing a part is activity: 50 minutes, a URL, 50 minutes more, and it is alive.
+	clk.Add(50 * time.Minute)
+	d.sign(2)
+	clk.Add(50 * time.Minute)
+	ttl := 500 * time.Millisecond // a few of the expirer's sweeps
+	for end := time.Now().Add(ttl); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if st := getUpload(t, c, d.created.UploadID).State; st != chunkupv1.UploadState_UPLOAD_STATE_ACTIVE {
+			t.Fatalf("an upload signed for 50 minutes ago is %v, want ACTIVE", st)
+		}
+	}
+	clk.Add(time.Hour)
+	waitFor(t, "the upload to expire", func() bool {
+		return getUpload(t, c, d.created.UploadID).State == chunkupv1.UploadState_UPLOAD_STATE_EXPIRED
+	})
+	waitFor(t, "the multipart upload to be aborted in MinIO", func() bool { return e.openMultipartUploads(t) == 0 })
+}

@@ -1,0 +1,346 @@
+package upload
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/chunkup/chunkup/internal/fault"
+	"github.com/chunkup/chunkup/internal/ids"
+	"github.com/chunkup/chunkup/s3store"
+	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/uploads"
+)
+
+// Direct uploads: the client puts each part straight into S3 with a URL the core signs,
+// and the core keeps everything else: the upload's record, tenant, key, expiry, the
+// check of what S3 holds against what the client reports, and the one completion
+// through the completer, with its event. See docs/direct-uploads.md.
+
+// DirectS3 is what direct uploads need of S3 (see s3store.Store and s3store.Presigner).
+type DirectS3 interface {
+	CreateDirectMultipart(ctx context.Context, bucket, key, ct string, o s3store.Owner, checksummed bool) (string, error)
+	ListParts(ctx context.Context, bucket, key, uploadID string) ([]s3store.ListedPart, error)
+	SignPart(ctx context.Context, bucket, key, uploadID string, n uint32, ttl time.Duration, size int64, crc *uint32) (s3store.Signed, error)
+	Abort(ctx context.Context, bucket, key, uploadID string) error
+}
+
+// DirectStore records a direct upload's activity and parts (see uploads.Store.Touch and
+// uploads.Chunks' BeginThrough and RecordDirect).
+type DirectStore interface {
+	Touch(ctx context.Context, id string) error
+	BeginThrough(ctx context.Context, ref staging.ChunkRef, token string, crc uint32, size int64, last bool, lease time.Duration) (uploads.Through, error)
+	RecordDirect(ctx context.Context, ref staging.ChunkRef, token, etag string, crc *uint32, size int64, last bool) (uploads.ThroughOutcome, bool, error)
+}
+
+// directStore joins the two halves of the uploads store a direct upload uses.
+type directStore struct {
+	*uploads.Store
+	*uploads.Chunks
+}
+
+// NewDirectStore is the DirectStore of uploads store s.
+func NewDirectStore(s *uploads.Store) DirectStore { return directStore{s, s.Chunks()} }
+
+var _ DirectStore = directStore{}
+
+// DefaultDirectURLTTL is how long a signed part URL is valid by default: long enough
+// for a slow client to send a large part, short enough that a leaked URL is soon of no
+// use.
+const DefaultDirectURLTTL = 15 * time.Minute
+
+// PartToSign asks for the URL of one part. Size and CRC32C, when given, are bound
+// into the signature, so that S3 itself refuses other bytes.
+type PartToSign struct {
+	N      uint32
+	Size   int64 // 0: not bound
+	CRC32C *uint32
+}
+
+// SignedPart is a part's presigned PUT.
+type SignedPart struct {
+	N uint32
+	s3store.Signed
+	Expires time.Time
+}
+
+// ReportedPart is a part the client says it put: its number and the ETag S3 answered,
+// and, when it knows them, its size and CRC32C.
+type ReportedPart struct {
+	N      uint32
+	ETag   string
+	Size   int64 // 0: not reported
+	CRC32C *uint32
+}
+
+// directUpload reads direct upload id of the caller's tenant.
+func (c *Core) directUpload(ctx context.Context, id string) (*staging.Upload, error) {
+	if c.direct == nil {
+		return nil, fault.New(fault.Unsupported, "this server does not sign direct uploads to S3 (it has no direct-upload door)")
+	}
+	if err := ValidID(id); err != nil {
+		return nil, err
+	}
+	u, err := c.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !u.Direct {
+		return nil, invalidf("upload %s is not a direct upload: send its chunks to chunkup", id)
+	}
+	return u, nil
+}
+
+// CreateDirect creates a direct upload (req as for Create): the record, and the S3
+// multipart upload its client will put parts into; checksums says the client will give
+// each part's CRC32C (S3 then refuses a part without it).
+func (c *Core) CreateDirect(ctx context.Context, req *CreateRequest, checksums bool) (*staging.Upload, error) {
+	if c.direct == nil {
+		return nil, Explain("", fault.New(fault.Unsupported, "this server does not sign direct uploads to S3 (it has no direct-upload door)"))
+	}
+	p, err := c.plan(req)
+	if err != nil {
+		return nil, Explain("", err)
+	}
+	r := *req
+	r.direct, r.directChecksums = true, checksums
+	up, err := c.create(ctx, &r, p)
+	return up, Explain("", err)
+}
+
+// createMultipart makes the multipart upload of direct upload nu (before its record is
+// written: the record names it).
+func (c *Core) createMultipart(ctx context.Context, nu *staging.NewUpload, checksums bool) error {
+	mpu, err := c.direct.CreateDirectMultipart(ctx, nu.Bucket, nu.Key, nu.ContentType,
+		s3store.Owner{UploadID: nu.ID, IfAbsent: nu.IfAbsent}, checksums)
+	if err != nil {
+		return fault.Wrap(err, fault.Unavailable, "S3 did not start the multipart upload: "+s3store.Reason(err))
+	}
+	nu.Direct, nu.MultipartID, nu.MultipartChecksummed = true, mpu, checksums
+	return nil
+}
+
+// SignParts signs the PUT of each part of direct upload id, valid for the configured
+// TTL. Signing counts as activity: an upload whose client keeps asking for URLs is not
+// expired as idle.
+func (c *Core) SignParts(ctx context.Context, id string, parts []PartToSign) ([]SignedPart, error) {
+	out, err := c.signParts(ctx, id, parts)
+	return out, Explain(id, err)
+}
+
+func (c *Core) signParts(ctx context.Context, id string, parts []PartToSign) ([]SignedPart, error) {
+	if len(parts) == 0 || len(parts) > 1000 {
+		return nil, invalidf("ask for 1 to 1,000 parts at a time, not %d", len(parts))
+	}
+	for _, p := range parts {
+		if p.N < 1 || p.N > MaxParts {
+			return nil, &RangeError{Msg: fmt.Sprintf("part number %d is outside 1 to %d (S3's limit)", p.N, MaxParts)}
+		}
+		if p.Size < 0 || p.Size > MaxPartSize {
+			return nil, invalidf("part %d's size %d is outside S3's limit of 5 GiB", p.N, p.Size)
+		}
+	}
+	u, err := c.directUpload(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if u.Status != staging.StatusActive {
+		return nil, &staging.StateError{Status: u.Status}
+	}
+	if u.Total > 0 {
+		for _, p := range parts {
+			if p.N > u.Total {
+				return nil, &RangeError{Msg: fmt.Sprintf("part %d is beyond the upload's %d parts", p.N, u.Total)}
+			}
+		}
+	}
+	if err := c.directStore.Touch(ctx, id); err != nil {
+		return nil, err
+	}
+	expires := c.store.Now().Add(c.cfg.DirectURLTTL)
+	out := make([]SignedPart, len(parts))
+	for i, p := range parts {
+		s, err := c.direct.SignPart(ctx, u.Bucket, u.Key, u.MultipartID, p.N, c.cfg.DirectURLTTL, p.Size, p.CRC32C)
+		if err != nil {
+			return nil, fault.Wrap(err, fault.Internal, fmt.Sprintf("part %d could not be signed", p.N))
+		}
+		out[i] = SignedPart{N: p.N, Signed: s, Expires: expires}
+	}
+	return out, nil
+}
+
+// DirectParts lists the parts S3 holds of direct upload id (what a client resuming it
+// need not put again).
+func (c *Core) DirectParts(ctx context.Context, id string) ([]s3store.ListedPart, error) {
+	u, err := c.directUpload(ctx, id)
+	if err != nil {
+		return nil, Explain(id, err)
+	}
+	if u.Status != staging.StatusActive {
+		return nil, Explain(id, &staging.StateError{Status: u.Status})
+	}
+	parts, err := c.direct.ListParts(ctx, u.Bucket, u.Key, u.MultipartID)
+	if err != nil {
+		return nil, Explain(id, fault.Wrap(err, fault.Unavailable, "S3 did not list the upload's parts: "+s3store.Reason(err)))
+	}
+	return parts, nil
+}
+
+// MismatchError is a direct upload's completion refused because what S3 holds is not
+// what the client reported: the upload is FAILED with Reason, and no object written.
+type MismatchError struct{ Reason string }
+
+func (e *MismatchError) Error() string { return e.Reason }
+
+// Kind implements fault's kinded errors.
+func (e *MismatchError) Kind() fault.Kind { return fault.Conflict }
+
+// CompleteDirect completes direct upload id from the parts its client reports: the
+// parts 1 to N, each with the ETag S3 gave it. It lists what S3 holds first: a part
+// missing there, another ETag, size or CRC32C than reported, or a part S3 holds that
+// was not reported fails the upload (a *MismatchError saying why; its multipart upload
+// is aborted), so that no object is made of other bytes than the client's. Otherwise
+// the parts are recorded and the upload completed through the completer, at once when
+// this process has one; it returns the upload as it is then (COMPLETED, or COMPLETING
+// while the completer role finishes it). Completing a COMPLETED upload again returns it.
+func (c *Core) CompleteDirect(ctx context.Context, id string, reported []ReportedPart) (*staging.Upload, error) {
+	up, err := c.completeDirect(ctx, id, reported)
+	return up, Explain(id, err)
+}
+
+func (c *Core) completeDirect(ctx context.Context, id string, reported []ReportedPart) (*staging.Upload, error) {
+	if len(reported) == 0 || len(reported) > MaxParts {
+		return nil, invalidf("report 1 to %d parts, not %d", MaxParts, len(reported))
+	}
+	parts := slices.Clone(reported)
+	slices.SortFunc(parts, func(a, b ReportedPart) int { return cmp.Compare(a.N, b.N) })
+	for i, p := range parts {
+		if p.N != uint32(i+1) {
+			return nil, invalidf("the parts must be numbered 1 to %d, each once; part %d is missing or repeated", len(parts), i+1)
+		}
+		if strings.Trim(p.ETag, `"`) == "" {
+			return nil, invalidf("part %d has no ETag: report the ETag S3 answered its PUT with", p.N)
+		}
+	}
+	u, err := c.directUpload(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	switch u.Status {
+	case staging.StatusCompleted, staging.StatusCompleting:
+		return u, nil
+	case staging.StatusActive:
+	default:
+		return nil, &staging.StateError{Status: u.Status}
+	}
+	if u.Total > 0 && uint32(len(parts)) != u.Total {
+		return nil, invalidf("the upload has %d parts (its size says so), not %d", u.Total, len(parts))
+	}
+	held, err := c.direct.ListParts(ctx, u.Bucket, u.Key, u.MultipartID)
+	if err != nil {
+		if s3store.NoSuchUpload(err) {
+			return nil, c.failDirect(ctx, u, "S3 no longer has the upload's multipart upload (it was aborted or expired outside chunkup): upload the file again")
+		}
+		return nil, fault.Wrap(err, fault.Unavailable, "S3 did not list the upload's parts: "+s3store.Reason(err))
+	}
+	sums, why := matchParts(parts, held)
+	if why != "" {
+		return nil, c.failDirect(ctx, u, why)
+	}
+	token := ids.NewToken()
+	for i, p := range held {
+		last := i == len(held)-1
+		ref := staging.ChunkRef{UploadID: id, N: p.N}
+		var crc uint32
+		if sums[i] != nil {
+			crc = *sums[i]
+		}
+		th, err := c.directStore.BeginThrough(ctx, ref, token, crc, p.Size, last, time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		if !th.Begun { // recorded by an earlier attempt of this completion
+			continue
+		}
+		if _, _, err := c.directStore.RecordDirect(ctx, ref, token, p.ETag, sums[i], p.Size, last); err != nil {
+			return nil, err
+		}
+	}
+	if c.completer != nil {
+		if done := c.completeNow(ctx, id, nil); done != nil {
+			return done, nil
+		}
+	}
+	return c.get(ctx, id)
+}
+
+// matchParts checks the parts S3 holds against those reported, and returns each part's
+// CRC32C where S3 keeps one, or why they do not match.
+func matchParts(reported []ReportedPart, held []s3store.ListedPart) ([]*uint32, string) {
+	byN := make(map[uint32]s3store.ListedPart, len(held))
+	for _, p := range held {
+		byN[p.N] = p
+	}
+	sums := make([]*uint32, len(reported))
+	for i, r := range reported {
+		h, ok := byN[r.N]
+		switch {
+		case !ok:
+			return nil, fmt.Sprintf("part %d was reported, but S3 does not hold it: put it before completing", r.N)
+		case !s3store.SameETag(h.ETag, r.ETag):
+			return nil, fmt.Sprintf("part %d was reported with ETag %s, but S3 holds it with %s: the part was replaced, or the report is wrong", r.N, r.ETag, h.ETag)
+		case r.Size > 0 && r.Size != h.Size:
+			return nil, fmt.Sprintf("part %d was reported with %d bytes, but S3 holds %d", r.N, r.Size, h.Size)
+		case i < len(reported)-1 && h.Size < MinPartSize:
+			return nil, fmt.Sprintf("part %d has %d bytes: every part but the last must have at least 5 MiB (S3's rule)", r.N, h.Size)
+		}
+		if h.CRC32C != "" {
+			sum, err := parseCRCHeader(h.CRC32C)
+			if err != nil {
+				return nil, fmt.Sprintf("part %d: S3 gave an unreadable CRC32C %q", r.N, h.CRC32C)
+			}
+			if r.CRC32C != nil && *r.CRC32C != sum {
+				return nil, fmt.Sprintf("part %d was reported with CRC32C %08x, but S3 holds bytes with %08x", r.N, *r.CRC32C, sum)
+			}
+			sums[i] = &sum
+		}
+		// A CRC32C only the client gives is not S3's word on the bytes: the part stays
+		// without one, and the completer reads the object for its CRC32C.
+		delete(byN, r.N)
+	}
+	if len(byN) > 0 {
+		extra := make([]uint32, 0, len(byN))
+		for n := range byN {
+			extra = append(extra, n)
+		}
+		slices.Sort(extra)
+		return nil, fmt.Sprintf("S3 holds part %d, which was not reported: report every part put, and only those", extra[0])
+	}
+	return sums, ""
+}
+
+// failDirect fails direct upload u for why (its multipart upload is aborted as it ends)
+// and returns the error saying so.
+func (c *Core) failDirect(ctx context.Context, u *staging.Upload, why string) error {
+	err := c.ender.End(ctx, u.ID, staging.StatusFailed, why, "")
+	var se *staging.StateError
+	if err != nil && !errors.As(err, &se) {
+		return err
+	}
+	return &MismatchError{Reason: fmt.Sprintf("upload %s failed: %s; nothing was written", u.ID, why)}
+}
+
+// parseCRCHeader reads an x-amz-checksum-crc32c value (base64 of 4 big-endian bytes).
+func parseCRCHeader(v string) (uint32, error) {
+	b, err := base64.StdEncoding.DecodeString(v)
+	if err != nil || len(b) != 4 {
+		return 0, fmt.Errorf("not a CRC32C: %q", v)
+	}
+	return binary.BigEndian.Uint32(b), nil
+}
