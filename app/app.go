@@ -171,24 +171,24 @@ func (c *Config) has(role string) bool { return len(c.Roles) == 0 || slices.Cont
 
 // App is a running chunkup process.
 type App struct {
-	cfg     Config
-	log     *slog.Logger
-	rdb     redis.UniversalClient
-	s3      *s3store.Store
+	cfg Config
+	log *slog.Logger
+	rdb redis.UniversalClient
+	s3  *s3store.Store
 	// presigner signs direct uploads' part URLs for the store's public address.
 	presigner *s3store.Presigner
-	hub     *notify.Hub
-	outbox  *outbox.Outbox
-	uploads *uploads.Store
-	docs    *documents.Store
-	jobs    *ocrqueue.Queue
-	grpcLis net.Listener
-	httpLis net.Listener
-	grpc    *grpc.Server
-	core    *upload.Core
-	api     *server.UploadService
-	docsAPI *server.DocumentService
-	health  interface {
+	hub       *notify.Hub
+	outbox    *outbox.Outbox
+	uploads   *uploads.Store
+	docs      *documents.Store
+	jobs      *ocrqueue.Queue
+	grpcLis   net.Listener
+	httpLis   net.Listener
+	grpc      *grpc.Server
+	core      *upload.Core
+	api       *server.UploadService
+	docsAPI   *server.DocumentService
+	health    interface {
 		SetServingStatus(string, healthpb.HealthCheckResponse_ServingStatus)
 	}
 	http      *http.Server

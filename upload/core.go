@@ -201,7 +201,7 @@ type Config struct {
 	// DirectURLTTL is how long a direct upload's signed part URLs are valid. Zero
 	// means DefaultDirectURLTTL; at most 7 days (SigV4's limit).
 	DirectURLTTL time.Duration
-	Logger    *slog.Logger
+	Logger       *slog.Logger
 }
 
 // Staging modes (Config.Staging).
