@@ -9,23 +9,97 @@ import (
 	"github.com/chunkup/chunkup/test/harness"
 )
 
-// TestHTTPSmallPatches: tus-js-client with a chunkSize smaller than the server's
-// chunks (the defaults of the Java, Android and Go clients, 2 MiB, and of TUSKit on
-// iOS, 500 KiB) uploads 20 MB to `chunkup serve`: every PATCH moves the offset by its
-// bytes, the object is exact, and it is one upload.
+// TestHTTPSmallPatches is the client matrix of tus-js-client against `chunkup serve`,
+// 20 MB each: chunkSize unset (one PATCH), larger than the file (50 MB), one byte over
+// a chunk (8 MiB + 1), the defaults of the Java, Android and Go clients (2 MiB) and of
+// TUSKit on iOS (500 KiB), and its two IETF protocols at 2 MiB: every PATCH moves the
+// offset by its bytes, the object is exact, and it is one upload.
 func TestHTTPSmallPatches(t *testing.T) {
 	e := newEnv(t)
 	node := e.serveProcess(t, nil, "serve", "api,worker,completer,cleanup")
 	c := harness.Dial(t, node.GRPCAddr)
-	for _, chunkSize := range []int{2 << 20, 500 << 10} {
-		t.Run(strconv.Itoa(chunkSize), func(t *testing.T) {
-			data := randomBytes(20_000_000, uint64(chunkSize))
+	for i, tc := range []struct {
+		name      string
+		chunkSize int // 0: unset
+		protocol  string
+	}{
+		{"unset", 0, ""},
+		{"50MB", 50_000_000, ""},
+		{"8MiB+1", 8<<20 + 1, ""},
+		{"2MiB", 2 << 20, ""},
+		{"500KiB", 500 << 10, ""},
+		{"ietf-draft-03 2MiB", 2 << 20, "ietf-draft-03"},
+		{"ietf-draft-05 2MiB", 2 << 20, "ietf-draft-05"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := randomBytes(20_000_000, uint64(i+1))
 			file := writeFile(t, "small-patches.bin", data)
-			res := runTusJS(t, "TUS_FILE="+file, "TUS_ENDPOINT=http://"+node.HTTPAddr+"/files/", "TUS_CHUNK_SIZE="+strconv.Itoa(chunkSize))
+			env := []string{"TUS_FILE=" + file, "TUS_ENDPOINT=http://" + node.HTTPAddr + "/files/"}
+			if tc.chunkSize > 0 {
+				env = append(env, "TUS_CHUNK_SIZE="+strconv.Itoa(tc.chunkSize))
+			}
+			if tc.protocol != "" {
+				env = append(env, "TUS_PROTOCOL="+tc.protocol)
+			}
+			res := runTusJS(t, env...)
 			if res.done == "" || res.error != "" {
-				t.Fatalf("tus-js-client with chunkSize %d: %+v", chunkSize, res)
+				t.Fatalf("tus-js-client %s: %+v", tc.name, res)
 			}
 			up := waitCompleted(t, c, idOf(res.done))
+			e.requireExact(t, up, data)
+		})
+	}
+}
+
+// TestHTTPAppendsOfAnySize: curl-style tus PATCHes of 1 byte, 1 MiB and 9 MiB in turn
+// until 20 MB are sent: each answer's offset is every byte sent so far, and the object
+// is exact.
+func TestHTTPAppendsOfAnySize(t *testing.T) {
+	e := newEnv(t)
+	node := e.serveProcess(t, nil, "serve", "api,worker,completer,cleanup")
+	d := doorOf(t, node.HTTPAddr)
+	data := randomBytes(20_000_000, 77)
+	loc := d.create(len(data))
+	sizes := []int64{1, 1 << 20, 9 << 20}
+	for off, i := int64(0), 0; off < int64(len(data)); i++ {
+		end := min(off+sizes[i%len(sizes)], int64(len(data)))
+		r := d.do("PATCH", loc, bytes.NewReader(data[off:end]), "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", strconv.FormatInt(off, 10))
+		expectHTTP(t, r, http.StatusNoContent)
+		if got := headerInt(t, r.Header, "Upload-Offset"); got != end {
+			t.Fatalf("offset %d after a PATCH of %d bytes from %d", got, end-off, off)
+		}
+		off = end
+	}
+	up := waitCompleted(t, harness.Dial(t, node.GRPCAddr), idOf(loc))
+	e.requireExact(t, up, data)
+}
+
+// TestHTTPIETFVersions: an IETF client of each accepted interop version creates an
+// upload with its first bytes and completes it with an append, against `chunkup
+// serve`; the object is exact.
+func TestHTTPIETFVersions(t *testing.T) {
+	e := newEnv(t)
+	node := e.serveProcess(t, nil, "serve", "api,worker,completer,cleanup")
+	c := harness.Dial(t, node.GRPCAddr)
+	d := doorOf(t, node.HTTPAddr)
+	for v := 5; v <= 10; v++ {
+		t.Run(strconv.Itoa(v), func(t *testing.T) {
+			data := randomBytes(10<<20+7, uint64(100+v))
+			first := 3<<20 + 1
+			iv := strconv.Itoa(v)
+			r := d.do("POST", "/files/", bytes.NewReader(data[:first]), "Upload-Draft-Interop-Version", iv, "Upload-Complete", "?0",
+				"Content-Type", "application/partial-upload")
+			expectHTTP(t, r, http.StatusCreated)
+			loc := r.Header.Get("Location")
+			if got := headerInt(t, r.Header, "Upload-Offset"); got != int64(first) {
+				t.Fatalf("interop %d: offset %d after creating with %d bytes", v, got, first)
+			}
+			r = d.do("PATCH", loc, bytes.NewReader(data[first:]), "Upload-Draft-Interop-Version", iv, "Upload-Complete", "?1",
+				"Upload-Offset", strconv.Itoa(first), "Content-Type", "application/partial-upload")
+			if r.StatusCode/100 != 2 {
+				t.Fatalf("interop %d: completing append: %d %s", v, r.StatusCode, r.body)
+			}
+			up := waitCompleted(t, c, idOf(loc))
 			e.requireExact(t, up, data)
 		})
 	}
