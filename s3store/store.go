@@ -276,7 +276,12 @@ func (s *Store) Complete(ctx context.Context, bucket, key, uploadID string, chec
 		return "", fmt.Errorf("complete multipart upload: %w", err)
 	}
 	head, herr := s.api.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), ChecksumMode: types.ChecksumModeEnabled})
-	if herr != nil {
+	switch {
+	case herr != nil && !NotFound(herr) && !Permanent(herr):
+		// Whether the object is this upload's is not known yet: ask again later rather
+		// than let the completion's 4xx fail an upload whose object may be there.
+		return "", &retry.TransientError{Err: fmt.Errorf("complete multipart upload: %w; and looking for the object failed: %w", err, herr)}
+	case herr != nil:
 		return "", fmt.Errorf("complete multipart upload: %w; and the object is not there: %w", err, herr)
 	}
 	other := head.Metadata[MetaUploadID]
