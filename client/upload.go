@@ -238,6 +238,9 @@ func transient(err error) bool {
 	if err == nil {
 		return false
 	}
+	if te := (*retry.TransientError)(nil); errors.As(err, &te) {
+		return true // an HTTP request of a direct upload that may pass next time
+	}
 	switch status.Code(err) {
 	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted, codes.DataLoss, codes.DeadlineExceeded:
 		return true

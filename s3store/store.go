@@ -251,6 +251,12 @@ func (s *Store) Complete(ctx context.Context, bucket, key, uploadID string, chec
 		}
 		out, err := s.api.CompleteMultipartUpload(ctx, in)
 		if err != nil {
+			var ae smithy.APIError
+			if errors.As(err, &ae) && (ae.ErrorCode() == "BadDigest" || ae.ErrorCode() == "XAmzContentChecksumMismatch") {
+				// The parts S3 holds do not add up to the checksum given: asking again
+				// gets the same answer (unlike a part's bytes, nothing here is resent).
+				return "", &retry.PermanentError{Err: err}
+			}
 			return "", err
 		}
 		// A store that completes a completed upload again (SeaweedFS) does not check the

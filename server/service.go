@@ -21,6 +21,7 @@ import (
 	"github.com/chunkup/chunkup/events"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/ids"
+	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/outbox"
 	"github.com/chunkup/chunkup/staging/uploads"
@@ -44,6 +45,10 @@ type Core interface {
 	ListObjects(ctx context.Context, prefix, pageToken string, pageSize int) ([]upload.Object, string, error)
 	StatObject(ctx context.Context, key string) (upload.Object, error)
 	DeleteObject(ctx context.Context, key, ifMatch string) error
+	CreateDirect(ctx context.Context, req *upload.CreateRequest, checksums bool) (*staging.Upload, error)
+	SignParts(ctx context.Context, id string, parts []upload.PartToSign) ([]upload.SignedPart, error)
+	DirectParts(ctx context.Context, id string) ([]s3store.ListedPart, error)
+	CompleteDirect(ctx context.Context, id string, reported []upload.ReportedPart) (*staging.Upload, error)
 }
 
 var _ Core = (*upload.Core)(nil)
@@ -222,6 +227,15 @@ func (s *UploadService) CreateUpload(ctx context.Context, req *chunkupv1.CreateU
 	if err != nil {
 		return nil, toStatus("", err)
 	}
+	if req.Direct {
+		up, err := s.core.CreateDirect(ctx, cr, req.DirectChecksums)
+		if err != nil {
+			return nil, toStatus("", err)
+		}
+		return &chunkupv1.CreateUploadResponse{Upload: toProto(up)}, nil
+	} else if req.DirectChecksums {
+		return nil, toStatus("", invalidf("direct_checksums is for direct uploads: set direct too, or leave it unset"))
+	}
 	p, err := s.core.Plan(cr)
 	if err != nil {
 		return nil, toStatus("", err)
@@ -313,7 +327,7 @@ func toProto(u *staging.Upload) *chunkupv1.Upload {
 		CreateTime: ts(u.Created), UpdateTime: ts(u.Updated), CompleteTime: ts(u.Completed),
 		Chunks: receivedChunks(u.Chunks), NodeId: u.NodeID, ConnectorId: u.ConnectorID, ParentId: u.ParentID,
 		Path: u.Path, Drive: u.Drive, CustomMetadata: events.StructOf(u.CustomMetadata),
-		DetectedContentType: u.DetectedContentType, IfAbsent: u.IfAbsent,
+		DetectedContentType: u.DetectedContentType, IfAbsent: u.IfAbsent, Direct: u.Direct,
 	}
 }
 

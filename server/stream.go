@@ -302,6 +302,9 @@ func (cs *chunkStream) createOnStream(m *message, first bool) error {
 	if req.UploadId != "" {
 		return toStatus("", invalidf("a message with create must not name an upload_id"))
 	}
+	if req.Create.Direct {
+		return toStatus("", invalidf("a direct upload takes no chunks from a stream: create it with CreateUpload, then put its parts into S3 with the URLs SignParts gives"))
+	}
 	cr, err := createRequest(cs.ctx, req.Create)
 	if err != nil {
 		return toStatus("", err)

@@ -101,6 +101,8 @@ type Upload struct {
 	IfAbsent bool
 	// Direct: its parts go straight into S3 (NewUpload.Direct).
 	Direct bool
+	// MultipartChecksummed: its multipart upload takes parts only with their CRC32C.
+	MultipartChecksummed bool
 	Document
 	// DetectedContentType is the type found in the object's first bytes at completion,
 	// when ContentType was empty or generic.

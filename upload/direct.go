@@ -29,6 +29,8 @@ type DirectS3 interface {
 	ListParts(ctx context.Context, bucket, key, uploadID string) ([]s3store.ListedPart, error)
 	SignPart(ctx context.Context, bucket, key, uploadID string, n uint32, ttl time.Duration, size int64, crc *uint32) (s3store.Signed, error)
 	Abort(ctx context.Context, bucket, key, uploadID string) error
+	// Checksums reports whether the store takes CRC32C checksums (some refuse them).
+	Checksums() bool
 }
 
 // DirectStore records a direct upload's activity and parts (see uploads.Store.Touch and
@@ -109,7 +111,7 @@ func (c *Core) CreateDirect(ctx context.Context, req *CreateRequest, checksums b
 		return nil, Explain("", err)
 	}
 	r := *req
-	r.direct, r.directChecksums = true, checksums
+	r.direct, r.directChecksums = true, checksums && c.direct.Checksums()
 	up, err := c.create(ctx, &r, p)
 	return up, Explain("", err)
 }
@@ -249,7 +251,7 @@ func (c *Core) completeDirect(ctx context.Context, id string, reported []Reporte
 		}
 		return nil, fault.Wrap(err, fault.Unavailable, "S3 did not list the upload's parts: "+s3store.Reason(err))
 	}
-	sums, why := matchParts(parts, held)
+	held, sums, why := matchParts(parts, held, u.MultipartChecksummed)
 	if why != "" {
 		return nil, c.failDirect(ctx, u, why)
 	}
@@ -281,37 +283,53 @@ func (c *Core) completeDirect(ctx context.Context, id string, reported []Reporte
 }
 
 // matchParts checks the parts S3 holds against those reported, and returns each part's
-// CRC32C where S3 keeps one, or why they do not match.
-func matchParts(reported []ReportedPart, held []s3store.ListedPart) ([]*uint32, string) {
+// CRC32C where S3 keeps one (or, for a checksummed multipart upload, the client's), or
+// why they do not match.
+func matchParts(reported []ReportedPart, held []s3store.ListedPart, checksummed bool) ([]s3store.ListedPart, []*uint32, string) {
+	want := make(map[uint32]string, len(reported))
+	for _, r := range reported {
+		want[r.N] = r.ETag
+	}
 	byN := make(map[uint32]s3store.ListedPart, len(held))
 	for _, p := range held {
-		byN[p.N] = p
+		// A store may list a part put twice twice (SeaweedFS): the one with the
+		// reported ETag is the one meant.
+		if prev, ok := byN[p.N]; !ok || !s3store.SameETag(prev.ETag, want[p.N]) {
+			byN[p.N] = p
+		}
 	}
 	sums := make([]*uint32, len(reported))
+	chosen := make([]s3store.ListedPart, len(reported))
 	for i, r := range reported {
 		h, ok := byN[r.N]
+		chosen[i] = h
 		switch {
 		case !ok:
-			return nil, fmt.Sprintf("part %d was reported, but S3 does not hold it: put it before completing", r.N)
+			return nil, nil, fmt.Sprintf("part %d was reported, but S3 does not hold it: put it before completing", r.N)
 		case !s3store.SameETag(h.ETag, r.ETag):
-			return nil, fmt.Sprintf("part %d was reported with ETag %s, but S3 holds it with %s: the part was replaced, or the report is wrong", r.N, r.ETag, h.ETag)
+			return nil, nil, fmt.Sprintf("part %d was reported with ETag %s, but S3 holds it with %s: the part was replaced, or the report is wrong", r.N, r.ETag, h.ETag)
 		case r.Size > 0 && r.Size != h.Size:
-			return nil, fmt.Sprintf("part %d was reported with %d bytes, but S3 holds %d", r.N, r.Size, h.Size)
+			return nil, nil, fmt.Sprintf("part %d was reported with %d bytes, but S3 holds %d", r.N, r.Size, h.Size)
 		case i < len(reported)-1 && h.Size < MinPartSize:
-			return nil, fmt.Sprintf("part %d has %d bytes: every part but the last must have at least 5 MiB (S3's rule)", r.N, h.Size)
+			return nil, nil, fmt.Sprintf("part %d has %d bytes: every part but the last must have at least 5 MiB (S3's rule)", r.N, h.Size)
 		}
 		if h.CRC32C != "" {
-			sum, err := parseCRCHeader(h.CRC32C)
+			sum, err := ParseCRCHeader(h.CRC32C)
 			if err != nil {
-				return nil, fmt.Sprintf("part %d: S3 gave an unreadable CRC32C %q", r.N, h.CRC32C)
+				return nil, nil, fmt.Sprintf("part %d: S3 gave an unreadable CRC32C %q", r.N, h.CRC32C)
 			}
 			if r.CRC32C != nil && *r.CRC32C != sum {
-				return nil, fmt.Sprintf("part %d was reported with CRC32C %08x, but S3 holds bytes with %08x", r.N, *r.CRC32C, sum)
+				return nil, nil, fmt.Sprintf("part %d was reported with CRC32C %08x, but S3 holds bytes with %08x", r.N, *r.CRC32C, sum)
 			}
 			sums[i] = &sum
+		} else if r.CRC32C != nil && checksummed {
+			// S3 took the part only with a CRC32C it checked, and checks the whole
+			// object's, combined from these, at completion; a store that does not list
+			// the parts' (SeaweedFS) still checks it there.
+			sums[i] = r.CRC32C
 		}
-		// A CRC32C only the client gives is not S3's word on the bytes: the part stays
-		// without one, and the completer reads the object for its CRC32C.
+		// Otherwise a CRC32C only the client gives is not S3's word on the bytes: the
+		// part stays without one, and the completer reads the object for its CRC32C.
 		delete(byN, r.N)
 	}
 	if len(byN) > 0 {
@@ -320,10 +338,11 @@ func matchParts(reported []ReportedPart, held []s3store.ListedPart) ([]*uint32, 
 			extra = append(extra, n)
 		}
 		slices.Sort(extra)
-		return nil, fmt.Sprintf("S3 holds part %d, which was not reported: report every part put, and only those", extra[0])
+		return nil, nil, fmt.Sprintf("S3 holds part %d, which was not reported: report every part put, and only those", extra[0])
 	}
-	return sums, ""
+	return chosen, sums, ""
 }
+
 
 // failDirect fails direct upload u for why (its multipart upload is aborted as it ends)
 // and returns the error saying so.
@@ -336,8 +355,8 @@ func (c *Core) failDirect(ctx context.Context, u *staging.Upload, why string) er
 	return &MismatchError{Reason: fmt.Sprintf("upload %s failed: %s; nothing was written", u.ID, why)}
 }
 
-// parseCRCHeader reads an x-amz-checksum-crc32c value (base64 of 4 big-endian bytes).
-func parseCRCHeader(v string) (uint32, error) {
+// ParseCRCHeader reads an x-amz-checksum-crc32c value (base64 of 4 big-endian bytes).
+func ParseCRCHeader(v string) (uint32, error) {
 	b, err := base64.StdEncoding.DecodeString(v)
 	if err != nil || len(b) != 4 {
 		return 0, fmt.Errorf("not a CRC32C: %q", v)

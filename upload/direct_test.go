@@ -24,6 +24,9 @@ func TestMatchParts(t *testing.T) {
 		want   string // "" matches
 	}{
 		{"as reported", func(h []s3store.ListedPart, r []ReportedPart) ([]s3store.ListedPart, []ReportedPart) { return h, r }, ""},
+		{"a part listed twice", func(h []s3store.ListedPart, r []ReportedPart) ([]s3store.ListedPart, []ReportedPart) {
+			return append([]s3store.ListedPart{{N: 2, ETag: `"old"`, Size: 5 * mib}}, h...), r
+		}, ""},
 		{"another ETag", func(h []s3store.ListedPart, r []ReportedPart) ([]s3store.ListedPart, []ReportedPart) {
 			r[1].ETag = "x"
 			return h, r
@@ -46,7 +49,7 @@ func TestMatchParts(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, r := tc.change(held(), reported())
-			sums, why := matchParts(r, h)
+			_, sums, why := matchParts(r, h, false)
 			if tc.want == "" {
 				if why != "" {
 					t.Fatalf("refused: %s", why)

@@ -65,6 +65,7 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	ifAbsent := fs.Bool("if-absent", "", false, "fail instead of replacing an object that exists at the key (S3's conditional write; an object that appears there meanwhile fails the upload and stays)")
 	resume := fs.String("resume", "", "", "continue upload ID with FILE (one file only); chunks the server has are not sent again")
 	noResume := fs.Bool("no-resume", "", false, "start new uploads, even where an upload of the same file to the same place was interrupted")
+	direct := fs.Bool("direct", "", false, "put the bytes straight into S3 with URLs the server signs (a direct upload: each part's CRC32C checked by S3, the upload still recorded, checked and completed by the server); not for standard input")
 	keepStale := fs.Bool("keep-stale", "", false, "keep the interrupted upload of a file that changed since it began (by default it is aborted, so its bytes do not wait on the server until it expires)")
 	parallel := fs.Int("parallel", "CHUNKUP_PARALLEL", 1, "streams per upload")
 	window := fs.Int("window", "CHUNKUP_WINDOW", 4, "unacknowledged chunks per stream (memory: parallel × window × chunk size)")
@@ -125,7 +126,10 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer c.Close()
 
-	r := &uploadRun{c: c, server: *server, resume: *resume, noResume: *noResume, keepStale: *keepStale, asJSON: *asJSON,
+	if *direct && slices.ContainsFunc(todo, func(j uploadJob) bool { return j.path == "-" }) {
+		return usageError{errors.New("--direct needs files: standard input's size is not known before it ends, and S3 takes a direct upload's parts by number")}
+	}
+	r := &uploadRun{c: c, server: *server, resume: *resume, noResume: *noResume, keepStale: *keepStale, asJSON: *asJSON, direct: *direct,
 		contentType: *contentType, stdout: stdout, stderr: stderr, display: newProgressDisplay(mode, stderr, todo, *recursive)}
 	if doc != (client.Document{}) {
 		r.opts = append(r.opts, client.WithDocument(doc))
@@ -300,6 +304,7 @@ type uploadRun struct {
 	noResume    bool
 	keepStale   bool
 	asJSON      bool
+	direct      bool // --direct
 	display     *progressDisplay
 	// state records uploads for resuming; nil when it cannot be kept.
 	state          *resumeState
@@ -424,9 +429,12 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 		r.announce(j, up, resumeID != "")
 		track.start(up)
 	}))
-	if j.path == "-" {
+	switch {
+	case j.path == "-":
 		up, err = r.c.Upload(ctx, os.Stdin, append(opts, client.WithName(j.name))...) // size unknown until it ends
-	} else {
+	case r.direct:
+		up, err = r.uploadDirect(ctx, j.path, opts)
+	default:
 		up, err = r.c.UploadFile(ctx, j.path, opts...)
 	}
 	var mismatch *client.MismatchError
@@ -547,4 +555,21 @@ func (r *uploadRun) stateTrouble(err error) {
 			r.display.println(fmt.Sprintf("chunkup: warning: cannot record uploads for resuming them later: %v", err))
 		})
 	}
+}
+
+// uploadDirect uploads the file at path as a direct upload (--direct).
+func (r *uploadRun) uploadDirect(ctx context.Context, path string, opts []client.UploadOption) (*chunkupv1.Upload, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	return r.c.UploadDirect(ctx, f, fi.Size(), append([]client.UploadOption{client.WithName(fi.Name())}, opts...)...)
 }

@@ -149,7 +149,9 @@ type Upload struct {
 	// content_type was specific or nothing was recognized. The OCR hand-off uses it.
 	DetectedContentType string `protobuf:"bytes,36,opt,name=detected_content_type,json=detectedContentType,proto3" json:"detected_content_type,omitempty"`
 	// The upload was created with if_absent: its object does not replace another.
-	IfAbsent      bool `protobuf:"varint,37,opt,name=if_absent,json=ifAbsent,proto3" json:"if_absent,omitempty"`
+	IfAbsent bool `protobuf:"varint,37,opt,name=if_absent,json=ifAbsent,proto3" json:"if_absent,omitempty"`
+	// A direct upload (CreateUploadRequest.direct): its parts go straight into S3.
+	Direct        bool `protobuf:"varint,38,opt,name=direct,proto3" json:"direct,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -415,6 +417,13 @@ func (x *Upload) GetIfAbsent() bool {
 	return false
 }
 
+func (x *Upload) GetDirect() bool {
+	if x != nil {
+		return x.Direct
+	}
+	return false
+}
+
 // ReceivedChunk is what the server holds for one chunk.
 type ReceivedChunk struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -546,8 +555,20 @@ type CreateUploadRequest struct {
 	// with non-empty printable keys, at most 16 KiB in its JSON form. Stored with the
 	// upload and reported in events and documents as it was given.
 	CustomMetadata *structpb.Struct `protobuf:"bytes,15,opt,name=custom_metadata,json=customMetadata,proto3" json:"custom_metadata,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A direct upload: the client puts the chunks into S3 itself, as the parts of a
+	// multipart upload the server creates, with URLs SignParts gives, and completes it with
+	// CompleteDirect; UploadChunk refuses its chunks. Every part but the last is
+	// chunk_size bytes. The server still records it, checks what S3 holds against what
+	// the client reports, completes it once, announces it and expires it when abandoned
+	// (docs/direct-uploads.md).
+	Direct bool `protobuf:"varint,16,opt,name=direct,proto3" json:"direct,omitempty"`
+	// With direct: the client gives SignParts each part's CRC32C, which the URL binds, so
+	// that S3 refuses other bytes and the object's CRC32C is checked end to end. Without,
+	// parts carry no checksum and the server reads the object once to learn its CRC32C.
+	// (On a server whose store takes no checksums, the parts carry none either way.)
+	DirectChecksums bool `protobuf:"varint,17,opt,name=direct_checksums,json=directChecksums,proto3" json:"direct_checksums,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CreateUploadRequest) Reset() {
@@ -676,6 +697,20 @@ func (x *CreateUploadRequest) GetCustomMetadata() *structpb.Struct {
 		return x.CustomMetadata
 	}
 	return nil
+}
+
+func (x *CreateUploadRequest) GetDirect() bool {
+	if x != nil {
+		return x.Direct
+	}
+	return false
+}
+
+func (x *CreateUploadRequest) GetDirectChecksums() bool {
+	if x != nil {
+		return x.DirectChecksums
+	}
+	return false
 }
 
 type CreateUploadResponse struct {
@@ -2024,12 +2059,520 @@ func (*DeleteObjectResponse) Descriptor() ([]byte, []int) {
 	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{23}
 }
 
+type SignPartsRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	UploadId string                 `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	// At most 1,000 at a time.
+	Parts         []*PartToSign `protobuf:"bytes,2,rep,name=parts,proto3" json:"parts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignPartsRequest) Reset() {
+	*x = SignPartsRequest{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignPartsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignPartsRequest) ProtoMessage() {}
+
+func (x *SignPartsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignPartsRequest.ProtoReflect.Descriptor instead.
+func (*SignPartsRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *SignPartsRequest) GetUploadId() string {
+	if x != nil {
+		return x.UploadId
+	}
+	return ""
+}
+
+func (x *SignPartsRequest) GetParts() []*PartToSign {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+type PartToSign struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 10,000.
+	PartNumber uint32 `protobuf:"varint,1,opt,name=part_number,json=partNumber,proto3" json:"part_number,omitempty"`
+	// The part's size in bytes: bound into the URL (Content-Length), so that S3 takes no
+	// other size. 0: not bound.
+	Size int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// The part's CRC32C: bound into the URL (x-amz-checksum-crc32c), so that S3 refuses
+	// other bytes. Required by an upload created with direct_checksums (S3 refuses its
+	// parts without).
+	Crc32C        *uint32 `protobuf:"varint,3,opt,name=crc32c,proto3,oneof" json:"crc32c,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartToSign) Reset() {
+	*x = PartToSign{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartToSign) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartToSign) ProtoMessage() {}
+
+func (x *PartToSign) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartToSign.ProtoReflect.Descriptor instead.
+func (*PartToSign) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PartToSign) GetPartNumber() uint32 {
+	if x != nil {
+		return x.PartNumber
+	}
+	return 0
+}
+
+func (x *PartToSign) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *PartToSign) GetCrc32C() uint32 {
+	if x != nil && x.Crc32C != nil {
+		return *x.Crc32C
+	}
+	return 0
+}
+
+type SignPartsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parts         []*SignedPart          `protobuf:"bytes,1,rep,name=parts,proto3" json:"parts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignPartsResponse) Reset() {
+	*x = SignPartsResponse{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignPartsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignPartsResponse) ProtoMessage() {}
+
+func (x *SignPartsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignPartsResponse.ProtoReflect.Descriptor instead.
+func (*SignPartsResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SignPartsResponse) GetParts() []*SignedPart {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+type SignedPart struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	PartNumber uint32                 `protobuf:"varint,1,opt,name=part_number,json=partNumber,proto3" json:"part_number,omitempty"`
+	Url        string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// The request's method: PUT.
+	Method string `protobuf:"bytes,3,opt,name=method,proto3" json:"method,omitempty"`
+	// Headers to send with the request, exactly as given (they are signed).
+	Headers       map[string]string      `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignedPart) Reset() {
+	*x = SignedPart{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignedPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignedPart) ProtoMessage() {}
+
+func (x *SignedPart) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignedPart.ProtoReflect.Descriptor instead.
+func (*SignedPart) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SignedPart) GetPartNumber() uint32 {
+	if x != nil {
+		return x.PartNumber
+	}
+	return 0
+}
+
+func (x *SignedPart) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *SignedPart) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *SignedPart) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *SignedPart) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+type ListDirectPartsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UploadId      string                 `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDirectPartsRequest) Reset() {
+	*x = ListDirectPartsRequest{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDirectPartsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDirectPartsRequest) ProtoMessage() {}
+
+func (x *ListDirectPartsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDirectPartsRequest.ProtoReflect.Descriptor instead.
+func (*ListDirectPartsRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListDirectPartsRequest) GetUploadId() string {
+	if x != nil {
+		return x.UploadId
+	}
+	return ""
+}
+
+type ListDirectPartsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parts         []*DirectPart          `protobuf:"bytes,1,rep,name=parts,proto3" json:"parts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDirectPartsResponse) Reset() {
+	*x = ListDirectPartsResponse{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDirectPartsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDirectPartsResponse) ProtoMessage() {}
+
+func (x *ListDirectPartsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDirectPartsResponse.ProtoReflect.Descriptor instead.
+func (*ListDirectPartsResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListDirectPartsResponse) GetParts() []*DirectPart {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+// DirectPart is a part of a direct upload: as S3 holds it (ListDirectParts), or as the
+// client reports it (CompleteDirect).
+type DirectPart struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	PartNumber uint32                 `protobuf:"varint,1,opt,name=part_number,json=partNumber,proto3" json:"part_number,omitempty"`
+	// The ETag S3 answered the part's PUT with (quoted or not).
+	Etag string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	// Its size in bytes; in a report, 0 means not reported.
+	Size int64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// Its CRC32C, when known (has_crc32c): S3's, or in a report the client's.
+	Crc32C        uint32 `protobuf:"varint,4,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	HasCrc32C     bool   `protobuf:"varint,5,opt,name=has_crc32c,json=hasCrc32c,proto3" json:"has_crc32c,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DirectPart) Reset() {
+	*x = DirectPart{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DirectPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DirectPart) ProtoMessage() {}
+
+func (x *DirectPart) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DirectPart.ProtoReflect.Descriptor instead.
+func (*DirectPart) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DirectPart) GetPartNumber() uint32 {
+	if x != nil {
+		return x.PartNumber
+	}
+	return 0
+}
+
+func (x *DirectPart) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
+func (x *DirectPart) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *DirectPart) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *DirectPart) GetHasCrc32C() bool {
+	if x != nil {
+		return x.HasCrc32C
+	}
+	return false
+}
+
+type CompleteDirectRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	UploadId string                 `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	// Every part, 1 to N.
+	Parts         []*DirectPart `protobuf:"bytes,2,rep,name=parts,proto3" json:"parts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteDirectRequest) Reset() {
+	*x = CompleteDirectRequest{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteDirectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteDirectRequest) ProtoMessage() {}
+
+func (x *CompleteDirectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteDirectRequest.ProtoReflect.Descriptor instead.
+func (*CompleteDirectRequest) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *CompleteDirectRequest) GetUploadId() string {
+	if x != nil {
+		return x.UploadId
+	}
+	return ""
+}
+
+func (x *CompleteDirectRequest) GetParts() []*DirectPart {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+type CompleteDirectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Upload        *Upload                `protobuf:"bytes,1,opt,name=upload,proto3" json:"upload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteDirectResponse) Reset() {
+	*x = CompleteDirectResponse{}
+	mi := &file_chunkup_v1_upload_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteDirectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteDirectResponse) ProtoMessage() {}
+
+func (x *CompleteDirectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkup_v1_upload_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteDirectResponse.ProtoReflect.Descriptor instead.
+func (*CompleteDirectResponse) Descriptor() ([]byte, []int) {
+	return file_chunkup_v1_upload_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CompleteDirectResponse) GetUpload() *Upload {
+	if x != nil {
+		return x.Upload
+	}
+	return nil
+}
+
 var File_chunkup_v1_upload_proto protoreflect.FileDescriptor
 
 const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\n" +
 	"\x17chunkup/v1/upload.proto\x12\n" +
-	"chunkup.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf6\t\n" +
+	"chunkup.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8e\n" +
+	"\n" +
 	"\x06Upload\x12\x1b\n" +
 	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.chunkup.v1.UploadStateR\x05state\x12\x16\n" +
@@ -2067,7 +2610,8 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\x05drive\x18\" \x01(\tR\x05drive\x12@\n" +
 	"\x0fcustom_metadata\x18# \x01(\v2\x17.google.protobuf.StructR\x0ecustomMetadata\x122\n" +
 	"\x15detected_content_type\x18$ \x01(\tR\x13detectedContentType\x12\x1b\n" +
-	"\tif_absent\x18% \x01(\bR\bifAbsent\x1a;\n" +
+	"\tif_absent\x18% \x01(\bR\bifAbsent\x12\x16\n" +
+	"\x06direct\x18& \x01(\bR\x06direct\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"v\n" +
@@ -2075,7 +2619,7 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\fchunk_number\x18\x01 \x01(\rR\vchunkNumber\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\x12\x16\n" +
-	"\x06stored\x18\x04 \x01(\bR\x06stored\"\xc9\x04\n" +
+	"\x06stored\x18\x04 \x01(\bR\x06stored\"\x8c\x05\n" +
 	"\x13CreateUploadRequest\x12$\n" +
 	"\x0eclient_node_id\x18\x01 \x01(\tR\fclientNodeId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -2092,7 +2636,9 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\tparent_id\x18\f \x01(\tR\bparentId\x12\x12\n" +
 	"\x04path\x18\r \x01(\tR\x04path\x12\x14\n" +
 	"\x05drive\x18\x0e \x01(\tR\x05drive\x12@\n" +
-	"\x0fcustom_metadata\x18\x0f \x01(\v2\x17.google.protobuf.StructR\x0ecustomMetadata\x1a;\n" +
+	"\x0fcustom_metadata\x18\x0f \x01(\v2\x17.google.protobuf.StructR\x0ecustomMetadata\x12\x16\n" +
+	"\x06direct\x18\x10 \x01(\bR\x06direct\x12)\n" +
+	"\x10direct_checksums\x18\x11 \x01(\bR\x0fdirectChecksums\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x10\n" +
@@ -2190,7 +2736,49 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\x13DeleteObjectRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
 	"\bif_match\x18\x02 \x01(\tR\aifMatch\"\x16\n" +
-	"\x14DeleteObjectResponse*\xca\x01\n" +
+	"\x14DeleteObjectResponse\"]\n" +
+	"\x10SignPartsRequest\x12\x1b\n" +
+	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12,\n" +
+	"\x05parts\x18\x02 \x03(\v2\x16.chunkup.v1.PartToSignR\x05parts\"i\n" +
+	"\n" +
+	"PartToSign\x12\x1f\n" +
+	"\vpart_number\x18\x01 \x01(\rR\n" +
+	"partNumber\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x1b\n" +
+	"\x06crc32c\x18\x03 \x01(\rH\x00R\x06crc32c\x88\x01\x01B\t\n" +
+	"\a_crc32c\"A\n" +
+	"\x11SignPartsResponse\x12,\n" +
+	"\x05parts\x18\x01 \x03(\v2\x16.chunkup.v1.SignedPartR\x05parts\"\x8f\x02\n" +
+	"\n" +
+	"SignedPart\x12\x1f\n" +
+	"\vpart_number\x18\x01 \x01(\rR\n" +
+	"partNumber\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
+	"\x06method\x18\x03 \x01(\tR\x06method\x12=\n" +
+	"\aheaders\x18\x04 \x03(\v2#.chunkup.v1.SignedPart.HeadersEntryR\aheaders\x12;\n" +
+	"\vexpire_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"5\n" +
+	"\x16ListDirectPartsRequest\x12\x1b\n" +
+	"\tupload_id\x18\x01 \x01(\tR\buploadId\"G\n" +
+	"\x17ListDirectPartsResponse\x12,\n" +
+	"\x05parts\x18\x01 \x03(\v2\x16.chunkup.v1.DirectPartR\x05parts\"\x8c\x01\n" +
+	"\n" +
+	"DirectPart\x12\x1f\n" +
+	"\vpart_number\x18\x01 \x01(\rR\n" +
+	"partNumber\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06crc32c\x18\x04 \x01(\rR\x06crc32c\x12\x1d\n" +
+	"\n" +
+	"has_crc32c\x18\x05 \x01(\bR\thasCrc32c\"b\n" +
+	"\x15CompleteDirectRequest\x12\x1b\n" +
+	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12,\n" +
+	"\x05parts\x18\x02 \x03(\v2\x16.chunkup.v1.DirectPartR\x05parts\"D\n" +
+	"\x16CompleteDirectResponse\x12*\n" +
+	"\x06upload\x18\x01 \x01(\v2\x12.chunkup.v1.UploadR\x06upload*\xca\x01\n" +
 	"\vUploadState\x12\x1c\n" +
 	"\x18UPLOAD_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13UPLOAD_STATE_ACTIVE\x10\x01\x12\x1b\n" +
@@ -2198,7 +2786,7 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\x16UPLOAD_STATE_COMPLETED\x10\x03\x12\x17\n" +
 	"\x13UPLOAD_STATE_FAILED\x10\x04\x12\x18\n" +
 	"\x14UPLOAD_STATE_ABORTED\x10\x05\x12\x18\n" +
-	"\x14UPLOAD_STATE_EXPIRED\x10\x062\xb1\x06\n" +
+	"\x14UPLOAD_STATE_EXPIRED\x10\x062\xb0\b\n" +
 	"\rUploadService\x12Q\n" +
 	"\fCreateUpload\x12\x1f.chunkup.v1.CreateUploadRequest\x1a .chunkup.v1.CreateUploadResponse\x12R\n" +
 	"\vUploadChunk\x12\x1e.chunkup.v1.UploadChunkRequest\x1a\x1f.chunkup.v1.UploadChunkResponse(\x010\x01\x12H\n" +
@@ -2211,7 +2799,10 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\vListObjects\x12\x1e.chunkup.v1.ListObjectsRequest\x1a\x1f.chunkup.v1.ListObjectsResponse\x12K\n" +
 	"\n" +
 	"StatObject\x12\x1d.chunkup.v1.StatObjectRequest\x1a\x1e.chunkup.v1.StatObjectResponse\x12Q\n" +
-	"\fDeleteObject\x12\x1f.chunkup.v1.DeleteObjectRequest\x1a .chunkup.v1.DeleteObjectResponseB5Z3github.com/chunkup/chunkup/gen/chunkup/v1;chunkupv1b\x06proto3"
+	"\fDeleteObject\x12\x1f.chunkup.v1.DeleteObjectRequest\x1a .chunkup.v1.DeleteObjectResponse\x12H\n" +
+	"\tSignParts\x12\x1c.chunkup.v1.SignPartsRequest\x1a\x1d.chunkup.v1.SignPartsResponse\x12Z\n" +
+	"\x0fListDirectParts\x12\".chunkup.v1.ListDirectPartsRequest\x1a#.chunkup.v1.ListDirectPartsResponse\x12W\n" +
+	"\x0eCompleteDirect\x12!.chunkup.v1.CompleteDirectRequest\x1a\".chunkup.v1.CompleteDirectResponseB5Z3github.com/chunkup/chunkup/gen/chunkup/v1;chunkupv1b\x06proto3"
 
 var (
 	file_chunkup_v1_upload_proto_rawDescOnce sync.Once
@@ -2226,48 +2817,58 @@ func file_chunkup_v1_upload_proto_rawDescGZIP() []byte {
 }
 
 var file_chunkup_v1_upload_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_chunkup_v1_upload_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_chunkup_v1_upload_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_chunkup_v1_upload_proto_goTypes = []any{
-	(UploadState)(0),              // 0: chunkup.v1.UploadState
-	(*Upload)(nil),                // 1: chunkup.v1.Upload
-	(*ReceivedChunk)(nil),         // 2: chunkup.v1.ReceivedChunk
-	(*CreateUploadRequest)(nil),   // 3: chunkup.v1.CreateUploadRequest
-	(*CreateUploadResponse)(nil),  // 4: chunkup.v1.CreateUploadResponse
-	(*UploadChunkRequest)(nil),    // 5: chunkup.v1.UploadChunkRequest
-	(*UploadChunkResponse)(nil),   // 6: chunkup.v1.UploadChunkResponse
-	(*GetUploadRequest)(nil),      // 7: chunkup.v1.GetUploadRequest
-	(*GetUploadResponse)(nil),     // 8: chunkup.v1.GetUploadResponse
-	(*AbortUploadRequest)(nil),    // 9: chunkup.v1.AbortUploadRequest
-	(*AbortUploadResponse)(nil),   // 10: chunkup.v1.AbortUploadResponse
-	(*ListUploadsRequest)(nil),    // 11: chunkup.v1.ListUploadsRequest
-	(*ListUploadsResponse)(nil),   // 12: chunkup.v1.ListUploadsResponse
-	(*ReadObjectRequest)(nil),     // 13: chunkup.v1.ReadObjectRequest
-	(*ReadObjectResponse)(nil),    // 14: chunkup.v1.ReadObjectResponse
-	(*WatchUploadRequest)(nil),    // 15: chunkup.v1.WatchUploadRequest
-	(*WatchUploadResponse)(nil),   // 16: chunkup.v1.WatchUploadResponse
-	(*UploadProgress)(nil),        // 17: chunkup.v1.UploadProgress
-	(*Object)(nil),                // 18: chunkup.v1.Object
-	(*ListObjectsRequest)(nil),    // 19: chunkup.v1.ListObjectsRequest
-	(*ListObjectsResponse)(nil),   // 20: chunkup.v1.ListObjectsResponse
-	(*StatObjectRequest)(nil),     // 21: chunkup.v1.StatObjectRequest
-	(*StatObjectResponse)(nil),    // 22: chunkup.v1.StatObjectResponse
-	(*DeleteObjectRequest)(nil),   // 23: chunkup.v1.DeleteObjectRequest
-	(*DeleteObjectResponse)(nil),  // 24: chunkup.v1.DeleteObjectResponse
-	nil,                           // 25: chunkup.v1.Upload.MetadataEntry
-	nil,                           // 26: chunkup.v1.CreateUploadRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 28: google.protobuf.Struct
+	(UploadState)(0),                // 0: chunkup.v1.UploadState
+	(*Upload)(nil),                  // 1: chunkup.v1.Upload
+	(*ReceivedChunk)(nil),           // 2: chunkup.v1.ReceivedChunk
+	(*CreateUploadRequest)(nil),     // 3: chunkup.v1.CreateUploadRequest
+	(*CreateUploadResponse)(nil),    // 4: chunkup.v1.CreateUploadResponse
+	(*UploadChunkRequest)(nil),      // 5: chunkup.v1.UploadChunkRequest
+	(*UploadChunkResponse)(nil),     // 6: chunkup.v1.UploadChunkResponse
+	(*GetUploadRequest)(nil),        // 7: chunkup.v1.GetUploadRequest
+	(*GetUploadResponse)(nil),       // 8: chunkup.v1.GetUploadResponse
+	(*AbortUploadRequest)(nil),      // 9: chunkup.v1.AbortUploadRequest
+	(*AbortUploadResponse)(nil),     // 10: chunkup.v1.AbortUploadResponse
+	(*ListUploadsRequest)(nil),      // 11: chunkup.v1.ListUploadsRequest
+	(*ListUploadsResponse)(nil),     // 12: chunkup.v1.ListUploadsResponse
+	(*ReadObjectRequest)(nil),       // 13: chunkup.v1.ReadObjectRequest
+	(*ReadObjectResponse)(nil),      // 14: chunkup.v1.ReadObjectResponse
+	(*WatchUploadRequest)(nil),      // 15: chunkup.v1.WatchUploadRequest
+	(*WatchUploadResponse)(nil),     // 16: chunkup.v1.WatchUploadResponse
+	(*UploadProgress)(nil),          // 17: chunkup.v1.UploadProgress
+	(*Object)(nil),                  // 18: chunkup.v1.Object
+	(*ListObjectsRequest)(nil),      // 19: chunkup.v1.ListObjectsRequest
+	(*ListObjectsResponse)(nil),     // 20: chunkup.v1.ListObjectsResponse
+	(*StatObjectRequest)(nil),       // 21: chunkup.v1.StatObjectRequest
+	(*StatObjectResponse)(nil),      // 22: chunkup.v1.StatObjectResponse
+	(*DeleteObjectRequest)(nil),     // 23: chunkup.v1.DeleteObjectRequest
+	(*DeleteObjectResponse)(nil),    // 24: chunkup.v1.DeleteObjectResponse
+	(*SignPartsRequest)(nil),        // 25: chunkup.v1.SignPartsRequest
+	(*PartToSign)(nil),              // 26: chunkup.v1.PartToSign
+	(*SignPartsResponse)(nil),       // 27: chunkup.v1.SignPartsResponse
+	(*SignedPart)(nil),              // 28: chunkup.v1.SignedPart
+	(*ListDirectPartsRequest)(nil),  // 29: chunkup.v1.ListDirectPartsRequest
+	(*ListDirectPartsResponse)(nil), // 30: chunkup.v1.ListDirectPartsResponse
+	(*DirectPart)(nil),              // 31: chunkup.v1.DirectPart
+	(*CompleteDirectRequest)(nil),   // 32: chunkup.v1.CompleteDirectRequest
+	(*CompleteDirectResponse)(nil),  // 33: chunkup.v1.CompleteDirectResponse
+	nil,                             // 34: chunkup.v1.Upload.MetadataEntry
+	nil,                             // 35: chunkup.v1.CreateUploadRequest.MetadataEntry
+	nil,                             // 36: chunkup.v1.SignedPart.HeadersEntry
+	(*timestamppb.Timestamp)(nil),   // 37: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),         // 38: google.protobuf.Struct
 }
 var file_chunkup_v1_upload_proto_depIdxs = []int32{
 	0,  // 0: chunkup.v1.Upload.state:type_name -> chunkup.v1.UploadState
-	25, // 1: chunkup.v1.Upload.metadata:type_name -> chunkup.v1.Upload.MetadataEntry
-	27, // 2: chunkup.v1.Upload.create_time:type_name -> google.protobuf.Timestamp
-	27, // 3: chunkup.v1.Upload.update_time:type_name -> google.protobuf.Timestamp
-	27, // 4: chunkup.v1.Upload.complete_time:type_name -> google.protobuf.Timestamp
+	34, // 1: chunkup.v1.Upload.metadata:type_name -> chunkup.v1.Upload.MetadataEntry
+	37, // 2: chunkup.v1.Upload.create_time:type_name -> google.protobuf.Timestamp
+	37, // 3: chunkup.v1.Upload.update_time:type_name -> google.protobuf.Timestamp
+	37, // 4: chunkup.v1.Upload.complete_time:type_name -> google.protobuf.Timestamp
 	2,  // 5: chunkup.v1.Upload.chunks:type_name -> chunkup.v1.ReceivedChunk
-	28, // 6: chunkup.v1.Upload.custom_metadata:type_name -> google.protobuf.Struct
-	26, // 7: chunkup.v1.CreateUploadRequest.metadata:type_name -> chunkup.v1.CreateUploadRequest.MetadataEntry
-	28, // 8: chunkup.v1.CreateUploadRequest.custom_metadata:type_name -> google.protobuf.Struct
+	38, // 6: chunkup.v1.Upload.custom_metadata:type_name -> google.protobuf.Struct
+	35, // 7: chunkup.v1.CreateUploadRequest.metadata:type_name -> chunkup.v1.CreateUploadRequest.MetadataEntry
+	38, // 8: chunkup.v1.CreateUploadRequest.custom_metadata:type_name -> google.protobuf.Struct
 	1,  // 9: chunkup.v1.CreateUploadResponse.upload:type_name -> chunkup.v1.Upload
 	3,  // 10: chunkup.v1.UploadChunkRequest.create:type_name -> chunkup.v1.CreateUploadRequest
 	1,  // 11: chunkup.v1.UploadChunkResponse.upload:type_name -> chunkup.v1.Upload
@@ -2278,35 +2879,48 @@ var file_chunkup_v1_upload_proto_depIdxs = []int32{
 	1,  // 16: chunkup.v1.ReadObjectResponse.upload:type_name -> chunkup.v1.Upload
 	17, // 17: chunkup.v1.WatchUploadResponse.progress:type_name -> chunkup.v1.UploadProgress
 	0,  // 18: chunkup.v1.UploadProgress.state:type_name -> chunkup.v1.UploadState
-	27, // 19: chunkup.v1.UploadProgress.update_time:type_name -> google.protobuf.Timestamp
-	27, // 20: chunkup.v1.Object.last_modified:type_name -> google.protobuf.Timestamp
+	37, // 19: chunkup.v1.UploadProgress.update_time:type_name -> google.protobuf.Timestamp
+	37, // 20: chunkup.v1.Object.last_modified:type_name -> google.protobuf.Timestamp
 	18, // 21: chunkup.v1.ListObjectsResponse.objects:type_name -> chunkup.v1.Object
 	18, // 22: chunkup.v1.StatObjectResponse.object:type_name -> chunkup.v1.Object
-	3,  // 23: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
-	5,  // 24: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
-	7,  // 25: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
-	9,  // 26: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
-	15, // 27: chunkup.v1.UploadService.WatchUpload:input_type -> chunkup.v1.WatchUploadRequest
-	11, // 28: chunkup.v1.UploadService.ListUploads:input_type -> chunkup.v1.ListUploadsRequest
-	13, // 29: chunkup.v1.UploadService.ReadObject:input_type -> chunkup.v1.ReadObjectRequest
-	19, // 30: chunkup.v1.UploadService.ListObjects:input_type -> chunkup.v1.ListObjectsRequest
-	21, // 31: chunkup.v1.UploadService.StatObject:input_type -> chunkup.v1.StatObjectRequest
-	23, // 32: chunkup.v1.UploadService.DeleteObject:input_type -> chunkup.v1.DeleteObjectRequest
-	4,  // 33: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
-	6,  // 34: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
-	8,  // 35: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
-	10, // 36: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
-	16, // 37: chunkup.v1.UploadService.WatchUpload:output_type -> chunkup.v1.WatchUploadResponse
-	12, // 38: chunkup.v1.UploadService.ListUploads:output_type -> chunkup.v1.ListUploadsResponse
-	14, // 39: chunkup.v1.UploadService.ReadObject:output_type -> chunkup.v1.ReadObjectResponse
-	20, // 40: chunkup.v1.UploadService.ListObjects:output_type -> chunkup.v1.ListObjectsResponse
-	22, // 41: chunkup.v1.UploadService.StatObject:output_type -> chunkup.v1.StatObjectResponse
-	24, // 42: chunkup.v1.UploadService.DeleteObject:output_type -> chunkup.v1.DeleteObjectResponse
-	33, // [33:43] is the sub-list for method output_type
-	23, // [23:33] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	26, // 23: chunkup.v1.SignPartsRequest.parts:type_name -> chunkup.v1.PartToSign
+	28, // 24: chunkup.v1.SignPartsResponse.parts:type_name -> chunkup.v1.SignedPart
+	36, // 25: chunkup.v1.SignedPart.headers:type_name -> chunkup.v1.SignedPart.HeadersEntry
+	37, // 26: chunkup.v1.SignedPart.expire_time:type_name -> google.protobuf.Timestamp
+	31, // 27: chunkup.v1.ListDirectPartsResponse.parts:type_name -> chunkup.v1.DirectPart
+	31, // 28: chunkup.v1.CompleteDirectRequest.parts:type_name -> chunkup.v1.DirectPart
+	1,  // 29: chunkup.v1.CompleteDirectResponse.upload:type_name -> chunkup.v1.Upload
+	3,  // 30: chunkup.v1.UploadService.CreateUpload:input_type -> chunkup.v1.CreateUploadRequest
+	5,  // 31: chunkup.v1.UploadService.UploadChunk:input_type -> chunkup.v1.UploadChunkRequest
+	7,  // 32: chunkup.v1.UploadService.GetUpload:input_type -> chunkup.v1.GetUploadRequest
+	9,  // 33: chunkup.v1.UploadService.AbortUpload:input_type -> chunkup.v1.AbortUploadRequest
+	15, // 34: chunkup.v1.UploadService.WatchUpload:input_type -> chunkup.v1.WatchUploadRequest
+	11, // 35: chunkup.v1.UploadService.ListUploads:input_type -> chunkup.v1.ListUploadsRequest
+	13, // 36: chunkup.v1.UploadService.ReadObject:input_type -> chunkup.v1.ReadObjectRequest
+	19, // 37: chunkup.v1.UploadService.ListObjects:input_type -> chunkup.v1.ListObjectsRequest
+	21, // 38: chunkup.v1.UploadService.StatObject:input_type -> chunkup.v1.StatObjectRequest
+	23, // 39: chunkup.v1.UploadService.DeleteObject:input_type -> chunkup.v1.DeleteObjectRequest
+	25, // 40: chunkup.v1.UploadService.SignParts:input_type -> chunkup.v1.SignPartsRequest
+	29, // 41: chunkup.v1.UploadService.ListDirectParts:input_type -> chunkup.v1.ListDirectPartsRequest
+	32, // 42: chunkup.v1.UploadService.CompleteDirect:input_type -> chunkup.v1.CompleteDirectRequest
+	4,  // 43: chunkup.v1.UploadService.CreateUpload:output_type -> chunkup.v1.CreateUploadResponse
+	6,  // 44: chunkup.v1.UploadService.UploadChunk:output_type -> chunkup.v1.UploadChunkResponse
+	8,  // 45: chunkup.v1.UploadService.GetUpload:output_type -> chunkup.v1.GetUploadResponse
+	10, // 46: chunkup.v1.UploadService.AbortUpload:output_type -> chunkup.v1.AbortUploadResponse
+	16, // 47: chunkup.v1.UploadService.WatchUpload:output_type -> chunkup.v1.WatchUploadResponse
+	12, // 48: chunkup.v1.UploadService.ListUploads:output_type -> chunkup.v1.ListUploadsResponse
+	14, // 49: chunkup.v1.UploadService.ReadObject:output_type -> chunkup.v1.ReadObjectResponse
+	20, // 50: chunkup.v1.UploadService.ListObjects:output_type -> chunkup.v1.ListObjectsResponse
+	22, // 51: chunkup.v1.UploadService.StatObject:output_type -> chunkup.v1.StatObjectResponse
+	24, // 52: chunkup.v1.UploadService.DeleteObject:output_type -> chunkup.v1.DeleteObjectResponse
+	27, // 53: chunkup.v1.UploadService.SignParts:output_type -> chunkup.v1.SignPartsResponse
+	30, // 54: chunkup.v1.UploadService.ListDirectParts:output_type -> chunkup.v1.ListDirectPartsResponse
+	33, // 55: chunkup.v1.UploadService.CompleteDirect:output_type -> chunkup.v1.CompleteDirectResponse
+	43, // [43:56] is the sub-list for method output_type
+	30, // [30:43] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_chunkup_v1_upload_proto_init() }
@@ -2316,13 +2930,14 @@ func file_chunkup_v1_upload_proto_init() {
 	}
 	file_chunkup_v1_upload_proto_msgTypes[2].OneofWrappers = []any{}
 	file_chunkup_v1_upload_proto_msgTypes[4].OneofWrappers = []any{}
+	file_chunkup_v1_upload_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkup_v1_upload_proto_rawDesc), len(file_chunkup_v1_upload_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

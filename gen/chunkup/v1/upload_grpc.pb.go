@@ -19,16 +19,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	UploadService_CreateUpload_FullMethodName = "/chunkup.v1.UploadService/CreateUpload"
-	UploadService_UploadChunk_FullMethodName  = "/chunkup.v1.UploadService/UploadChunk"
-	UploadService_GetUpload_FullMethodName    = "/chunkup.v1.UploadService/GetUpload"
-	UploadService_AbortUpload_FullMethodName  = "/chunkup.v1.UploadService/AbortUpload"
-	UploadService_WatchUpload_FullMethodName  = "/chunkup.v1.UploadService/WatchUpload"
-	UploadService_ListUploads_FullMethodName  = "/chunkup.v1.UploadService/ListUploads"
-	UploadService_ReadObject_FullMethodName   = "/chunkup.v1.UploadService/ReadObject"
-	UploadService_ListObjects_FullMethodName  = "/chunkup.v1.UploadService/ListObjects"
-	UploadService_StatObject_FullMethodName   = "/chunkup.v1.UploadService/StatObject"
-	UploadService_DeleteObject_FullMethodName = "/chunkup.v1.UploadService/DeleteObject"
+	UploadService_CreateUpload_FullMethodName    = "/chunkup.v1.UploadService/CreateUpload"
+	UploadService_UploadChunk_FullMethodName     = "/chunkup.v1.UploadService/UploadChunk"
+	UploadService_GetUpload_FullMethodName       = "/chunkup.v1.UploadService/GetUpload"
+	UploadService_AbortUpload_FullMethodName     = "/chunkup.v1.UploadService/AbortUpload"
+	UploadService_WatchUpload_FullMethodName     = "/chunkup.v1.UploadService/WatchUpload"
+	UploadService_ListUploads_FullMethodName     = "/chunkup.v1.UploadService/ListUploads"
+	UploadService_ReadObject_FullMethodName      = "/chunkup.v1.UploadService/ReadObject"
+	UploadService_ListObjects_FullMethodName     = "/chunkup.v1.UploadService/ListObjects"
+	UploadService_StatObject_FullMethodName      = "/chunkup.v1.UploadService/StatObject"
+	UploadService_DeleteObject_FullMethodName    = "/chunkup.v1.UploadService/DeleteObject"
+	UploadService_SignParts_FullMethodName       = "/chunkup.v1.UploadService/SignParts"
+	UploadService_ListDirectParts_FullMethodName = "/chunkup.v1.UploadService/ListDirectParts"
+	UploadService_CompleteDirect_FullMethodName  = "/chunkup.v1.UploadService/CompleteDirect"
 )
 
 // UploadServiceClient is the client API for UploadService service.
@@ -89,6 +92,24 @@ type UploadServiceClient interface {
 	// tenant's) is NOT_FOUND, and with `if_match` an object with another ETag is
 	// FAILED_PRECONDITION and stays.
 	DeleteObject(ctx context.Context, in *DeleteObjectRequest, opts ...grpc.CallOption) (*DeleteObjectResponse, error)
+	// SignParts signs the PUTs of parts of a direct upload (CreateUploadRequest.direct):
+	// URLs to send each part's bytes to, straight to S3, with the headers given, valid
+	// until `expire_time`. Asking for URLs is activity: it keeps the upload from expiring
+	// as idle. A server without direct uploads answers UNIMPLEMENTED.
+	SignParts(ctx context.Context, in *SignPartsRequest, opts ...grpc.CallOption) (*SignPartsResponse, error)
+	// ListDirectParts lists the parts S3 holds of an active direct upload: what a
+	// resuming client need not put again.
+	ListDirectParts(ctx context.Context, in *ListDirectPartsRequest, opts ...grpc.CallOption) (*ListDirectPartsResponse, error)
+	// CompleteDirect completes a direct upload from its parts 1 to N as the client put
+	// them, each with the ETag S3 answered. The server lists what S3 holds first: unless
+	// it is exactly the parts reported (none missing, the same ETags, and sizes and
+	// CRC32Cs where reported, no part left out, every part but the last at least 5 MiB),
+	// the upload FAILS with that reason (FAILED_PRECONDITION), no object is written and
+	// its multipart upload is aborted. A malformed report (numbers not 1 to N, a part
+	// without ETag) is INVALID_ARGUMENT and changes nothing. Otherwise it returns the
+	// upload COMPLETED, or COMPLETING while another process finishes it; completing a
+	// completed upload again returns it.
+	CompleteDirect(ctx context.Context, in *CompleteDirectRequest, opts ...grpc.CallOption) (*CompleteDirectResponse, error)
 }
 
 type uploadServiceClient struct {
@@ -220,6 +241,36 @@ func (c *uploadServiceClient) DeleteObject(ctx context.Context, in *DeleteObject
 	return out, nil
 }
 
+func (c *uploadServiceClient) SignParts(ctx context.Context, in *SignPartsRequest, opts ...grpc.CallOption) (*SignPartsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SignPartsResponse)
+	err := c.cc.Invoke(ctx, UploadService_SignParts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *uploadServiceClient) ListDirectParts(ctx context.Context, in *ListDirectPartsRequest, opts ...grpc.CallOption) (*ListDirectPartsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDirectPartsResponse)
+	err := c.cc.Invoke(ctx, UploadService_ListDirectParts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *uploadServiceClient) CompleteDirect(ctx context.Context, in *CompleteDirectRequest, opts ...grpc.CallOption) (*CompleteDirectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteDirectResponse)
+	err := c.cc.Invoke(ctx, UploadService_CompleteDirect_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // UploadServiceServer is the server API for UploadService service.
 // All implementations must embed UnimplementedUploadServiceServer
 // for forward compatibility.
@@ -278,6 +329,24 @@ type UploadServiceServer interface {
 	// tenant's) is NOT_FOUND, and with `if_match` an object with another ETag is
 	// FAILED_PRECONDITION and stays.
 	DeleteObject(context.Context, *DeleteObjectRequest) (*DeleteObjectResponse, error)
+	// SignParts signs the PUTs of parts of a direct upload (CreateUploadRequest.direct):
+	// URLs to send each part's bytes to, straight to S3, with the headers given, valid
+	// until `expire_time`. Asking for URLs is activity: it keeps the upload from expiring
+	// as idle. A server without direct uploads answers UNIMPLEMENTED.
+	SignParts(context.Context, *SignPartsRequest) (*SignPartsResponse, error)
+	// ListDirectParts lists the parts S3 holds of an active direct upload: what a
+	// resuming client need not put again.
+	ListDirectParts(context.Context, *ListDirectPartsRequest) (*ListDirectPartsResponse, error)
+	// CompleteDirect completes a direct upload from its parts 1 to N as the client put
+	// them, each with the ETag S3 answered. The server lists what S3 holds first: unless
+	// it is exactly the parts reported (none missing, the same ETags, and sizes and
+	// CRC32Cs where reported, no part left out, every part but the last at least 5 MiB),
+	// the upload FAILS with that reason (FAILED_PRECONDITION), no object is written and
+	// its multipart upload is aborted. A malformed report (numbers not 1 to N, a part
+	// without ETag) is INVALID_ARGUMENT and changes nothing. Otherwise it returns the
+	// upload COMPLETED, or COMPLETING while another process finishes it; completing a
+	// completed upload again returns it.
+	CompleteDirect(context.Context, *CompleteDirectRequest) (*CompleteDirectResponse, error)
 	mustEmbedUnimplementedUploadServiceServer()
 }
 
@@ -317,6 +386,15 @@ func (UnimplementedUploadServiceServer) StatObject(context.Context, *StatObjectR
 }
 func (UnimplementedUploadServiceServer) DeleteObject(context.Context, *DeleteObjectRequest) (*DeleteObjectResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteObject not implemented")
+}
+func (UnimplementedUploadServiceServer) SignParts(context.Context, *SignPartsRequest) (*SignPartsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SignParts not implemented")
+}
+func (UnimplementedUploadServiceServer) ListDirectParts(context.Context, *ListDirectPartsRequest) (*ListDirectPartsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDirectParts not implemented")
+}
+func (UnimplementedUploadServiceServer) CompleteDirect(context.Context, *CompleteDirectRequest) (*CompleteDirectResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteDirect not implemented")
 }
 func (UnimplementedUploadServiceServer) mustEmbedUnimplementedUploadServiceServer() {}
 func (UnimplementedUploadServiceServer) testEmbeddedByValue()                       {}
@@ -494,6 +572,60 @@ func _UploadService_DeleteObject_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _UploadService_SignParts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SignPartsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UploadServiceServer).SignParts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UploadService_SignParts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UploadServiceServer).SignParts(ctx, req.(*SignPartsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _UploadService_ListDirectParts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDirectPartsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UploadServiceServer).ListDirectParts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UploadService_ListDirectParts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UploadServiceServer).ListDirectParts(ctx, req.(*ListDirectPartsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _UploadService_CompleteDirect_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteDirectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UploadServiceServer).CompleteDirect(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UploadService_CompleteDirect_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UploadServiceServer).CompleteDirect(ctx, req.(*CompleteDirectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // UploadService_ServiceDesc is the grpc.ServiceDesc for UploadService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -528,6 +660,18 @@ var UploadService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteObject",
 			Handler:    _UploadService_DeleteObject_Handler,
+		},
+		{
+			MethodName: "SignParts",
+			Handler:    _UploadService_SignParts_Handler,
+		},
+		{
+			MethodName: "ListDirectParts",
+			Handler:    _UploadService_ListDirectParts_Handler,
+		},
+		{
+			MethodName: "CompleteDirect",
+			Handler:    _UploadService_CompleteDirect_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

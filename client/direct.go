@@ -1,0 +1,244 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/crc"
+	"github.com/chunkup/chunkup/internal/ids"
+	"github.com/chunkup/chunkup/internal/retry"
+)
+
+// directHTTP sends parts to S3. Its own transport, so that many parts in flight to one
+// store reuse connections (the default keeps 2 idle per host).
+var directHTTP = &http.Client{Transport: func() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	t.WriteBufferSize, t.ReadBufferSize = 256<<10, 64<<10
+	return t
+}()}
+
+// UploadDirect uploads the size bytes of r as a direct upload (docs/direct-uploads.md):
+// the bytes go straight to S3, as the parts of a multipart upload the server creates,
+// each PUT to a URL the server signs with the part's size and CRC32C bound in, so that S3
+// itself refuses other bytes; the server then checks what S3 holds against the parts
+// and completes the upload. Parts go WithParallel at a time (memory: that many chunks).
+// WithResume resumes a direct upload: parts S3 holds with the input's size and CRC32C
+// are not put again. It returns the completed upload; one that ends otherwise is an
+// *EndedError.
+func (c *Client) UploadDirect(ctx context.Context, r io.ReaderAt, size int64, opts ...UploadOption) (*chunkupv1.Upload, error) {
+	var cfg uploadConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.correlationID != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, CorrelationIDHeader, cfg.correlationID)
+	}
+	var up *chunkupv1.Upload
+	err := c.retrying(ctx, func() (err error) {
+		if cfg.resume != "" {
+			up, err = c.Get(ctx, cfg.resume)
+			return err
+		}
+		cfg.create.Direct, cfg.create.DirectChecksums, cfg.create.ExpectedSize = true, true, proto.Int64(size)
+		if cfg.create.ClientNodeId == "" {
+			cfg.create.ClientNodeId = "sdk-" + ids.New()
+		}
+		resp, err := c.api.CreateUpload(ctx, &cfg.create)
+		if err != nil {
+			return fmt.Errorf("chunkup: create upload: %w", err)
+		}
+		up = resp.Upload
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !up.Direct && cfg.resume != "" {
+		return nil, fmt.Errorf("chunkup: upload %s is not a direct upload: resume it with Upload", up.UploadId)
+	}
+	if !up.Direct {
+		// A server from before direct uploads ignores the request's direct field.
+		_, _ = c.api.AbortUpload(ctx, &chunkupv1.AbortUploadRequest{UploadId: up.UploadId, Reason: "the server does not know direct uploads"})
+		return nil, fmt.Errorf("chunkup: the server does not know direct uploads (it is older than this client): upload without direct")
+	}
+	if up.ExpectedSize >= 0 && up.ExpectedSize != size {
+		return nil, &MismatchError{UploadID: up.UploadId, Reason: fmt.Sprintf("the input has %d bytes, the upload %d", size, up.ExpectedSize)}
+	}
+	if cfg.onStart != nil {
+		cfg.onStart(proto.CloneOf(up))
+	}
+	if up.State == chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
+		return up, verifyCompleted(up, io.NewSectionReader(r, 0, size))
+	}
+	if done, err := ended(up); done {
+		return up, err
+	}
+	d := &directUpload{c: c, up: up, r: r, size: size, progress: cfg.progress}
+	return d.run(ctx)
+}
+
+// directUpload is one UploadDirect at work.
+type directUpload struct {
+	c        *Client
+	up       *chunkupv1.Upload
+	r        io.ReaderAt
+	size     int64
+	progress func(Progress)
+	acked    atomic.Int64
+	mu       sync.Mutex // progress calls
+}
+
+func (d *directUpload) run(ctx context.Context) (*chunkupv1.Upload, error) {
+	chunk := d.up.ChunkSize
+	total := max(1, uint32((d.size+chunk-1)/chunk))
+	held := map[uint32]*chunkupv1.DirectPart{}
+	err := d.c.retrying(ctx, func() error {
+		resp, err := d.c.api.ListDirectParts(ctx, &chunkupv1.ListDirectPartsRequest{UploadId: d.up.UploadId})
+		if err != nil {
+			return err
+		}
+		for _, p := range resp.Parts {
+			held[p.PartNumber] = p
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chunkup: list the parts S3 holds: %w", err)
+	}
+	parts := make([]*chunkupv1.DirectPart, total)
+	next := make(chan uint32)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(next)
+		for n := uint32(1); n <= total; n++ {
+			select {
+			case next <- n:
+			case <-gctx.Done():
+				return nil
+			}
+		}
+		return nil
+	})
+	for range max(1, d.c.opts.parallel) {
+		g.Go(func() error {
+			buf := make([]byte, chunk)
+			for n := range next {
+				off := int64(n-1) * chunk
+				b := buf[:min(chunk, d.size-off)]
+				if _, err := d.r.ReadAt(b, off); err != nil && !(errors.Is(err, io.EOF) && len(b) == 0) {
+					return fmt.Errorf("chunkup: read part %d of the input: %w", n, err)
+				}
+				sum := crc.Checksum(b)
+				p := &chunkupv1.DirectPart{PartNumber: n, Size: int64(len(b)), Crc32C: sum, HasCrc32C: true}
+				if h := held[n]; h != nil && h.Size == p.Size && h.HasCrc32C && h.Crc32C == sum {
+					p.Etag = h.Etag // put before this resume, with these very bytes
+				} else {
+					etag, err := d.put(gctx, n, b, sum)
+					if err != nil {
+						return err
+					}
+					p.Etag = etag
+				}
+				parts[n-1] = p
+				d.note(int64(len(b)))
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var up *chunkupv1.Upload
+	err = d.c.retrying(ctx, func() error {
+		resp, err := d.c.api.CompleteDirect(ctx, &chunkupv1.CompleteDirectRequest{UploadId: d.up.UploadId, Parts: parts})
+		if err != nil {
+			return err
+		}
+		up = resp.Upload
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chunkup: complete upload %s: %w", d.up.UploadId, err)
+	}
+	if up.State != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
+		u := newUploader(d.c, up, nil)
+		if up, err = u.wait(ctx); err != nil {
+			return up, err
+		}
+	}
+	var whole uint32
+	for _, p := range parts {
+		whole = crc.Combine(whole, p.Crc32C, p.Size)
+	}
+	if up.Size != d.size || up.Crc32C != whole {
+		return up, &MismatchError{UploadID: up.UploadId, Reason: fmt.Sprintf(
+			"the object has %d bytes with CRC32C %08x, the input %d bytes with CRC32C %08x", up.Size, up.Crc32C, d.size, whole)}
+	}
+	return up, nil
+}
+
+// put signs part n and PUTs its bytes b to S3, retrying what may pass; it returns the
+// ETag S3 answered.
+func (d *directUpload) put(ctx context.Context, n uint32, b []byte, sum uint32) (string, error) {
+	var etag string
+	err := d.c.retrying(ctx, func() error {
+		resp, err := d.c.api.SignParts(ctx, &chunkupv1.SignPartsRequest{UploadId: d.up.UploadId,
+			Parts: []*chunkupv1.PartToSign{{PartNumber: n, Size: int64(len(b)), Crc32C: proto.Uint32(sum)}}})
+		if err != nil {
+			return err
+		}
+		if len(resp.Parts) != 1 {
+			return fmt.Errorf("chunkup: the server signed %d parts for one", len(resp.Parts))
+		}
+		sp := resp.Parts[0]
+		req, err := http.NewRequestWithContext(ctx, sp.Method, sp.Url, bytes.NewReader(b))
+		if err != nil {
+			return &retry.PermanentError{Err: err}
+		}
+		req.ContentLength = int64(len(b))
+		for k, v := range sp.Headers {
+			req.Header.Set(k, v)
+		}
+		res, err := directHTTP.Do(req)
+		if err != nil {
+			return &retry.TransientError{Err: fmt.Errorf("put part %d to S3: %w", n, err)}
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(res.Body, 4<<10))
+		switch {
+		case res.StatusCode == http.StatusOK:
+			etag = res.Header.Get("ETag")
+			return nil
+		case res.StatusCode >= 500 || res.StatusCode == http.StatusForbidden:
+			// 403: the URL expired while the part waited; a new one is signed.
+			return &retry.TransientError{Err: fmt.Errorf("put part %d to S3: %s: %s", n, res.Status, bytes.TrimSpace(body))}
+		}
+		return &retry.PermanentError{Err: fmt.Errorf("put part %d to S3: %s: %s", n, res.Status, bytes.TrimSpace(body))}
+	})
+	if err != nil {
+		return "", fmt.Errorf("chunkup: %w", err)
+	}
+	return etag, nil
+}
+
+func (d *directUpload) note(n int64) {
+	acked := d.acked.Add(n)
+	if d.progress == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.progress(Progress{UploadID: d.up.UploadId, BytesSent: acked, BytesAcked: acked, Size: d.size})
+}
