@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -354,7 +355,7 @@ var statuses = map[fault.Kind]int{
 	fault.Busy: http.StatusServiceUnavailable, fault.Locked: http.StatusConflict,
 	fault.DataLoss: http.StatusBadRequest, fault.Exhausted: http.StatusTooManyRequests,
 	fault.Overloaded: http.StatusServiceUnavailable, fault.Unavailable: http.StatusServiceUnavailable,
-	fault.Deadline: http.StatusGatewayTimeout, fault.Canceled: http.StatusServiceUnavailable,
+	fault.Deadline: http.StatusServiceUnavailable, fault.Canceled: http.StatusServiceUnavailable,
 	fault.Unauthenticated: http.StatusUnauthorized, fault.Denied: http.StatusForbidden,
 	fault.Unsupported: http.StatusNotImplemented,
 }
@@ -375,8 +376,9 @@ func (h *Handler) fail(w http.ResponseWriter, err error) {
 		h.cfg.Logger.Error("direct door", "err", err)
 		msg = "internal error"
 	}
-	if d := fault.RetryAfter(err); d > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, d.Seconds()))))
+	if code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests || k == fault.Locked {
+		// The delay the error asks for, else a second.
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(fault.RetryAfter(err).Seconds())))))
 	}
 	write(w, code, map[string]string{"error": msg})
 }

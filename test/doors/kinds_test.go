@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,10 +24,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/chunkup/chunkup/directdoor"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/httpdoor"
 	"github.com/chunkup/chunkup/httpdoor/coreadapter"
 	"github.com/chunkup/chunkup/internal/fault"
+	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/server"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/upload"
@@ -91,10 +94,23 @@ func (f *failing) StatObject(context.Context, string) (upload.Object, error) {
 	return upload.Object{}, f.fail("")
 }
 func (f *failing) DeleteObject(context.Context, string, string) error { return f.fail("") }
+func (f *failing) CreateDirect(context.Context, *upload.CreateRequest, bool) (*staging.Upload, error) {
+	return nil, f.fail("")
+}
+func (f *failing) SignParts(_ context.Context, id string, _ []upload.PartToSign) ([]upload.SignedPart, error) {
+	return nil, f.fail(id)
+}
+func (f *failing) DirectParts(_ context.Context, id string) ([]s3store.ListedPart, error) {
+	return nil, f.fail(id)
+}
+func (f *failing) CompleteDirect(_ context.Context, id string, _ []upload.ReportedPart) (*staging.Upload, error) {
+	return nil, f.fail(id)
+}
 
 var (
 	_ server.Core            = (*failing)(nil)
 	_ coreadapter.UploadCore = (*failing)(nil)
+	_ directdoor.Core        = (*failing)(nil)
 )
 
 // flag is how a CLI flag looks in a message.
@@ -102,7 +118,8 @@ var flag = regexp.MustCompile(`--[a-z]`)
 
 // TestEveryKindThroughBothDoors: for one real error of each kind, GetUpload's gRPC code
 // and the HTTP door's status for HEAD and DELETE (tus and the IETF protocol) are the
-// kind's, and no message names a flag.
+// kind's, and no message names a flag. The direct-to-S3 door answers a part's signing
+// and a completion with the IETF protocol's status.
 func TestEveryKindThroughBothDoors(t *testing.T) {
 	streams := upload.NewStreamCounter("upload streams", 1)
 	_, _ = streams.Acquire("acme")
@@ -180,6 +197,21 @@ func TestEveryKindThroughBothDoors(t *testing.T) {
 				}
 				if tc.retryish && retry == "" {
 					t.Errorf("HTTP %s: %d without Retry-After", r.method, code)
+				}
+			}
+			direct := directdoor.New(core, directdoor.Config{Logger: slog.New(slog.DiscardHandler)})
+			for _, r := range []struct{ method, path string }{{http.MethodGet, "/1"}, {http.MethodPost, "/complete"}} {
+				req := httptest.NewRequest(r.method, "/s3/multipart/"+id+r.path, strings.NewReader(`{"parts":[{"PartNumber":1,"ETag":"x"}]}`))
+				w := httptest.NewRecorder()
+				direct.ServeHTTP(w, req)
+				if w.Code != tc.ietf {
+					t.Errorf("direct door %s %s: %d %q, want %d", r.method, r.path, w.Code, w.Body, tc.ietf)
+				}
+				if flag.MatchString(w.Body.String()) {
+					t.Errorf("direct door message names a flag: %q", w.Body)
+				}
+				if tc.retryish && w.Header().Get("Retry-After") == "" {
+					t.Errorf("direct door %s %s: %d without Retry-After", r.method, r.path, w.Code)
 				}
 			}
 		})
