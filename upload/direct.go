@@ -343,7 +343,6 @@ func matchParts(reported []ReportedPart, held []s3store.ListedPart, checksummed 
 	return chosen, sums, ""
 }
 
-
 // failDirect fails direct upload u for why (its multipart upload is aborted as it ends)
 // and returns the error saying so.
 func (c *Core) failDirect(ctx context.Context, u *staging.Upload, why string) error {
