@@ -18,6 +18,10 @@ import (
 // a round.
 var cliTurn = &contender{name: "CLI"}
 
+// cliDirectTurn stands for `chunkup upload --direct FILE` (the bytes straight to S3 with
+// URLs the server signs) in the order of a round.
+var cliDirectTurn = &contender{name: "CLI --direct"}
+
 // cliRow is the chunkup binary run as a user runs it (`chunkup upload FILE`, `chunkup
 // upload --jobs 16 FILES…`, its defaults otherwise) against the adaptive contender,
 // beside the SDK's figure and the direct upload's of the same rounds.
@@ -32,6 +36,9 @@ type cliRow struct {
 	ToSDK float64 `json:"to_sdk"`
 	// ClientCPUPerGiB is the CLI process's CPU seconds per GiB in its median round.
 	ClientCPUPerGiB float64 `json:"cli_cpu_s_per_gib"`
+	// ServerCPUPerGiB is the chunkup server's CPU seconds per GiB in the median round
+	// (measured for direct uploads, whose bytes the server never sees).
+	ServerCPUPerGiB float64 `json:"server_cpu_s_per_gib,omitempty"`
 	// Rounds are each round's figures, the CLI's then the direct upload's.
 	Rounds [][2]float64 `json:"rounds"`
 }
@@ -104,14 +111,14 @@ type cliUpload struct {
 	Size  string `json:"size"`
 }
 
-// viaCLI uploads n bytes with `chunkup upload FILE` and returns the elapsed time and the
-// CLI's CPU seconds per GiB. The file is written before the timing.
-func (b *bench) viaCLI(n int64) (time.Duration, float64) {
+// viaCLI uploads n bytes with `chunkup upload [extra] FILE` and returns the elapsed time
+// and the CLI's CPU seconds per GiB. The file is written before the timing.
+func (b *bench) viaCLI(n int64, extra ...string) (time.Duration, float64) {
 	start := b.next()
 	path := filepath.Join(b.tb.TempDir(), "large.bin")
 	b.writeFile(path, start, n)
 	defer os.Remove(path)
-	took, cpu, ups := b.runCLI([]string{path})
+	took, cpu, ups := b.runCLI([]string{path}, extra...)
 	if ups[0].State != "UPLOAD_STATE_COMPLETED" || ups[0].Size != fmt.Sprint(n) {
 		b.tb.Fatalf("bench: chunkup upload ended %s with %s bytes, want COMPLETED with %d", ups[0].State, ups[0].Size, n)
 	}

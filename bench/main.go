@@ -182,10 +182,12 @@ type report struct {
 	TusdLarge *peer `json:"tusd_large,omitempty"`
 	TusdSmall *peer `json:"tusd_small,omitempty"`
 	// CLILarge and CLISmall are the chunkup binary\'s rows (nil: skipped).
-	CLILarge *cliRow     `json:"cli_large,omitempty"`
-	CLISmall *cliRow     `json:"cli_small,omitempty"`
-	Pause    pauseResult `json:"minio_paused"`
-	Targets  []target    `json:"targets"`
+	CLILarge *cliRow `json:"cli_large,omitempty"`
+	// CLIDirectLarge is `chunkup upload --direct FILE` of the large size (nil: skipped).
+	CLIDirectLarge *cliRow     `json:"cli_direct_large,omitempty"`
+	CLISmall       *cliRow     `json:"cli_small,omitempty"`
+	Pause          pauseResult `json:"minio_paused"`
+	Targets        []target    `json:"targets"`
 }
 
 // comparison is chunkup against the direct upload, each the median of the rounds.
@@ -284,6 +286,10 @@ func (r *report) print(w io.Writer) {
 	if c := r.CLILarge; c != nil {
 		fmt.Fprintf(w, "CLI, chunkup upload FILE (large %s): %.1f MiB/s = %.3f × direct, %.3f × the SDK; CLI CPU %.2f s/GiB\n",
 			human(r.Config.Large), c.CLI, c.Ratio, c.ToSDK, c.ClientCPUPerGiB)
+	}
+	if c := r.CLIDirectLarge; c != nil {
+		fmt.Fprintf(w, "CLI, chunkup upload --direct FILE (large %s): %.1f MiB/s = %.3f × direct; CLI CPU %.2f s/GiB, chunkup server CPU %.3f s/GiB\n",
+			human(r.Config.Large), c.CLI, c.Ratio, c.ClientCPUPerGiB, c.ServerCPUPerGiB)
 	}
 	if c := r.CLISmall; c != nil {
 		fmt.Fprintf(w, "CLI, chunkup upload --jobs %d FILES… (small %d × %s): %.1f files/s = %.3f × PutObject, %.3f × the SDK; CLI CPU %.2f s/GiB\n",

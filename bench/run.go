@@ -162,7 +162,7 @@ func run(tb testenv.TB, cfg config) *report {
 	skip := strings.Split(cfg.Skip, ",")
 	b.startTusd(skip)
 	if !slices.Contains(skip, "large") {
-		rep.Large, rep.LargeAlways, rep.HTTP, rep.TusdLarge, rep.CLILarge = b.compareLarge(!slices.Contains(skip, "http"), !slices.Contains(skip, "cli"))
+		rep.Large, rep.LargeAlways, rep.HTTP, rep.TusdLarge, rep.CLILarge, rep.CLIDirectLarge = b.compareLarge(!slices.Contains(skip, "http"), !slices.Contains(skip, "cli"))
 	}
 	if !slices.Contains(skip, "small") {
 		rep.Small, rep.SmallAlways, rep.TusdSmall, rep.CLISmall = b.compareSmall(!slices.Contains(skip, "cli"))
@@ -440,7 +440,7 @@ var doorPatchesTurn = &contender{name: "HTTP door, PATCHes of a chunk"}
 // compareLarge alternates one large upload through each chunkup contender, (withHTTP)
 // one through the HTTP door, and one direct, Rounds times, and compares each with the
 // direct uploads.
-func (b *bench) compareLarge(withHTTP, withCLI bool) (adaptive, always comparison, door httpComparison, tusd *peer, cli *cliRow) {
+func (b *bench) compareLarge(withHTTP, withCLI bool) (adaptive, always comparison, door httpComparison, tusd *peer, cli, cliDirect *cliRow) {
 	n := b.cfg.Large
 	var di []float64
 	var directCPU [][2]float64
@@ -451,12 +451,12 @@ func (b *bench) compareLarge(withHTTP, withCLI bool) (adaptive, always compariso
 	if withHTTP {
 		extra = append(extra, doorTurn, doorPatchesTurn)
 	}
-	var tusdCPU, cliCPU []float64
+	var tusdCPU, cliCPU, cliDirectCPU, directServerCPU []float64
 	if b.tusd != nil {
 		extra = append(extra, tusdTurn)
 	}
 	if withCLI {
-		extra = append(extra, cliTurn)
+		extra = append(extra, cliTurn, cliDirectTurn)
 	}
 	for r := range b.cfg.Rounds {
 		for _, ct := range b.order(r, extra...) {
@@ -477,6 +477,11 @@ func (b *bench) compareLarge(withHTTP, withCLI bool) (adaptive, always compariso
 			case cliTurn:
 				took, cpu := b.viaCLI(n)
 				speeds[ct], cliCPU = append(speeds[ct], mibps(n, took)), append(cliCPU, cpu)
+			case cliDirectTurn:
+				server := b.cpu(b.adaptive.server.Pid())
+				took, cpu := b.viaCLI(n, "--direct")
+				speeds[ct], cliDirectCPU = append(speeds[ct], mibps(n, took)), append(cliDirectCPU, cpu)
+				directServerCPU = append(directServerCPU, (b.cpu(b.adaptive.server.Pid())-server)/gib)
 			default:
 				took, c := b.viaChunkup(ct, n)
 				speeds[ct], costs[ct] = append(speeds[ct], mibps(n, took)), append(costs[ct], c)
@@ -500,8 +505,10 @@ func (b *bench) compareLarge(withHTTP, withCLI bool) (adaptive, always compariso
 	}
 	if withCLI {
 		cli = summarizeCLI("MiB/s", speeds[cliTurn], cliCPU, di, adaptive)
+		cliDirect = summarizeCLI("MiB/s", speeds[cliDirectTurn], cliDirectCPU, di, adaptive)
+		cliDirect.ServerCPUPerGiB = directServerCPU[median(speeds[cliDirectTurn])]
 	}
-	return adaptive, always, door, tusd, cli
+	return adaptive, always, door, tusd, cli, cliDirect
 }
 
 // roundFigures is each contender's figure of round r, for the log.
@@ -769,6 +776,10 @@ func targets(r *report) []target {
 	}
 	if c := r.CLILarge; c != nil {
 		ts = append(ts, target{Figure: "CLI large / direct (chunkup upload FILE)", Value: c.Ratio, Want: ">= 1.00", Met: c.Ratio >= 1.0})
+	}
+	if c := r.CLIDirectLarge; c != nil {
+		ts = append(ts, target{Figure: "CLI --direct large / direct (chunkup upload --direct FILE)", Value: c.Ratio, Want: ">= 0.98", Met: c.Ratio >= 0.98},
+			target{Figure: "CLI --direct large: chunkup server CPU s/GiB", Value: c.ServerCPUPerGiB, Want: "<= 0.05", Met: c.ServerCPUPerGiB <= 0.05})
 	}
 	if c := r.CLISmall; c != nil {
 		ts = append(ts, target{Figure: "CLI small / PutObject (chunkup upload --jobs N FILES…)", Value: c.Ratio, Want: ">= 0.90", Met: c.Ratio >= 0.9})
