@@ -72,9 +72,11 @@ func (b *bench) runCLI(files []string, extra ...string) (time.Duration, float64,
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	b.settle()
+	server := b.cpu(b.adaptive.server.Pid())
 	began := time.Now()
 	err := cmd.Run()
 	took := time.Since(began)
+	b.cliServerCPU = b.cpu(b.adaptive.server.Pid()) - server
 	if err != nil {
 		b.tb.Fatalf("bench: chunkup upload of %d files: %v\n%s", len(files), err, stderr.String())
 	}

@@ -56,6 +56,8 @@ type bench struct {
 	bin string
 	// cliState is the CLI's state directory (its resume records) for the CLI rows.
 	cliState string
+	// cliServerCPU is the adaptive contender's CPU seconds during the last CLI run.
+	cliServerCPU float64
 }
 
 // contender is one chunkup server the bench measures: its own `chunkup serve` process
@@ -478,10 +480,9 @@ func (b *bench) compareLarge(withHTTP, withCLI bool) (adaptive, always compariso
 				took, cpu := b.viaCLI(n)
 				speeds[ct], cliCPU = append(speeds[ct], mibps(n, took)), append(cliCPU, cpu)
 			case cliDirectTurn:
-				server := b.cpu(b.adaptive.server.Pid())
 				took, cpu := b.viaCLI(n, "--direct")
 				speeds[ct], cliDirectCPU = append(speeds[ct], mibps(n, took)), append(cliDirectCPU, cpu)
-				directServerCPU = append(directServerCPU, (b.cpu(b.adaptive.server.Pid())-server)/gib)
+				directServerCPU = append(directServerCPU, b.cliServerCPU/gib)
 			default:
 				took, c := b.viaChunkup(ct, n)
 				speeds[ct], costs[ct] = append(speeds[ct], mibps(n, took)), append(costs[ct], c)

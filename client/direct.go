@@ -33,7 +33,8 @@ var directHTTP = &http.Client{Transport: func() http.RoundTripper {
 // the bytes go straight to S3, as the parts of a multipart upload the server creates,
 // each PUT to a URL the server signs with the part's size and CRC32C bound in, so that S3
 // itself refuses other bytes; the server then checks what S3 holds against the parts
-// and completes the upload. Parts go WithParallel at a time (memory: that many chunks).
+// and completes the upload. Parts go parallel × window at a time (WithParallel,
+// WithWindow: 4 by default, the memory bound of Upload too: that many chunks).
 // WithResume resumes a direct upload: parts S3 holds with the input's size and CRC32C
 // are not put again. It returns the completed upload; one that ends otherwise is an
 // *EndedError.
@@ -78,6 +79,12 @@ func (c *Client) UploadDirect(ctx context.Context, r io.ReaderAt, size int64, op
 	}
 	if cfg.onStart != nil {
 		cfg.onStart(proto.CloneOf(up))
+	}
+	if up.State == chunkupv1.UploadState_UPLOAD_STATE_COMPLETING {
+		// Its parts are all reported already: wait for it.
+		if up, err = newUploader(c, up, nil).wait(ctx); err != nil {
+			return up, err
+		}
 	}
 	if up.State == chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
 		return up, verifyCompleted(up, io.NewSectionReader(r, 0, size))
@@ -131,7 +138,7 @@ func (d *directUpload) run(ctx context.Context) (*chunkupv1.Upload, error) {
 		}
 		return nil
 	})
-	for range max(1, d.c.opts.parallel) {
+	for range max(1, d.c.opts.parallel*d.c.opts.window) {
 		g.Go(func() error {
 			buf := make([]byte, chunk)
 			for n := range next {

@@ -119,9 +119,6 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		Filename string         `json:"filename"`
 		Type     *string        `json:"type"`
 		Metadata map[string]any `json:"metadata"`
-		// Size is not part of Companion's contract; a client that sends it gets the
-		// upload's size checked against it.
-		Size *int64 `json:"size"`
 	}
 	if err := decode(w, r, &body); err != nil {
 		h.fail(w, err)
@@ -151,10 +148,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	if len(md) == 0 {
 		md = nil
 	}
+	// No size: the client chooses its parts' size (Uppy: 5 MiB or more), which a size
+	// would fix to chunkup's chunk size.
 	req := &upload.CreateRequest{Size: -1, Name: body.Filename, ContentType: *body.Type, Metadata: md}
-	if body.Size != nil {
-		req.Size = *body.Size
-	}
 	up, err := h.core.CreateDirect(r.Context(), req, false)
 	if err != nil {
 		h.fail(w, err)
@@ -171,6 +167,9 @@ func (h *Handler) upload(r *http.Request) (*staging.Upload, error) {
 	}
 	if k := r.URL.Query().Get("key"); k != "" && k != up.Key {
 		return nil, fault.Errorf(fault.Invalid, "key %q is not upload %s's key %q", k, up.ID, up.Key)
+	}
+	if !up.Direct {
+		return nil, fault.Errorf(fault.Invalid, "upload %s is not a direct upload: use the door it was created through", up.ID)
 	}
 	return up, nil
 }
@@ -380,7 +379,8 @@ func (h *Handler) fail(w http.ResponseWriter, err error) {
 		// The delay the error asks for, else a second.
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(fault.RetryAfter(err).Seconds())))))
 	}
-	write(w, code, map[string]string{"error": msg})
+	// "error" as Companion answers; "message" too, which @uppy/companion-client shows.
+	write(w, code, map[string]string{"error": msg, "message": msg})
 }
 
 // ObjectURL returns the path-style URL of bucket/key at endpoint (the store's address as

@@ -59,8 +59,9 @@ func (s *Store) ListParts(ctx context.Context, bucket, key, uploadID string) ([]
 			parts = append(parts, ListedPart{N: uint32(aws.ToInt32(p.PartNumber)), ETag: aws.ToString(p.ETag),
 				Size: aws.ToInt64(p.Size), CRC32C: aws.ToString(p.ChecksumCRC32C)})
 		}
-		if !aws.ToBool(out.IsTruncated) || aws.ToString(out.NextPartNumberMarker) == "" {
-			return parts, nil
+		next := aws.ToString(out.NextPartNumberMarker)
+		if !aws.ToBool(out.IsTruncated) || next == "" || next == aws.ToString(marker) {
+			return parts, nil // (a marker that does not move on would list for ever)
 		}
 		marker = out.NextPartNumberMarker
 	}

@@ -52,6 +52,7 @@ func (u NewUpload) Created() *Upload {
 		ExpectedSize: u.ExpectedSize, Total: u.Total, InstanceID: u.InstanceID, Name: u.Name, ContentType: u.ContentType,
 		ClientNodeID: u.ClientNodeID, CorrelationID: u.CorrelationID, Tenant: u.Tenant, Metadata: u.Metadata,
 		Document: u.Document, IfAbsent: u.IfAbsent, Direct: u.Direct, MultipartID: u.MultipartID,
+		MultipartChecksummed: u.Direct && u.MultipartChecksummed,
 		ReceivedChunks: []uint32{}, Created: at, Updated: at,
 	}
 }

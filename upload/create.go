@@ -277,6 +277,8 @@ func differingField(up *staging.Upload, nu staging.NewUpload, proposedChunkSize 
 		return "custom_metadata"
 	case up.IfAbsent != nu.IfAbsent:
 		return "if_absent"
+	case up.Direct != nu.Direct:
+		return "direct"
 	case up.Key != nu.Key:
 		// A key the server made, from fields that are all the same (its key template
 		// changed since): the request cannot get that upload back.

@@ -168,6 +168,17 @@ func (c *Core) signParts(ctx context.Context, id string, parts []PartToSign) ([]
 	expires := c.store.Now().Add(c.cfg.DirectURLTTL)
 	out := make([]SignedPart, len(parts))
 	for i, p := range parts {
+		if u.Total > 0 && p.Size == 0 { // a known size binds every part's
+			p.Size = u.ChunkSize
+			if p.N == u.Total {
+				p.Size = u.ExpectedSize - int64(u.Total-1)*u.ChunkSize
+			}
+		}
+		if !u.MultipartChecksummed {
+			p.CRC32C = nil // a multipart upload without checksums refuses parts with one
+		} else if p.CRC32C == nil {
+			return nil, invalidf("part %d: give its CRC32C (the upload was created with checksums, and S3 takes its parts only with theirs)", p.N)
+		}
 		s, err := c.direct.SignPart(ctx, u.Bucket, u.Key, u.MultipartID, p.N, c.cfg.DirectURLTTL, p.Size, p.CRC32C)
 		if err != nil {
 			return nil, fault.Wrap(err, fault.Internal, fmt.Sprintf("part %d could not be signed", p.N))
@@ -252,9 +263,22 @@ func (c *Core) completeDirect(ctx context.Context, id string, reported []Reporte
 		return nil, fault.Wrap(err, fault.Unavailable, "S3 did not list the upload's parts: "+s3store.Reason(err))
 	}
 	held, sums, why := matchParts(parts, held, u.MultipartChecksummed)
+	if why == "" {
+		why = c.sizeRule(u, held)
+	}
 	if why != "" {
 		return nil, c.failDirect(ctx, u, why)
 	}
+	if u.MultipartChecksummed {
+		for i, s := range sums {
+			if s == nil { // S3 does not list it, and the client did not report it
+				return nil, invalidf("part %d: report its CRC32C (the upload was created with checksums)", held[i].N)
+			}
+		}
+	}
+	// The records are made to the end even if the caller goes away: a record cut off
+	// half-way would hold its part's lease for a minute.
+	rctx := context.WithoutCancel(ctx)
 	token := ids.NewToken()
 	for i, p := range held {
 		last := i == len(held)-1
@@ -263,23 +287,67 @@ func (c *Core) completeDirect(ctx context.Context, id string, reported []Reporte
 		if sums[i] != nil {
 			crc = *sums[i]
 		}
-		th, err := c.directStore.BeginThrough(ctx, ref, token, crc, p.Size, last, time.Minute)
+		th, err := c.directStore.BeginThrough(rctx, ref, token, crc, p.Size, last, time.Minute)
 		if err != nil {
 			return nil, err
 		}
-		if !th.Begun { // recorded by an earlier attempt of this completion
+		if !th.Begun { // recorded by an earlier attempt, or being recorded by another now
 			continue
 		}
-		if _, _, err := c.directStore.RecordDirect(ctx, ref, token, p.ETag, sums[i], p.Size, last); err != nil {
+		if _, _, err := c.directStore.RecordDirect(rctx, ref, token, p.ETag, sums[i], p.Size, last); err != nil {
 			return nil, err
 		}
 	}
-	if c.completer != nil {
-		if done := c.completeNow(ctx, id, nil); done != nil {
-			return done, nil
+	var done *staging.Upload
+	inline := !slices.Contains(sums, nil)
+	if c.completer != nil && inline {
+		// At once, when the object's CRC32C is known from its parts.
+		done = c.completeNow(ctx, id, nil)
+	}
+	if done == nil {
+		if done, err = c.get(ctx, id); err != nil {
+			return nil, err
 		}
 	}
-	return c.get(ctx, id)
+	switch {
+	case done.Status == staging.StatusCompleted, done.Status == staging.StatusCompleting:
+		return done, nil
+	case done.Status == staging.StatusActive && done.Total > 0 && done.Uploaded == done.Total:
+		// Every part is recorded and the completion indexed: it is under way (the
+		// completer role's, or this process's now, out of this request when it reads
+		// the object for its CRC32C).
+		if c.completer != nil && !inline {
+			go c.completeNow(context.WithoutCancel(ctx), id, nil)
+		}
+		done.Status = staging.StatusCompleting
+		return done, nil
+	case done.Status == staging.StatusActive:
+		// Some part is being recorded by another completion of the same upload (or one
+		// that died holding it, for at most a minute).
+		return nil, fault.Errorf(fault.Busy, "another completion of upload %s is recording its parts: retry shortly", id)
+	}
+	return nil, fault.Wrap(&staging.StateError{Status: done.Status}, fault.Ended,
+		fmt.Sprintf("upload %s is %s: %s", id, done.Status, done.Error))
+}
+
+// sizeRule says how the parts S3 holds break the upload's sizes ("" when they do not):
+// an upload of a known size has it, in parts of its chunk size but the last; any upload
+// stays within this server's maximum upload size.
+func (c *Core) sizeRule(u *staging.Upload, held []s3store.ListedPart) string {
+	var total int64
+	for i, p := range held {
+		total += p.Size
+		if u.ExpectedSize >= 0 && i < len(held)-1 && p.Size != u.ChunkSize {
+			return fmt.Sprintf("part %d has %d bytes: every part but the last must have the upload's chunk size, %d", p.N, p.Size, u.ChunkSize)
+		}
+	}
+	switch limit := c.cfg.UploadLimit(); {
+	case u.ExpectedSize >= 0 && total != u.ExpectedSize:
+		return fmt.Sprintf("the parts hold %d bytes, but the upload was created for %d", total, u.ExpectedSize)
+	case total > limit:
+		return fmt.Sprintf("the parts hold %d bytes, more than this server's maximum upload size of %d bytes", total, limit)
+	}
+	return ""
 }
 
 // matchParts checks the parts S3 holds against those reported, and returns each part's
@@ -348,6 +416,11 @@ func matchParts(reported []ReportedPart, held []s3store.ListedPart, checksummed 
 func (c *Core) failDirect(ctx context.Context, u *staging.Upload, why string) error {
 	err := c.ender.End(ctx, u.ID, staging.StatusFailed, why, "")
 	var se *staging.StateError
+	if errors.As(err, &se) && holdsAll(se.Status) {
+		// Completed meanwhile by another completion (whose S3 completion is why the
+		// listing found nothing): say so rather than report a failure.
+		return fault.Wrap(se, fault.Conflict, fmt.Sprintf("upload %s is %s already: read it with GetUpload", u.ID, se.Status))
+	}
 	if err != nil && !errors.As(err, &se) {
 		return err
 	}
