@@ -53,7 +53,7 @@ func (u NewUpload) Created() *Upload {
 		ClientNodeID: u.ClientNodeID, CorrelationID: u.CorrelationID, Tenant: u.Tenant, Metadata: u.Metadata,
 		Document: u.Document, IfAbsent: u.IfAbsent, Direct: u.Direct, MultipartID: u.MultipartID,
 		MultipartChecksummed: u.Direct && u.MultipartChecksummed,
-		ReceivedChunks: []uint32{}, Created: at, Updated: at,
+		ReceivedChunks:       []uint32{}, Created: at, Updated: at,
 	}
 }
 
