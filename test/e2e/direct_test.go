@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"hash/crc32"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkup/chunkup/cleanup"
@@ -411,7 +414,9 @@ func TestDirectUploadExpires(t *testing.T) {
 // TestDirectSDKAndCLI: `chunkup upload --direct FILE` and the SDK's UploadDirect put the
 // parts straight into S3 with their CRC32C bound into the signed URLs (S3 refuses other
 // bytes for them), and the objects are exact; a resumed direct upload does not put
-// again the parts S3 holds.
+// again the parts S3 holds. Over gRPC: a create that differs from a direct one only in
+// direct is refused; parts of another size than an upload of known size's chunks fail
+// it; the direct door touches only direct uploads.
 func TestDirectSDKAndCLI(t *testing.T) {
 	e := newEnv(t)
 	a := e.start(t, e.config())
@@ -479,12 +484,61 @@ func TestDirectSDKAndCLI(t *testing.T) {
 	if err != nil || len(held.Parts) != 1 || held.Parts[0].HasCrc32C && held.Parts[0].Crc32C != crc32.Checksum(data[:chunk], crc32.MakeTable(crc32.Castagnoli)) {
 		t.Fatalf("parts S3 holds: %v %v, want part 1 (with its CRC32C where the store lists it)", held, err)
 	}
+	// A create repeated under the same client_node_id but not direct is refused, not
+	// handed the direct upload.
+	same, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Name: "x.bin", ClientNodeId: "same-node", Direct: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = c.API().AbortUpload(context.Background(), &chunkupv1.AbortUploadRequest{UploadId: same.Upload.UploadId})
+	})
+	if _, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Name: "x.bin", ClientNodeId: "same-node"}); status.Code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), "direct") {
+		t.Fatalf("the same create without direct: %v, want ALREADY_EXISTS naming direct", err)
+	}
+	// The direct door serves direct uploads only.
+	plain, err := c.Upload(ctx(t), strings.NewReader("plain"), client.WithName("plain.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer directError
+	if code := directCall(t, "DELETE", "http://"+a.HTTPAddr()+"/s3/multipart/"+plain.UploadId, nil, &answer); code != http.StatusBadRequest || !strings.Contains(answer.Error, "not a direct upload") {
+		t.Fatalf("the direct door's DELETE of another upload: %d %q, want 400", code, answer.Error)
+	}
+	// Parts of another size than the upload's chunk size fail an upload of a known size.
+	sized, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Name: "sized.bin", ExpectedSize: proto.Int64(int64(chunk) + 10), Direct: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reported []*chunkupv1.DirectPart
+	for n, b := range [][]byte{data[:chunk-1024], data[chunk-1024 : chunk+10]} {
+		resp, err := c.API().SignParts(ctx(t), &chunkupv1.SignPartsRequest{UploadId: sized.Upload.UploadId, Parts: []*chunkupv1.PartToSign{{PartNumber: uint32(n + 1), Size: int64(len(b))}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequestWithContext(ctx(t), http.MethodPut, resp.Parts[0].Url, bytes.NewReader(b))
+		for k, v := range resp.Parts[0].Headers {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		reported = append(reported, &chunkupv1.DirectPart{PartNumber: uint32(n + 1), Etag: res.Header.Get("ETag")})
+	}
+	if _, err := c.API().CompleteDirect(ctx(t), &chunkupv1.CompleteDirectRequest{UploadId: sized.Upload.UploadId, Parts: reported}); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "chunk size") {
+		t.Fatalf("parts of another size than the chunk size: %v, want FAILED_PRECONDITION naming the chunk size", err)
+	}
+
 	resumed, err := c.UploadDirect(ctx(t), bytes.NewReader(data), int64(len(data)), client.WithResume(rid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.requireExact(t, resumed, data)
-	if n := e.openMultipartUploads(t); n != 0 {
-		t.Fatalf("%d multipart uploads left open", n)
+	for _, key := range []string{up.Key, sdk.Key, resumed.Key} {
+		if n := e.openMultipartUploadsFor(t, key); n != 0 {
+			t.Fatalf("%d multipart uploads left open for %s", n, key)
+		}
 	}
 }
