@@ -276,7 +276,7 @@ func (c *Completer) complete(ctx context.Context, id string, head []byte) (*stag
 		// A direct upload whose client gave no checksums: the object's CRC32C (which
 		// its record, its event and its readers' checks carry) is learnt by reading it.
 		var n int64
-		if sum, n, err = c.objectCRC(ctx, b); err != nil {
+		if sum, n, err = c.objectCRC(ctx, b, size); err != nil {
 			return nil, c.retryLater(ctx, id, err)
 		}
 		if n != size {
@@ -409,9 +409,12 @@ func (c *Completer) completeMultipart(ctx context.Context, id string, b staging.
 		s3store.Owner{UploadID: id, IfAbsent: b.IfAbsent})
 }
 
-// objectCRC reads the completed object for its CRC32C (unbounded in time but by the
-// caller's context: a large object takes longer than one S3 call's bound).
-func (c *Completer) objectCRC(ctx context.Context, b staging.Begin) (uint32, int64, error) {
+// objectCRC reads the completed object of size bytes for its CRC32C, within the S3
+// timeout plus a second per 16 MiB (a store slower than that is retried later), so
+// that a stalled read does not hold the completion for ever.
+func (c *Completer) objectCRC(ctx context.Context, b staging.Begin, size int64) (uint32, int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.S3Timeout+time.Duration(size>>24)*time.Second)
+	defer cancel()
 	return c.s3.ObjectCRC(ctx, b.Bucket, b.Key)
 }
 
