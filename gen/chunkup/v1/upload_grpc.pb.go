@@ -95,7 +95,7 @@ type UploadServiceClient interface {
 	// SignParts signs the PUTs of parts of a direct upload (CreateUploadRequest.direct):
 	// URLs to send each part's bytes to, straight to S3, with the headers given, valid
 	// until `expire_time`. Asking for URLs is activity: it keeps the upload from expiring
-	// as idle. A server without direct uploads answers UNIMPLEMENTED.
+	// as idle. A server without direct uploads answers FAILED_PRECONDITION.
 	SignParts(ctx context.Context, in *SignPartsRequest, opts ...grpc.CallOption) (*SignPartsResponse, error)
 	// ListDirectParts lists the parts S3 holds of an active direct upload: what a
 	// resuming client need not put again.
@@ -332,7 +332,7 @@ type UploadServiceServer interface {
 	// SignParts signs the PUTs of parts of a direct upload (CreateUploadRequest.direct):
 	// URLs to send each part's bytes to, straight to S3, with the headers given, valid
 	// until `expire_time`. Asking for URLs is activity: it keeps the upload from expiring
-	// as idle. A server without direct uploads answers UNIMPLEMENTED.
+	// as idle. A server without direct uploads answers FAILED_PRECONDITION.
 	SignParts(context.Context, *SignPartsRequest) (*SignPartsResponse, error)
 	// ListDirectParts lists the parts S3 holds of an active direct upload: what a
 	// resuming client need not put again.
