@@ -41,6 +41,25 @@ func ExampleClient_Upload() {
 	// Output: UPLOAD_STATE_COMPLETED 15 hello.txt
 }
 
+func ExampleClient_UploadDirect() {
+	ctx := context.Background()
+	c, err := client.Dial(exampleServer)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	// The bytes go straight to S3, with URLs the server signs; the server checks the
+	// parts and completes the upload.
+	data := bytes.Repeat([]byte("direct "), 2<<20) // 14 MiB: two parts
+	up, err := c.UploadDirect(ctx, bytes.NewReader(data), int64(len(data)), client.WithName("direct.bin"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(up.State, up.Direct, up.Size, path.Base(up.Key))
+	// Output: UPLOAD_STATE_COMPLETED true 14680064 direct.bin
+}
+
 func ExampleWithProgress() {
 	ctx := context.Background()
 	c, err := client.Dial(exampleServer, client.WithWindow(2))

@@ -112,20 +112,41 @@ func WithOnStart(fn func(*chunkupv1.Upload)) UploadOption {
 // UploadFile uploads the file at path (its name and size declared) and waits for it to
 // complete.
 func (c *Client) UploadFile(ctx context.Context, path string, opts ...UploadOption) (*chunkupv1.Upload, error) {
-	f, err := os.Open(path)
+	f, fi, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	opts = append([]UploadOption{WithName(fi.Name()), WithSize(fi.Size())}, opts...)
+	return c.Upload(ctx, f, opts...)
+}
+
+// UploadFileDirect uploads the file at path (its name declared) as a direct upload (see
+// UploadDirect) and waits for it to complete.
+func (c *Client) UploadFileDirect(ctx context.Context, path string, opts ...UploadOption) (*chunkupv1.Upload, error) {
+	f, fi, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("chunkup: %s is not a regular file", path)
+	defer f.Close()
+	return c.UploadDirect(ctx, f, fi.Size(), append([]UploadOption{WithName(fi.Name())}, opts...)...)
+}
+
+// openRegular opens the regular file at path.
+func openRegular(path string) (*os.File, os.FileInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
 	}
-	opts = append([]UploadOption{WithName(fi.Name()), WithSize(fi.Size())}, opts...)
-	return c.Upload(ctx, f, opts...)
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("chunkup: %s is not a regular file", path)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
 }
 
 // Upload creates an upload (or resumes one, WithResume), streams r to it, and waits

@@ -433,7 +433,7 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 	case j.path == "-":
 		up, err = r.c.Upload(ctx, os.Stdin, append(opts, client.WithName(j.name))...) // size unknown until it ends
 	case r.direct:
-		up, err = r.uploadDirect(ctx, j.path, opts)
+		up, err = r.c.UploadFileDirect(ctx, j.path, opts...)
 	default:
 		up, err = r.c.UploadFile(ctx, j.path, opts...)
 	}
@@ -555,21 +555,4 @@ func (r *uploadRun) stateTrouble(err error) {
 			r.display.println(fmt.Sprintf("chunkup: warning: cannot record uploads for resuming them later: %v", err))
 		})
 	}
-}
-
-// uploadDirect uploads the file at path as a direct upload (--direct).
-func (r *uploadRun) uploadDirect(ctx context.Context, path string, opts []client.UploadOption) (*chunkupv1.Upload, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	return r.c.UploadDirect(ctx, f, fi.Size(), append([]client.UploadOption{client.WithName(fi.Name())}, opts...)...)
 }
