@@ -68,7 +68,10 @@ func (a *App) setupDirectDoor(mux *http.ServeMux, guard server.Guard) (err error
 			return ctx, nil
 		},
 		ObjectURL: directdoor.ObjectURL(endpoint),
-		Logger:    a.log.With("role", "directdoor"),
+		// The HTTP door's origins: a page may use both doors, or neither.
+		Origins: a.cfg.HTTPDoor.Door.CORS.Policy(a.cfg.HTTPDoor.Door.PublicURL, "GET, POST, DELETE, OPTIONS",
+			"Authorization, Content-Type, X-Api-Key, X-Requested-With, X-Correlation-Id", "Retry-After, X-Correlation-Id"),
+		Logger: a.log.With("role", "directdoor"),
 	})
 	defer func() {
 		// ServeMux panics on a pattern that conflicts with one registered already.

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/chunkup/chunkup/internal/fault"
+	"github.com/chunkup/chunkup/internal/webcors"
 	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/upload"
@@ -60,7 +61,11 @@ type Config struct {
 	// ObjectURL is the URL of an object as clients reach the store (the completion's
 	// location). Nil: the location is s3://bucket/key.
 	ObjectURL func(bucket, key string) string
-	Logger    *slog.Logger
+	// Origins says which web pages may call the door (the HTTP door's policy, so that a
+	// page is allowed or refused by both alike). Nil: pages of the door's own origin
+	// only (an IP address or localhost naming the server, not a DNS-rebinding name).
+	Origins *webcors.Policy
+	Logger  *slog.Logger
 }
 
 // maxBody bounds a request body: a completion of 10,000 parts is about 700 KB.
@@ -81,6 +86,9 @@ func New(core Core, cfg Config) *Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Origins == nil {
+		cfg.Origins = &webcors.Policy{}
+	}
 	h := &Handler{core: core, cfg: cfg, mux: http.NewServeMux()}
 	p := cfg.Prefix
 	h.mux.HandleFunc("POST "+p+"multipart", h.create)
@@ -98,8 +106,16 @@ func New(core Core, cfg Config) *Handler {
 	return h
 }
 
-// ServeHTTP authenticates the request and routes it.
+// ServeHTTP checks the request's origin, authenticates it and routes it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.cfg.Origins.Apply(w, r) {
+		h.fail(w, fault.Errorf(fault.Denied, "pages from %s may not use this server (configure the CORS origins)", clip(r.Header.Get("Origin"))))
+		return
+	}
+	if r.Method == http.MethodOptions { // a preflight: Apply answered it
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	if h.cfg.Authenticate != nil {
 		ctx, err := h.cfg.Authenticate(r)
 		if err != nil {
@@ -389,4 +405,12 @@ func ObjectURL(endpoint string) func(bucket, key string) string {
 	return func(bucket, key string) string {
 		return strings.TrimSuffix(endpoint, "/") + "/" + bucket + "/" + (&url.URL{Path: key}).EscapedPath()
 	}
+}
+
+// clip shortens a request's value for a message.
+func clip(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
 }

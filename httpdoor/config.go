@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/chunkup/chunkup/internal/webcors"
 )
 
 // Config configures the door. The zero value is usable: every field says what its zero
@@ -113,6 +115,19 @@ type CORS struct {
 	// list (the tus and draft fields), e.g. a proxy's request id. Zero means the door's
 	// list only.
 	ExposeHeaders []string
+}
+
+// Policy is the CORS policy of a door at publicURL (see Config.PublicURL) answering
+// methods, with allow and expose as its own header lists before the configured
+// additions.
+func (c CORS) Policy(publicURL, methods, allow, expose string) *webcors.Policy {
+	maxAge := c.MaxAge
+	if maxAge == 0 {
+		maxAge = 24 * time.Hour
+	}
+	return &webcors.Policy{AllowedOrigins: c.AllowedOrigins, AllowCredentials: c.AllowCredentials, MaxAge: maxAge,
+		PublicOrigin: strings.TrimSuffix(publicURL, "/"), AllowMethods: methods,
+		AllowHeaders: withExtra(allow, c.AllowHeaders), ExposeHeaders: withExtra(expose, c.ExposeHeaders)}
 }
 
 func (c Config) withDefaults() Config {

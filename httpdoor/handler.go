@@ -30,6 +30,7 @@ import (
 
 	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/fault"
+	"github.com/chunkup/chunkup/internal/webcors"
 )
 
 const (
@@ -111,10 +112,8 @@ type Handler struct {
 	bufs *buffers
 	// base is the prefix as an absolute path or URL, for Location.
 	base string
-	// publicOrigin is Config.PublicURL as an origin (scheme://host[:port]), "" without one.
-	publicOrigin string
-	// corsAllow and corsExpose are the CORS header lists with the configured additions.
-	corsAllow, corsExpose string
+	// origins is the CORS policy: the configured origins, and the door's own.
+	origins *webcors.Policy
 	// drain is closed by Drain; bodies holds the request bodies being read, which Drain
 	// interrupts.
 	drain     chan struct{}
@@ -134,13 +133,11 @@ func New(core Core, cfg Config) (*Handler, error) {
 	cfg = cfg.withDefaults()
 	return &Handler{
 		core: core, cfg: cfg,
-		bufs:         newBuffers(cfg.BufferBudget, cfg.TenantBufferBudget),
-		base:         strings.TrimSuffix(cfg.PublicURL, "/") + cfg.Prefix,
-		publicOrigin: strings.TrimSuffix(cfg.PublicURL, "/"),
-		corsAllow:    withExtra(corsAllowHeaders, cfg.CORS.AllowHeaders),
-		corsExpose:   withExtra(corsExposeHeaders, cfg.CORS.ExposeHeaders),
-		drain:        make(chan struct{}),
-		bodies:       map[*bodyReader]struct{}{},
+		bufs:    newBuffers(cfg.BufferBudget, cfg.TenantBufferBudget),
+		base:    strings.TrimSuffix(cfg.PublicURL, "/") + cfg.Prefix,
+		origins: cfg.CORS.Policy(cfg.PublicURL, CORSAllowMethods, corsAllowHeaders, corsExposeHeaders),
+		drain:   make(chan struct{}),
+		bodies:  map[*bodyReader]struct{}{},
 	}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"hash/crc32"
+	"net"
 	"net/http"
 	"net/url"
 	"os/exec"
@@ -201,12 +202,14 @@ func TestDirectContractByCurl(t *testing.T) {
 // upload with a reason (409), write no object and leave no multipart upload; a signed
 // URL does not take another part number, nor anything once expired; bad requests are
 // 400 and change nothing; another tenant cannot see, sign, complete or abort the upload
-// (404, as for a missing one), and a request without credentials is 401.
+// (404, as for a missing one), a request without credentials is 401, and a page of a
+// name rebound to this server 403, while a configured origin's preflight passes.
 func TestDirectRefusals(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config()
 	cfg.Upload.DirectURLTTL = 2 * time.Second
 	cfg.Auth.APIKeys = map[string]string{server.HashAPIKey("acme-key"): "acme", server.HashAPIKey("rival-key"): "rival"}
+	cfg.HTTPDoor.Door.CORS.AllowedOrigins = []string{"https://app.example"}
 	a := e.start(t, cfg)
 	c := e.client(t, a, client.WithAPIKey("acme-key"))
 	base := "http://" + a.HTTPAddr() + "/s3/"
@@ -347,6 +350,18 @@ func TestDirectRefusals(t *testing.T) {
 		}
 		if code := directCall(t, "POST", base+"multipart", map[string]any{"filename": "x", "type": "text/plain"}, &answer); code != http.StatusUnauthorized {
 			t.Errorf("create without credentials: %d %q, want 401", code, answer.Error)
+		}
+		// A page whose name was rebound to this server (its Origin and Host both name
+		// it) is refused, as by the HTTP door; a configured origin's preflight passes.
+		_, port, _ := net.SplitHostPort(a.HTTPAddr())
+		evil := "evil.example:" + port
+		if code := directCall(t, "POST", base+"multipart", map[string]any{"filename": "x", "type": "text/plain"}, &answer,
+			acme, "Origin: http://"+evil, "Host: "+evil); code != http.StatusForbidden || !strings.Contains(answer.Error, "may not use this server") {
+			t.Errorf("create from a rebound page: %d %q, want 403", code, answer.Error)
+		}
+		res, _, _ := curl(t, "-X", "OPTIONS", base+"multipart", "-H", "Origin: https://app.example", "-H", "Access-Control-Request-Method: POST")
+		if res.code != http.StatusNoContent || res.header.Get("Access-Control-Allow-Origin") != "https://app.example" || !strings.Contains(res.header.Get("Access-Control-Allow-Headers"), "X-Api-Key") {
+			t.Errorf("preflight from a configured origin: %d %v", res.code, res.header)
 		}
 		if up := getUpload(t, c, d.created.UploadID); up.State != chunkupv1.UploadState_UPLOAD_STATE_ACTIVE {
 			t.Fatalf("after bad requests the upload is %v, want ACTIVE", up.State)
