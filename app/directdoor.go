@@ -46,11 +46,7 @@ var _ upload.DirectS3 = directS3{}
 // credentials and rate limit, as the HTTP door's.
 func (a *App) setupDirectDoor(mux *http.ServeMux, guard server.Guard) (err error) {
 	prefix := cmp.Or(a.cfg.DirectDoor.Prefix, "/s3/")
-	limiter := guard.RateLimiter()
-	authenticate := func(r *http.Request) (context.Context, error) { return server.HTTPContext(r), nil }
-	if guard.Auth != nil {
-		authenticate = guard.Auth.AuthenticateHTTP
-	}
+	authenticate := httpAuthenticate(guard)
 	endpoint := cmp.Or(a.cfg.S3.PublicEndpoint, a.cfg.S3.Endpoint, "https://s3."+cmp.Or(a.cfg.S3.Region, "us-east-1")+".amazonaws.com")
 	door := directdoor.New(a.core, directdoor.Config{
 		Prefix: prefix,
@@ -59,13 +55,7 @@ func (a *App) setupDirectDoor(mux *http.ServeMux, guard server.Guard) (err error
 			if err != nil {
 				return nil, err
 			}
-			ctx = upload.WithCorrelationID(ctx, server.CorrelationID(ctx))
-			if limiter != nil {
-				if err := limiter.Limit(ctx); err != nil {
-					return nil, err
-				}
-			}
-			return ctx, nil
+			return upload.WithCorrelationID(ctx, server.CorrelationID(ctx)), nil
 		},
 		ObjectURL: directdoor.ObjectURL(endpoint),
 		// The HTTP door's origins: a page may use both doors, or neither.

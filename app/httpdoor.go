@@ -13,6 +13,7 @@ import (
 
 	"github.com/chunkup/chunkup/httpdoor"
 	"github.com/chunkup/chunkup/httpdoor/coreadapter"
+	"github.com/chunkup/chunkup/internal/fault"
 	"github.com/chunkup/chunkup/internal/metrics"
 	"github.com/chunkup/chunkup/server"
 	"github.com/chunkup/chunkup/upload"
@@ -67,22 +68,13 @@ func (a *App) setupDoor(mux *http.ServeMux, guard server.Guard) (err error) {
 	}
 	dc.Logger = a.log.With("role", "httpdoor")
 	dc.Tenant = upload.TenantFrom
-	limiter := guard.RateLimiter()
-	authenticate := func(r *http.Request) (context.Context, error) { return server.HTTPContext(r), nil }
-	if guard.Auth != nil {
-		authenticate = guard.Auth.AuthenticateHTTP
-	}
+	authenticate := httpAuthenticate(guard)
 	dc.Authenticate = func(r *http.Request) (context.Context, error) {
 		ctx, err := authenticate(r)
-		if err != nil {
-			return nil, err
+		if fault.Has(err, fault.Exhausted) {
+			return nil, fmt.Errorf("%w: %v", httpdoor.ErrRateLimited, err)
 		}
-		if limiter != nil {
-			if err := limiter.Limit(ctx); err != nil {
-				return nil, fmt.Errorf("%w: %v", httpdoor.ErrRateLimited, err)
-			}
-		}
-		return ctx, nil
+		return ctx, err
 	}
 	door, err := httpdoor.New(core, dc)
 	if err != nil {
@@ -190,3 +182,25 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// httpAuthenticate checks an HTTP request's credentials as gRPC's are checked, and the
+// tenant's call rate, for the doors on the HTTP address; its context carries the tenant.
+func httpAuthenticate(guard server.Guard) func(r *http.Request) (context.Context, error) {
+	limiter := guard.RateLimiter()
+	authenticate := func(r *http.Request) (context.Context, error) { return server.HTTPContext(r), nil }
+	if guard.Auth != nil {
+		authenticate = guard.Auth.AuthenticateHTTP
+	}
+	return func(r *http.Request) (context.Context, error) {
+		ctx, err := authenticate(r)
+		if err != nil {
+			return nil, err
+		}
+		if limiter != nil {
+			if err := limiter.Limit(ctx); err != nil {
+				return nil, err
+			}
+		}
+		return ctx, nil
+	}
+}

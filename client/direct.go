@@ -16,7 +16,6 @@ import (
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/crc"
-	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/internal/retry"
 )
 
@@ -46,23 +45,8 @@ func (c *Client) UploadDirect(ctx context.Context, r io.ReaderAt, size int64, op
 	if cfg.correlationID != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, CorrelationIDHeader, cfg.correlationID)
 	}
-	var up *chunkupv1.Upload
-	err := c.retrying(ctx, func() (err error) {
-		if cfg.resume != "" {
-			up, err = c.Get(ctx, cfg.resume)
-			return err
-		}
-		cfg.create.Direct, cfg.create.DirectChecksums, cfg.create.ExpectedSize = true, true, proto.Int64(size)
-		if cfg.create.ClientNodeId == "" {
-			cfg.create.ClientNodeId = "sdk-" + ids.New()
-		}
-		resp, err := c.api.CreateUpload(ctx, &cfg.create)
-		if err != nil {
-			return fmt.Errorf("chunkup: create upload: %w", err)
-		}
-		up = resp.Upload
-		return nil
-	})
+	cfg.create.Direct, cfg.create.DirectChecksums, cfg.create.ExpectedSize = true, true, proto.Int64(size)
+	up, err := c.start(ctx, &cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -109,6 +109,28 @@ func WithOnStart(fn func(*chunkupv1.Upload)) UploadOption {
 	return func(u *uploadConfig) { u.onStart = fn }
 }
 
+// start creates the upload cfg describes (idempotent under its client_node_id, one made
+// up when it has none), or reads the one it resumes, retrying what may pass.
+func (c *Client) start(ctx context.Context, cfg *uploadConfig) (*chunkupv1.Upload, error) {
+	var up *chunkupv1.Upload
+	err := c.retrying(ctx, func() (err error) {
+		if cfg.resume != "" {
+			up, err = c.Get(ctx, cfg.resume)
+			return err
+		}
+		if cfg.create.ClientNodeId == "" {
+			cfg.create.ClientNodeId = "sdk-" + ids.New()
+		}
+		r, err := c.api.CreateUpload(ctx, &cfg.create)
+		if err != nil {
+			return fmt.Errorf("chunkup: create upload: %w", err)
+		}
+		up = r.Upload
+		return nil
+	})
+	return up, err
+}
+
 // UploadFile uploads the file at path (its name and size declared) and waits for it to
 // complete.
 func (c *Client) UploadFile(ctx context.Context, path string, opts ...UploadOption) (*chunkupv1.Upload, error) {
@@ -163,22 +185,7 @@ func (c *Client) Upload(ctx context.Context, r io.Reader, opts ...UploadOption) 
 	if cfg.resume == "" && cfg.create.ExpectedSize != nil && *cfg.create.ExpectedSize <= oneMessageMax {
 		return c.uploadOneMessage(ctx, r, &cfg)
 	}
-	var up *chunkupv1.Upload
-	err := c.retrying(ctx, func() (err error) {
-		if cfg.resume != "" {
-			up, err = c.Get(ctx, cfg.resume)
-			return err
-		}
-		if cfg.create.ClientNodeId == "" {
-			cfg.create.ClientNodeId = "sdk-" + ids.New()
-		}
-		r, err := c.api.CreateUpload(ctx, &cfg.create)
-		if err != nil {
-			return fmt.Errorf("chunkup: create upload: %w", err)
-		}
-		up = r.Upload
-		return nil
-	})
+	up, err := c.start(ctx, &cfg)
 	if err != nil {
 		return nil, err
 	}

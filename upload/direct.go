@@ -81,10 +81,13 @@ type ReportedPart struct {
 	CRC32C *uint32
 }
 
+// errNoDirect refuses direct uploads on a server that makes none.
+var errNoDirect = fault.New(fault.Unsupported, "this server does not sign direct uploads to S3 (it has no direct-upload door)")
+
 // directUpload reads direct upload id of the caller's tenant.
 func (c *Core) directUpload(ctx context.Context, id string) (*staging.Upload, error) {
 	if c.direct == nil {
-		return nil, fault.New(fault.Unsupported, "this server does not sign direct uploads to S3 (it has no direct-upload door)")
+		return nil, errNoDirect
 	}
 	if err := ValidID(id); err != nil {
 		return nil, err
@@ -104,7 +107,7 @@ func (c *Core) directUpload(ctx context.Context, id string) (*staging.Upload, er
 // each part's CRC32C (S3 then refuses a part without it).
 func (c *Core) CreateDirect(ctx context.Context, req *CreateRequest, checksums bool) (*staging.Upload, error) {
 	if c.direct == nil {
-		return nil, Explain("", fault.New(fault.Unsupported, "this server does not sign direct uploads to S3 (it has no direct-upload door)"))
+		return nil, Explain("", errNoDirect)
 	}
 	p, err := c.plan(req)
 	if err != nil {
