@@ -291,7 +291,7 @@ func (c *Completer) complete(ctx context.Context, id string, head []byte) (*stag
 	delete(c.failures, id)
 	c.mu.Unlock()
 	final := staging.Final{ETag: etag, Size: size, CRC32C: sum}
-	if sniff.Generic(u.ContentType) {
+	if !u.Partial && sniff.Generic(u.ContentType) {
 		if final.DetectedContentType, err = c.detect(ctx, b, head); err != nil {
 			return nil, c.retryLater(ctx, id, err)
 		}
@@ -301,11 +301,16 @@ func (c *Completer) complete(ctx context.Context, id string, head []byte) (*stag
 	// answer, so that a client comparing them sees one completion time.
 	now := c.store.Now().Truncate(time.Millisecond)
 	final.Completed = now
-	ev, err := events.Completed(u, c.cfg.InstanceID, final, now)
-	if err != nil {
-		return nil, err
+	var ev staging.OutboxEvent
+	wants := false
+	if !u.Partial {
+		// A partial upload (tus concatenation) is a piece of the final upload, which
+		// is the one announced and handed off.
+		if ev, err = events.Completed(u, c.cfg.InstanceID, final, now); err != nil {
+			return nil, err
+		}
+		wants = c.cfg.Handoff != nil && c.cfg.Handoff.Wants(u.EffectiveContentType())
 	}
-	wants := c.cfg.Handoff != nil && c.cfg.Handoff.Wants(u.EffectiveContentType())
 	if err := c.store.Finish(ctx, id, c.token, final, ev, wants); errors.Is(err, staging.ErrAlreadyCompleted) {
 		c.cfg.Logger.Info("upload completed by another completer first; nothing more to record", "upload_id", id)
 		return nil, nil

@@ -64,6 +64,9 @@ type appendJob struct {
 	overflow error
 	// progress, when set, is told each new durable offset (IETF 104 responses).
 	progress func(offset int64)
+	// src, when set, is the body instead of the request's: the partial uploads a final
+	// upload concatenates, read from the store, to which no client's timeouts apply.
+	src io.Reader
 }
 
 // appendResult is what an append achieved; it is valid with or without an error.
@@ -511,10 +514,13 @@ type bodyReader struct {
 
 func (h *Handler) newBodyReader(w http.ResponseWriter, r *http.Request, job *appendJob) *bodyReader {
 	b := &bodyReader{body: r.Body, rc: http.NewResponseController(w), idle: h.cfg.IdleTimeout, held: job.held, checks: job.checks, h: h}
+	if job.src != nil {
+		b.body, b.rc = job.src, nil
+	}
 	if len(job.checks) > 0 {
 		b.limit = h.cfg.MaxChecksumBody
 	}
-	if h.cfg.MinBodyRate > 0 {
+	if h.cfg.MinBodyRate > 0 && job.src == nil {
 		b.rate, b.window = float64(h.cfg.MinBodyRate), h.cfg.MinBodyRateWindow
 		b.credit = b.rate * b.window.Seconds()
 	}
@@ -562,7 +568,9 @@ func (b *bodyReader) interrupt() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.stopped = true
-	_ = b.rc.SetReadDeadline(time.Now())
+	if b.rc != nil {
+		_ = b.rc.SetReadDeadline(time.Now())
+	}
 }
 
 func (b *bodyReader) close() {
@@ -660,6 +668,9 @@ func (b *bodyReader) peek() (byte, error) {
 // interrupted turns a body read error into the error the request is answered with.
 func (b *bodyReader) interrupted(err error) error {
 	switch {
+	case b.rc == nil:
+		// The partials of a final upload, read from the store.
+		return fault.Wrap(err, fault.Unavailable, fmt.Sprintf("the final upload could not be assembled from its partial uploads (%v); it was not created: create it again", err))
 	case fault.Has(err, fault.TooLarge), errors.Is(err, errTooSlow):
 		return err
 	case b.held != nil && b.held.Err() != nil:

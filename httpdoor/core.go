@@ -2,6 +2,7 @@ package httpdoor
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/chunkup/chunkup/internal/fault"
@@ -75,6 +76,23 @@ type Core interface {
 	// lock, Lock returns ErrLocked, at once or after waiting as long as the adapter's
 	// policy says.
 	Lock(ctx context.Context, id string) (held context.Context, unlock func(), err error)
+
+	// Concat checks the partial uploads ids that a final upload concatenates (tus
+	// concatenation), in that order: each the caller's, created partial, complete and
+	// not concatenated already. Any other is ErrInvalid, naming it, with nothing
+	// changed; together larger than the limit, ErrTooLarge.
+	Concat(ctx context.Context, ids []string) (Partials, error)
+}
+
+// Partials are the partial uploads a final upload concatenates, checked by Core.Concat.
+type Partials interface {
+	// Size is their bytes together: the final upload's size.
+	Size() int64
+	// Open returns their bytes, one partial after the other. A partial whose bytes are
+	// not what it was completed with ends the read with an error.
+	Open(ctx context.Context) io.ReadCloser
+	// Drop releases them once the final upload holds all their bytes.
+	Drop(ctx context.Context)
 }
 
 // CreateRequest describes a new upload.
@@ -90,6 +108,12 @@ type CreateRequest struct {
 	// decoded from base64), including the ones Name and ContentType were taken from, so
 	// that HEAD can echo them. Nil when there were none.
 	Metadata map[string]string
+	// Partial: the upload is a part of a later final upload (tus Upload-Concat:
+	// partial); it is stored but not announced as an upload of its own.
+	Partial bool
+	// Concat: the upload is a final one, concatenating these partial uploads' ids in
+	// order (Core.Concat checked them).
+	Concat []string
 }
 
 // State is an upload's lifecycle state, as chunkup names it.
@@ -133,6 +157,9 @@ type Upload struct {
 	// Name, ContentType and Metadata are what CreateRequest carried.
 	Name, ContentType string
 	Metadata          map[string]string
+	// Partial and Concat are what CreateRequest carried.
+	Partial bool
+	Concat  []string
 	// Reason says why an upload failed.
 	Reason string
 	// Ended is when an upload that ended (failed, aborted, expired) did; zero if

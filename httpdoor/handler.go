@@ -36,7 +36,7 @@ import (
 const (
 	tusVersion = "1.0.0"
 	// tusExtensions are the tus extensions the door implements.
-	tusExtensions = "creation,creation-with-upload,creation-defer-length,termination,expiration,checksum"
+	tusExtensions = "creation,creation-with-upload,creation-defer-length,termination,expiration,checksum,concatenation"
 
 	ctTusPatch  = "application/offset+octet-stream"
 	ctIETFPatch = "application/partial-upload"
@@ -542,6 +542,9 @@ func (h *Handler) head(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	if rq.proto == protoTus {
 		if m := echoMetadata(up); m != "" {
 			hd.Set("Upload-Metadata", m)
+		}
+		if c := h.concatHeader(up); c != "" {
+			hd.Set("Upload-Concat", c)
 		}
 	}
 	if get {

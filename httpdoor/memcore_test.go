@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"maps"
 	"strconv"
 	"sync"
@@ -55,7 +56,7 @@ func (c *memCore) Create(ctx context.Context, req CreateRequest) (Upload, error)
 		up: Upload{
 			ID: id, State: StateActive, ChunkSize: c.chunkSize, Size: req.Size,
 			Expires: time.Now().Add(24 * time.Hour).Truncate(time.Second), Key: "uploads/" + id + "/" + req.Name,
-			Name: req.Name, ContentType: req.ContentType, Metadata: req.Metadata,
+			Name: req.Name, ContentType: req.ContentType, Metadata: req.Metadata, Partial: req.Partial, Concat: req.Concat,
 		},
 		data: map[uint32][]byte{}, tenant: tenant,
 	}
@@ -331,3 +332,33 @@ func (c *memCore) end(id string, state State, reason string) {
 	c.ups[id].up.State, c.ups[id].up.Reason = state, reason
 	c.ups[id].up.Ended = time.Now()
 }
+
+// Concat implements Core with the partials' chunks, as the real core reads their
+// objects.
+func (c *memCore) Concat(ctx context.Context, ids []string) (Partials, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var data []byte
+	for _, id := range ids {
+		u, ok := c.ups[id]
+		tenant, _ := ctx.Value(tenantKey{}).(string)
+		switch {
+		case !ok || u.tenant != tenant:
+			return nil, fmt.Errorf("%w: there is no partial upload %s", ErrInvalid, id)
+		case !u.up.Partial:
+			return nil, fmt.Errorf("%w: upload %s is not partial", ErrInvalid, id)
+		case u.up.State != StateCompleted:
+			return nil, fmt.Errorf("%w: partial upload %s is not complete", ErrInvalid, id)
+		}
+		for n := uint32(1); n <= c.total(u); n++ {
+			data = append(data, u.data[n]...)
+		}
+	}
+	return memPartials(data), nil
+}
+
+type memPartials []byte
+
+func (p memPartials) Size() int64                        { return int64(len(p)) }
+func (p memPartials) Open(context.Context) io.ReadCloser { return io.NopCloser(bytes.NewReader(p)) }
+func (p memPartials) Drop(context.Context)               {}

@@ -29,6 +29,9 @@ type headers struct {
 	// name, ctype and meta describe a new upload.
 	name, ctype string
 	meta        map[string]string
+	// partial and concat: tus Upload-Concat, partial or final (the partials' ids).
+	partial bool
+	concat  []string
 }
 
 // parseTusInt parses a tus integer header: decimal digits only (no sign, no spaces).
@@ -123,21 +126,32 @@ func (h *Handler) readHeaders(r *http.Request, rq *request, create bool) (header
 	if rq.proto == protoTus {
 		mt := mediaType(r)
 		if create {
-			if r.Header.Get("Upload-Concat") != "" {
-				return hd, fmt.Errorf("%w: the concatenation extension is not supported: upload the file as one upload (chunkup needs no parallel uploads for speed)", ErrInvalid)
+			if hd.partial, hd.concat, err = h.uploadConcat(r); err != nil {
+				return hd, err
 			}
 			d := r.Header.Get("Upload-Defer-Length")
+			if hd.concat != nil {
+				// A final upload's length is its partials' (checked against theirs, if
+				// the client sends it too), and its bytes are theirs.
+				switch {
+				case mt == ctTusPatch:
+					return hd, fmt.Errorf("%w: a final upload takes no data: its bytes are its partial uploads'; send none with Upload-Concat: final", errFinal)
+				case d != "":
+					return hd, fmt.Errorf("%w: a final upload's length is its partial uploads'; send no Upload-Defer-Length with Upload-Concat: final", ErrInvalid)
+				}
+			}
 			if hd.length, err = h.uploadLength(r, rq.proto, create); err != nil {
 				return hd, err
 			}
 			switch {
+			case hd.concat != nil:
 			case hd.length >= 0 && d != "":
 				return hd, fmt.Errorf("%w: send Upload-Length or Upload-Defer-Length, not both", ErrInvalid)
 			case hd.length >= 0:
 			case d != "1":
 				return hd, fmt.Errorf("%w: creating an upload needs Upload-Length, or Upload-Defer-Length: 1 when the length is not known yet", ErrInvalid)
 			}
-			hd.data = mt == ctTusPatch
+			hd.data = mt == ctTusPatch && hd.concat == nil
 		} else {
 			if mt != ctTusPatch {
 				return hd, fmt.Errorf("%w: a tus PATCH must have Content-Type: %s", errMediaType, ctTusPatch)
@@ -269,8 +283,24 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 			return
 		}
 	}
+	var parts Partials
+	if hd.concat != nil {
+		cctx, cancel := context.WithTimeout(ctx, h.cfg.CoreTimeout)
+		parts, err = h.core.Concat(cctx, hd.concat)
+		cancel()
+		switch {
+		case err != nil:
+			h.fail(w, r, rq, err)
+			return
+		case hd.length >= 0 && hd.length != parts.Size():
+			h.fail(w, r, rq, fmt.Errorf("%w: Upload-Length %d, but the partial uploads have %d bytes together; no upload was created (a final upload needs no Upload-Length)", ErrInvalid, hd.length, parts.Size()))
+			return
+		}
+		hd.length = parts.Size()
+	}
 	cctx, cancel := context.WithTimeout(ctx, h.cfg.CoreTimeout)
-	up, err := h.core.Create(cctx, CreateRequest{Size: hd.length, Name: hd.name, ContentType: hd.ctype, Metadata: hd.meta})
+	up, err := h.core.Create(cctx, CreateRequest{Size: hd.length, Name: hd.name, ContentType: hd.ctype, Metadata: hd.meta,
+		Partial: hd.partial, Concat: hd.concat})
 	cancel()
 	if err != nil {
 		h.fail(w, r, rq, err)
@@ -283,7 +313,7 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if rq.proto == protoIETF && r.ContentLength == 0 && !hd.ends && up.Size != 0 {
 		hd.data = false // careful creation: the client only wants the URL
 	}
-	if hd.data || up.Size == 0 {
+	if hd.data || up.Size == 0 || parts != nil {
 		held, unlock, err := h.core.Lock(context.WithoutCancel(ctx), up.ID)
 		if err != nil {
 			h.fail(w, r, rq, err)
@@ -300,11 +330,24 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 			h.interim(w, r, rq, "Location", loc, "Upload-Limit", h.limit(&up))
 			job.progress = func(off int64) { h.interim(w, r, rq, "Upload-Offset", strconv.FormatInt(off, 10)) }
 		}
+		if parts != nil {
+			src := parts.Open(held)
+			defer src.Close()
+			job.src = src
+		}
 		if res, err = h.appendBody(w, r, job); err != nil {
 			off, _ := res.durable()
 			rq.setOffset(off)
+			if parts != nil {
+				// A final upload is made whole in this request or not at all: the
+				// partials are still there for the client's next attempt.
+				h.abandon(ctx, up.ID, err)
+			}
 			h.fail(w, r, rq, err)
 			return
+		}
+		if parts != nil {
+			parts.Drop(context.WithoutCancel(ctx))
 		}
 	}
 	off, _ := res.durable()
@@ -329,6 +372,10 @@ func (h *Handler) patch(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	up, st, err := h.load(held, rq)
 	if err != nil {
 		h.fail(w, r, rq, err)
+		return
+	}
+	if len(up.Concat) > 0 {
+		h.fail(w, r, rq, fmt.Errorf("%w: its bytes are its partial uploads'", errFinal))
 		return
 	}
 	if hd.offset != st.offset {

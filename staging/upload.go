@@ -31,6 +31,13 @@ type NewUpload struct {
 	Direct               bool
 	MultipartID          string
 	MultipartChecksummed bool
+	// Partial: a part of a later upload (tus concatenation), not an upload of its own:
+	// its object is only read by the final upload that concatenates it, so its
+	// completion announces nothing and hands nothing off.
+	Partial bool
+	// Concat names, in order, the partial uploads a final upload concatenates (tus
+	// concatenation); nil for any other upload.
+	Concat []string
 	Document
 	// At is the creation time recorded; zero means the store's clock now. A caller
 	// that sets it can describe the new upload (Created) without reading it back.
@@ -52,8 +59,8 @@ func (u NewUpload) Created() *Upload {
 		ExpectedSize: u.ExpectedSize, Total: u.Total, InstanceID: u.InstanceID, Name: u.Name, ContentType: u.ContentType,
 		ClientNodeID: u.ClientNodeID, CorrelationID: u.CorrelationID, Tenant: u.Tenant, Metadata: u.Metadata,
 		Document: u.Document, IfAbsent: u.IfAbsent, Direct: u.Direct, MultipartID: u.MultipartID,
-		MultipartChecksummed: u.Direct && u.MultipartChecksummed,
-		ReceivedChunks:       []uint32{}, Created: at, Updated: at,
+		MultipartChecksummed: u.Direct && u.MultipartChecksummed, Partial: u.Partial, Concat: u.Concat,
+		ReceivedChunks: []uint32{}, Created: at, Updated: at,
 	}
 }
 
@@ -104,6 +111,9 @@ type Upload struct {
 	Direct bool
 	// MultipartChecksummed: its multipart upload takes parts only with their CRC32C.
 	MultipartChecksummed bool
+	// Partial and Concat: see NewUpload.
+	Partial bool
+	Concat  []string
 	Document
 	// DetectedContentType is the type found in the object's first bytes at completion,
 	// when ContentType was empty or generic.

@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -56,12 +57,14 @@ type Ender interface {
 	End(ctx context.Context, id string, status staging.Status, reason string, completer string) error
 }
 
-// Objects tells whether an object exists (for if_absent), and whose upload made it, and
-// lists and deletes the caller's objects.
+// Objects tells whether an object exists (for if_absent), and whose upload made it,
+// lists and deletes the caller's objects, and reads partial uploads' objects.
 type Objects interface {
 	Head(ctx context.Context, bucket, key string) (s3store.ObjectInfo, error)
 	List(ctx context.Context, bucket, prefix, after string, limit int) ([]s3store.ListedObject, bool, error)
 	Delete(ctx context.Context, bucket, key string) error
+	// Open reads a whole object (a partial upload's, for the final one).
+	Open(ctx context.Context, bucket, key string) (io.ReadCloser, int64, error)
 }
 
 var _ Objects = (*s3store.Store)(nil)

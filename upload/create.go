@@ -37,6 +37,12 @@ type CreateRequest struct {
 	// CorrelationID ties the upload to the caller's request; "" takes the context's
 	// (WithCorrelationID), or has one made.
 	CorrelationID string
+	// Partial: a part of a later upload (tus concatenation): its object goes to a key of
+	// its own (not Key's, nor the template's), and its completion announces nothing.
+	Partial bool
+	// Concat names the partial uploads a final upload concatenates, in order (see
+	// Partials); the door appends their bytes (OpenPartials).
+	Concat []string
 
 	// direct: the client puts the parts into S3 itself (CreateDirect), with their
 	// CRC32C when directChecksums.
@@ -108,7 +114,7 @@ func (c *Core) create(ctx context.Context, req *CreateRequest, p staging.Params)
 	if err != nil {
 		return nil, err
 	}
-	if req.IfAbsent {
+	if req.IfAbsent && !req.Partial {
 		if err := c.keyFree(ctx, key, req.ClientNodeID); err != nil {
 			return nil, err
 		}
@@ -150,7 +156,7 @@ func (c *Core) create(ctx context.Context, req *CreateRequest, p staging.Params)
 		ChunkSize: chunkSize, ExpectedSize: expected, InstanceID: c.cfg.InstanceID, Name: req.Name,
 		ContentType: req.ContentType, ClientNodeID: req.ClientNodeID, Metadata: req.Metadata,
 		CorrelationID: corr, Tenant: tenant, Document: doc, At: at,
-		IfAbsent: req.IfAbsent,
+		IfAbsent: req.IfAbsent && !req.Partial, Partial: req.Partial, Concat: req.Concat,
 	}
 	if expected >= 0 {
 		nu.Total = staging.TotalChunks(expected, chunkSize)
@@ -210,6 +216,9 @@ func (c *Core) create(ctx context.Context, req *CreateRequest, p staging.Params)
 // keyFor is the object key of a new upload: the client's, else the key template's, else
 // the default; under the tenant's prefix.
 func (c *Core) keyFor(tenant, id, nodeID string, req *CreateRequest) (string, error) {
+	if req.Partial {
+		return KeyFor(tenant, "", id, partialKey(c.cfg.KeyPrefix, id), ""), nil
+	}
 	clientKey := req.Key
 	if clientKey == "" && c.keys != nil {
 		var err error

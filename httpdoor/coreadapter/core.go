@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/chunkup/chunkup/httpdoor"
@@ -36,6 +37,9 @@ type UploadCore interface {
 	Abort(ctx context.Context, id, reason string) (*staging.Upload, error)
 	Lock(ctx context.Context, id string) (held context.Context, unlock func(), err error)
 	UploadLimit() int64
+	Partials(ctx context.Context, ids []string) ([]*staging.Upload, int64, error)
+	OpenPartials(ctx context.Context, ups []*staging.Upload) io.ReadCloser
+	DropPartials(ctx context.Context, ups []*staging.Upload)
 }
 
 var _ UploadCore = (*upload.Core)(nil)
@@ -62,7 +66,7 @@ func (c *Core) Create(ctx context.Context, req httpdoor.CreateRequest) (httpdoor
 		return httpdoor.Upload{}, fmt.Errorf("%w: the upload has %d bytes; this server takes at most %d", httpdoor.ErrTooLarge, req.Size, limit)
 	}
 	up, err := c.core.Create(ctx, &upload.CreateRequest{Size: req.Size, Name: req.Name, ContentType: req.ContentType,
-		Metadata: req.Metadata})
+		Metadata: req.Metadata, Partial: req.Partial, Concat: req.Concat})
 	if err != nil {
 		return httpdoor.Upload{}, busy(err)
 	}
@@ -96,6 +100,7 @@ func (c *Core) door(u *staging.Upload) httpdoor.Upload {
 		ID: u.ID, State: httpdoor.State(u.Status), ChunkSize: u.ChunkSize, Size: u.ExpectedSize,
 		Key: u.Key, Name: u.Name, ContentType: u.ContentType, Metadata: u.Metadata, Reason: u.Error,
 		Tail: httpdoor.Tail{N: u.Tail.N, Size: u.Tail.Size, CRC32C: u.Tail.CRC32C}, Expires: c.core.Expires(u),
+		Partial: u.Partial, Concat: u.Concat,
 	}
 	for _, ch := range u.Chunks {
 		up.Chunks = append(up.Chunks, httpdoor.Chunk{N: ch.N, Size: ch.Size, CRC32C: ch.CRC32C, Stored: ch.Stored})
@@ -170,6 +175,31 @@ func (c *Core) Lock(ctx context.Context, id string) (context.Context, func(), er
 	held, unlock, err := c.core.Lock(ctx, id)
 	return held, unlock, busy(err)
 }
+
+// Concat implements httpdoor.Core with the core's partial uploads (upload.Core.Partials).
+func (c *Core) Concat(ctx context.Context, names []string) (httpdoor.Partials, error) {
+	for _, id := range names {
+		if !ids.Valid(id) {
+			return nil, fmt.Errorf("%w: there is no partial upload %s on this server (chunkup's upload ids are 26 characters a-z, 2-7)", httpdoor.ErrInvalid, id)
+		}
+	}
+	ups, size, err := c.core.Partials(ctx, names)
+	if err != nil {
+		return nil, busy(err)
+	}
+	return &partials{core: c.core, ups: ups, size: size}, nil
+}
+
+// partials are a final upload's partial uploads, as the core checked them.
+type partials struct {
+	core UploadCore
+	ups  []*staging.Upload
+	size int64
+}
+
+func (p *partials) Size() int64                            { return p.size }
+func (p *partials) Open(ctx context.Context) io.ReadCloser { return p.core.OpenPartials(ctx, p.ups) }
+func (p *partials) Drop(ctx context.Context)               { p.core.DropPartials(ctx, p.ups) }
 
 // busy is err, but a call that outlasted the door's CoreTimeout (staging waits out
 // backpressure within it) says so: the server is busy, and a retry is worth it.

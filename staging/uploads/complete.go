@@ -66,7 +66,7 @@ return {'ok', st[2], st[4] or '', st[5], st[6], st[7] or '0', st[8] or '0', st[9
 //	ARGV[3] final size
 //	ARGV[4] crc32c of the whole object
 //	ARGV[5] now (unix ms)
-//	ARGV[6] event id
+//	ARGV[6] event id ("" for none: a partial upload's completion announces nothing)
 //	ARGV[7] event record (see outboxRecord)
 //	ARGV[8] "1" when the upload must be handed off (to OCR) after completion
 //	ARGV[9] retention (ms)
@@ -86,7 +86,7 @@ redis.call('HSET', KEYS[1], 'status', 'COMPLETED', 'etag', ARGV[2], 'size', ARGV
 if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'handoff', 'pending') end
 if ARGV[12] ~= '' then redis.call('HSET', KEYS[1], 'detected_ct', ARGV[12]) end
 redis.call('DEL', KEYS[2])
-redis.call('HSET', KEYS[3], ARGV[6], ARGV[7])
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[3], ARGV[6], ARGV[7]) end
 redis.call('PEXPIRE', KEYS[1], ARGV[9])
 for i = 4, 7 do redis.call('PEXPIRE', KEYS[i], ARGV[9]) end
 redis.call('PUBLISH', ARGV[10], ARGV[11] .. ' COMPLETED')

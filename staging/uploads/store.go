@@ -325,6 +325,12 @@ func (s *Store) createArgs(u staging.NewUpload) ([]string, []any, error) {
 	if u.Direct {
 		state = append(state, "direct", "1", "mpu_crc32c", flag(u.MultipartChecksummed))
 	}
+	if u.Partial {
+		state = append(state, "partial", "1")
+	}
+	if len(u.Concat) > 0 {
+		state = append(state, "concat", strings.Join(u.Concat, " "))
+	}
 	args := []any{s.c.KeysTTL(), len(state) / 2}
 	args = append(args, state...)
 	meta := []any{"name", u.Name, "content_type", u.ContentType, "client_node_id", u.ClientNodeID,
@@ -443,9 +449,12 @@ func parseUpload(id string, h, m, received map[string]string, partsAll *redis.Ma
 		Created: rdb.MsTime(h["created_ms"]), Updated: rdb.MsTime(h["updated_ms"]),
 		FirstChunk: rdb.MsTime(h["first_ms"]), Completed: rdb.MsTime(h["completed_ms"]),
 		DetectedContentType: h["detected_ct"], IfAbsent: h["if_absent"] == "1", Tail: parseTail(h["tail"]),
-		Direct: h["direct"] == "1", MultipartChecksummed: h["mpu_crc32c"] == "1",
+		Direct: h["direct"] == "1", MultipartChecksummed: h["mpu_crc32c"] == "1", Partial: h["partial"] == "1",
 		Document: staging.Document{NodeID: m["node_id"], ConnectorID: m["connector_id"], ParentID: m["parent_id"],
 			Path: m["path"], Drive: m["drive"], CustomMetadata: m["custom_metadata"]},
+	}
+	if c := h["concat"]; c != "" {
+		u.Concat = strings.Fields(c)
 	}
 	if md := m["metadata"]; md != "" {
 		if err := json.Unmarshal([]byte(md), &u.Metadata); err != nil {

@@ -106,6 +106,13 @@ func (f *failing) DirectParts(_ context.Context, id string) ([]s3store.ListedPar
 func (f *failing) CompleteDirect(_ context.Context, id string, _ []upload.ReportedPart) (*staging.Upload, error) {
 	return nil, f.fail(id)
 }
+func (f *failing) Partials(context.Context, []string) ([]*staging.Upload, int64, error) {
+	return nil, 0, f.fail("")
+}
+func (f *failing) OpenPartials(context.Context, []*staging.Upload) io.ReadCloser {
+	return io.NopCloser(strings.NewReader(""))
+}
+func (f *failing) DropPartials(context.Context, []*staging.Upload) {}
 
 var (
 	_ server.Core            = (*failing)(nil)

@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/test/harness"
 )
 
@@ -134,4 +139,49 @@ func TestHTTPSmallPatchSurvivesKill(t *testing.T) {
 	expectHTTP(t, r, http.StatusNoContent)
 	up := waitCompleted(t, harness.Dial(t, node.GRPCAddr), idOf(loc))
 	e.requireExact(t, up, data)
+}
+
+// TestHTTPParallelUploads: tus-js-client with parallelUploads: 4 sends a 50 MB file as
+// four partial uploads and a final one that concatenates them (tus concatenation):
+// the object is exact and named as the file, GetUpload shows the final upload
+// COMPLETED, exactly one UploadCompleted reaches Kafka (none for the partials), and
+// the partials' own objects are gone.
+func TestHTTPParallelUploads(t *testing.T) {
+	e := newEnv(t)
+	k := testenv.StartKafka(t, topic)
+	a := e.start(t, withKafka(e.config(), k))
+	c := e.client(t, a)
+	data := randomBytes(50_000_000, 91)
+	file := writeFile(t, "parallel.bin", data)
+	res := runTusJS(t, "TUS_FILE="+file, "TUS_ENDPOINT=http://"+a.HTTPAddr()+"/files/", "TUS_PARALLEL=4")
+	if res.done == "" || res.error != "" {
+		t.Fatalf("tus-js-client with parallelUploads 4: %+v", res)
+	}
+	id := idOf(res.done)
+	up := waitCompleted(t, c, id)
+	e.requireExact(t, up, data)
+	if up.Name != "parallel.bin" {
+		t.Fatalf("the final upload is named %q, want the file's name", up.Name)
+	}
+	const completed = "chunkup.v1.UploadCompleted"
+	waitFor(t, "the final upload's UploadCompleted", func() bool { return len(eventsFor(allEvents(t, k), id, completed)) > 0 })
+	waitOutboxEmpty(t, a.Outbox())
+	n := 0
+	for _, ev := range allEvents(t, k) {
+		if ev.Type == completed {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d UploadCompleted events, want 1 (the final upload's)", n)
+	}
+	out, err := e.s3.ListObjectsV2(ctx(t), &s3.ListObjectsV2Input{Bucket: aws.String(bucket)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range out.Contents {
+		if strings.Contains(aws.ToString(o.Key), ".partials/") {
+			t.Errorf("a partial upload's object is left: %s", aws.ToString(o.Key))
+		}
+	}
 }

@@ -7,7 +7,8 @@
 // (an upload to resume: HEAD, then PATCH from its offset), TUS_PROTOCOL (tus-v1,
 // ietf-draft-03 or ietf-draft-05), TUS_API_KEY (sent as Authorization: Bearer),
 // TUS_CHUNK_SIZE (tus-js-client's chunkSize: one PATCH per that many bytes; unset: one
-// PATCH for the whole file, its default), TUS_KILL_AT (the request that carries the file's byte at this offset sends the bytes
+// PATCH for the whole file, its default), TUS_PARALLEL (tus-js-client's parallelUploads:
+// that many partial uploads at once, concatenated by a final one), TUS_KILL_AT (the request that carries the file's byte at this offset sends the bytes
 // before it, and once they are written to the connection the process sends itself
 // SIGKILL: an interruption in the middle of a request, as a crash or a closed laptop
 // makes, at a place that does not depend on timing).
@@ -77,5 +78,6 @@ const options = {
 // (An option set to undefined would replace tus-js-client's default.)
 if (killAt > 0) options.httpStack = new KillingStack()
 if (env.TUS_CHUNK_SIZE) options.chunkSize = Number(env.TUS_CHUNK_SIZE)
+if (env.TUS_PARALLEL) options.parallelUploads = Number(env.TUS_PARALLEL)
 const upload = new tus.Upload(file, options)
 upload.start()

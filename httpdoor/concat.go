@@ -1,0 +1,109 @@
+package httpdoor
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/chunkup/chunkup/internal/fault"
+)
+
+// tus concatenation: a client sends parts of a file as partial uploads
+// (Upload-Concat: partial), in parallel, then creates the final upload
+// (Upload-Concat: final;URL URL …), whose bytes are the partials' in that order. The
+// door creates the final upload and appends the partials' bytes to it, read back from
+// the store (Core.Concat), as if the client had sent them in one request: the final
+// upload is an upload like any other, the one announced and read by OCR. The creation
+// is answered once the final upload holds every byte (as tusd does); see
+// docs/http-uploads.md, "Concatenation".
+
+// errFinal: a request that would change a final upload's bytes. 403, as tus requires.
+var errFinal = fault.New(fault.Denied, "a final upload cannot be appended to")
+
+// maxConcatURLs bounds the partial uploads one final upload may name (as the core's
+// upload.MaxConcat).
+const maxConcatURLs = 100
+
+// uploadConcat reads a tus creation's Upload-Concat: partial, or the ids of the
+// partial uploads a final upload concatenates (nil for neither).
+func (h *Handler) uploadConcat(r *http.Request) (partial bool, ids []string, err error) {
+	vs := r.Header.Values("Upload-Concat")
+	switch {
+	case len(vs) == 0:
+		return false, nil, nil
+	case len(vs) > 1:
+		return false, nil, fmt.Errorf("%w: Upload-Concat is sent more than once; send it once", ErrInvalid)
+	case vs[0] == "partial":
+		return true, nil, nil
+	}
+	list, ok := strings.CutPrefix(vs[0], "final;")
+	if !ok {
+		return false, nil, fmt.Errorf("%w: Upload-Concat must be \"partial\", or \"final;\" followed by the partial uploads' URLs separated by spaces, not %q", ErrInvalid, clip(vs[0]))
+	}
+	urls := strings.Fields(list)
+	switch {
+	case len(urls) == 0:
+		return false, nil, fmt.Errorf("%w: Upload-Concat: final; names no partial upload: list their URLs, in order, separated by spaces", ErrInvalid)
+	case len(urls) > maxConcatURLs:
+		return false, nil, fmt.Errorf("%w: a final upload may concatenate at most %d partial uploads; this one names %d", ErrInvalid, maxConcatURLs, len(urls))
+	}
+	for _, u := range urls {
+		id, ok := h.idOfURL(u)
+		if !ok {
+			return false, nil, fmt.Errorf("%w: %q in Upload-Concat is not the URL of an upload on this server (%sID)", ErrInvalid, clip(u), h.base)
+		}
+		ids = append(ids, id)
+	}
+	return false, ids, nil
+}
+
+// idOfURL returns the upload id a partial upload's URL names: the URL its creation
+// returned (absolute, whatever host it names, since a proxy may rewrite it), or its
+// path alone.
+func (h *Handler) idOfURL(s string) (string, bool) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", false
+	}
+	i := strings.LastIndexByte(u.Path, '/')
+	if i < 0 {
+		return "", false
+	}
+	dir, id := u.Path[:i+1], u.Path[i+1:]
+	if id == "" || !strings.HasSuffix(dir, h.cfg.Prefix) {
+		return "", false
+	}
+	if _, ok := h.route(h.cfg.Prefix + id); !ok {
+		return "", false
+	}
+	return id, true
+}
+
+// concatHeader is the Upload-Concat a tus HEAD of up echoes ("" for an upload of
+// neither kind).
+func (h *Handler) concatHeader(up Upload) string {
+	switch {
+	case up.Partial:
+		return "partial"
+	case len(up.Concat) > 0:
+		urls := make([]string, len(up.Concat))
+		for i, id := range up.Concat {
+			urls[i] = h.location(id)
+		}
+		return "final;" + strings.Join(urls, " ")
+	}
+	return ""
+}
+
+// abandon aborts final upload id, which this request could not make whole (err): it
+// would otherwise wait for bytes no client will send until it expires. Its partials
+// are left as they were, for the client's next attempt.
+func (h *Handler) abandon(ctx context.Context, id string, err error) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.CoreTimeout)
+	defer cancel()
+	if aerr := h.core.Abort(actx, id); aerr != nil {
+		h.cfg.Logger.Warn("abort a final upload that could not be assembled", "upload", id, "err", err, "abort_err", aerr)
+	}
+}

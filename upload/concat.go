@@ -1,0 +1,211 @@
+package upload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/chunkup/chunkup/internal/fault"
+	"github.com/chunkup/chunkup/s3store"
+	"github.com/chunkup/chunkup/staging"
+)
+
+// Concatenation (tus's extension) makes one upload of several partial ones, which a
+// client sends in parallel. A partial upload is a chunkup upload of its own, completed
+// into an object at a key of its own (PartialKey) that announces nothing and is handed
+// to no one; the final upload is an ordinary upload whose bytes the door reads from the
+// partials' objects, in order, and appends as if a client had sent them, so the final
+// object is cut into chunks, staged, stored and completed like any other, checked byte
+// for byte against the partials' CRC32Cs on the way. Once the final upload holds every
+// byte, the partials' objects are deleted. The cost: the concatenated bytes cross
+// chunkup twice (docs/http-uploads.md, "Concatenation").
+
+// MaxConcat is how many partial uploads one final upload may concatenate.
+const MaxConcat = 100
+
+// partialDir is the folder, under the key prefix, of partial uploads' objects.
+const partialDir = ".partials"
+
+// partialKey is the object key of partial upload id (before the tenant's prefix).
+func partialKey(prefix, id string) string {
+	if prefix = strings.TrimSuffix(prefix, "/"); prefix != "" {
+		return prefix + "/" + partialDir + "/" + id
+	}
+	return partialDir + "/" + id
+}
+
+// Partials checks that ids name partial uploads a final upload of the caller may
+// concatenate, in that order: each the caller's, partial, COMPLETED, its object still
+// there (not concatenated and deleted already), none twice. It returns them and
+// their total size. Every refusal is Invalid (the request names them) and changes
+// nothing.
+func (c *Core) Partials(ctx context.Context, ids []string) ([]*staging.Upload, int64, error) {
+	switch {
+	case len(ids) == 0:
+		return nil, 0, invalidf("a final upload must name the partial uploads it concatenates")
+	case len(ids) > MaxConcat:
+		return nil, 0, invalidf("a final upload may concatenate at most %d partial uploads; this one names %d", MaxConcat, len(ids))
+	}
+	if c.objects == nil {
+		return nil, 0, errNoObjects
+	}
+	seen := make(map[string]bool, len(ids))
+	ups := make([]*staging.Upload, 0, len(ids))
+	var total int64
+	for i, id := range ids {
+		if seen[id] {
+			return nil, 0, invalidf("partial upload %s is named twice; name each partial upload once, in order", Quote(id))
+		}
+		seen[id] = true
+		up, err := c.partial(ctx, id)
+		if err != nil {
+			return nil, 0, err
+		}
+		total += up.Size
+		if total > c.UploadLimit() {
+			return nil, 0, fault.New(fault.TooLarge, fmt.Sprintf("the first %d partial uploads have %d bytes together; this server takes at most %d in one upload", i+1, total, c.UploadLimit()))
+		}
+		ups = append(ups, up)
+	}
+	return ups, total, nil
+}
+
+// partial reads partial upload id for Partials.
+func (c *Core) partial(ctx context.Context, id string) (*staging.Upload, error) {
+	if ValidID(id) != nil {
+		return nil, invalidf("%s names no upload of this server; name partial uploads by the URLs their creation returned", Quote(id))
+	}
+	up, err := c.settled(ctx, id)
+	switch {
+	case errors.Is(err, staging.ErrNotFound):
+		return nil, invalidf("there is no partial upload %s (it may have expired, or be another tenant's): upload that part again", id)
+	case err != nil:
+		return nil, Explain(id, err)
+	case !up.Partial:
+		return nil, invalidf("upload %s was not created as a partial upload (Upload-Concat: partial), so it cannot be concatenated", id)
+	case up.Status == staging.StatusActive || up.Status == staging.StatusCompleting:
+		return nil, &fault.Error{Kind: fault.Unavailable, Msg: fmt.Sprintf("partial upload %s has all its bytes but is still being stored; retry in a moment", id), RetryAfter: time.Second}
+	case up.Status != staging.StatusCompleted:
+		return nil, invalidf("partial upload %s is %s, not complete (it has %d bytes): finish it before creating the final upload", id, up.Status, up.ReceivedBytes)
+	}
+	info, err := c.objects.Head(ctx, up.Bucket, up.Key)
+	switch {
+	case s3store.NotFound(err):
+		return nil, invalidf("partial upload %s was concatenated into a final upload already, and its bytes are gone: upload that part again", id)
+	case err != nil:
+		return nil, err
+	case info.Size != up.Size:
+		return nil, fmt.Errorf("upload: partial upload %s has %d bytes in S3, but %d were recorded", id, info.Size, up.Size)
+	}
+	return up, nil
+}
+
+// settled reads upload id once it has settled: a partial upload whose bytes have all
+// arrived is completed by the completer a moment later (its client was answered when
+// they were durable, not stored), and a final upload created at once must wait for
+// that, as long as ctx allows.
+func (c *Core) settled(ctx context.Context, id string) (*staging.Upload, error) {
+	wait := 10 * time.Millisecond
+	for {
+		up, err := c.get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		whole := up.Status == staging.StatusCompleting ||
+			(up.Status == staging.StatusActive && up.ExpectedSize >= 0 && uint32(len(up.ReceivedChunks)) == up.Total)
+		if !whole || !up.Partial {
+			return up, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return up, nil
+		case <-t.C:
+		}
+		wait = min(2*wait, 250*time.Millisecond)
+	}
+}
+
+// OpenPartials returns the bytes of partial uploads ups (as Partials returned them),
+// one after another. Each partial's bytes are checked against the CRC32C recorded at its
+// completion as they are read: a partial that comes back different ends the read with
+// an error before its last byte, so a final upload never holds bytes its partials did
+// not.
+func (c *Core) OpenPartials(ctx context.Context, ups []*staging.Upload) io.ReadCloser {
+	return &partialsReader{ctx: ctx, c: c, ups: ups}
+}
+
+// partialsReader reads partial uploads' objects in turn, opening each when the one
+// before has ended.
+type partialsReader struct {
+	ctx  context.Context
+	c    *Core
+	ups  []*staging.Upload
+	cur  io.ReadCloser
+	up   *staging.Upload
+	sum  hash.Hash32
+	read int64
+}
+
+func (r *partialsReader) Read(p []byte) (int, error) {
+	for {
+		if r.cur == nil {
+			if len(r.ups) == 0 {
+				return 0, io.EOF
+			}
+			r.up, r.ups = r.ups[0], r.ups[1:]
+			body, _, err := r.c.objects.Open(r.ctx, r.up.Bucket, r.up.Key)
+			if err != nil {
+				return 0, fmt.Errorf("reading partial upload %s: %w", r.up.ID, err)
+			}
+			r.cur, r.sum, r.read = body, crc32.New(crc32.MakeTable(crc32.Castagnoli)), 0
+		}
+		n, err := r.cur.Read(p)
+		r.sum.Write(p[:n])
+		r.read += int64(n)
+		if r.read > r.up.Size {
+			return 0, fmt.Errorf("partial upload %s has more than its %d bytes in S3", r.up.ID, r.up.Size)
+		}
+		if err == io.EOF {
+			_ = r.cur.Close()
+			r.cur = nil
+			if r.read != r.up.Size || r.sum.Sum32() != r.up.CRC32C {
+				return 0, fmt.Errorf("partial upload %s came back from S3 with %d bytes of CRC32C %08x, not the %d bytes of %08x it was stored with", r.up.ID, r.read, r.sum.Sum32(), r.up.Size, r.up.CRC32C)
+			}
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("reading partial upload %s: %w", r.up.ID, err)
+		}
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+func (r *partialsReader) Close() error {
+	if r.cur != nil {
+		return r.cur.Close()
+	}
+	return nil
+}
+
+// DropPartials deletes the objects of partial uploads ups, once a final upload holds
+// their bytes; their records stay (COMPLETED) until the retention ends. A delete that
+// fails is logged: the object is left, not the final upload failed.
+func (c *Core) DropPartials(ctx context.Context, ups []*staging.Upload) {
+	for _, up := range ups {
+		if err := c.objects.Delete(ctx, up.Bucket, up.Key); err != nil {
+			c.cfg.Logger.Warn("delete a concatenated partial upload's object", "upload_id", up.ID, "key", up.Key, "err", err)
+		}
+	}
+}
