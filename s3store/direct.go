@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
@@ -75,18 +79,55 @@ func SameETag(a, b string) bool {
 
 // Presigner signs the requests a direct upload's client sends to S3 itself, for the
 // store's address as clients reach it (which may differ from chunkup's).
+//
+// The AWS SDK's presign client runs an operation's whole middleware stack for each URL,
+// endpoint rules included, whose resolver alone grows a goroutine's stack by tens of
+// kilobytes each time: for a direct upload that signs each of its parts apart, that
+// was most of the server's CPU per part. So the first part of an upload is signed by the
+// SDK's presign client, and its URL, without its signature, is the template the
+// others are signed from with the SDK's own SigV4 signer (the same signer, options and
+// headers the presign client uses): only the part number and the signed headers' values
+// differ from part to part.
 type Presigner struct {
-	p *s3.PresignClient
+	p      *s3.PresignClient
+	signer *v4.Signer
+	creds  aws.CredentialsProvider
+	region string
+
+	mu    sync.Mutex
+	forms map[partForm]*url.URL
 }
+
+// partForm names the shape of an upload's part URLs: the same object, multipart
+// upload, and signed headers.
+type partForm struct {
+	bucket, key, uploadID string
+	sized, summed         bool
+}
+
+// maxForms bounds the templates kept (the uploads being signed for at once).
+const maxForms = 4096
+
+// authParams are the query parameters a presigned URL's signing adds.
+var authParams = []string{"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
+	"X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token"}
 
 // NewPresigner signs for client's store; publicEndpoint, when set, is the store's
 // address as clients reach it (e.g. https://s3.example.com), in place of client's.
 func NewPresigner(client *s3.Client, publicEndpoint string) *Presigner {
-	return &Presigner{p: s3.NewPresignClient(client, func(o *s3.PresignOptions) {
-		if publicEndpoint != "" {
-			o.ClientOptions = append(o.ClientOptions, func(o *s3.Options) { o.BaseEndpoint = aws.String(publicEndpoint) })
-		}
-	})}
+	o := client.Options()
+	return &Presigner{
+		p: s3.NewPresignClient(client, func(o *s3.PresignOptions) {
+			if publicEndpoint != "" {
+				o.ClientOptions = append(o.ClientOptions, func(o *s3.Options) { o.BaseEndpoint = aws.String(publicEndpoint) })
+			}
+		}),
+		// As the S3 client's own signer (s3.Options.HTTPSignerV4's default): S3 takes
+		// object keys' paths escaped once.
+		signer: v4.NewSigner(func(so *v4.SignerOptions) { so.DisableURIPathEscaping = true }),
+		creds:  o.Credentials, region: o.Region,
+		forms: map[partForm]*url.URL{},
+	}
 }
 
 // Signed is a presigned request: its URL, and the headers the client must send with it
@@ -101,6 +142,13 @@ type Signed struct {
 // ttl. With size > 0 the request must carry exactly size bytes (Content-Length is
 // signed); with crc, S3 checks the bytes against it (x-amz-checksum-crc32c is signed).
 func (p *Presigner) SignPart(ctx context.Context, bucket, key, uploadID string, n uint32, ttl time.Duration, size int64, crc *uint32) (Signed, error) {
+	f := partForm{bucket: bucket, key: key, uploadID: uploadID, sized: size > 0, summed: crc != nil}
+	p.mu.Lock()
+	form := p.forms[f]
+	p.mu.Unlock()
+	if form != nil && p.creds != nil {
+		return p.signFromForm(ctx, form, n, ttl, size, crc)
+	}
 	in := &s3.UploadPartInput{Bucket: aws.String(bucket), Key: aws.String(key), UploadId: aws.String(uploadID),
 		PartNumber: aws.Int32(int32(n))}
 	if size > 0 {
@@ -115,7 +163,46 @@ func (p *Presigner) SignPart(ctx context.Context, bucket, key, uploadID string, 
 	}
 	h := req.SignedHeader.Clone()
 	h.Del("Host")
+	if u, err := url.Parse(req.URL); err == nil && req.Method == http.MethodPut {
+		q := u.Query()
+		for _, a := range authParams {
+			q.Del(a)
+		}
+		u.RawQuery = q.Encode()
+		p.mu.Lock()
+		if len(p.forms) >= maxForms {
+			clear(p.forms)
+		}
+		p.forms[f] = u
+		p.mu.Unlock()
+	}
 	return Signed{URL: req.URL, Method: req.Method, Headers: h}, nil
+}
+
+// signFromForm signs part n from the template of its upload's part URLs.
+func (p *Presigner) signFromForm(ctx context.Context, form *url.URL, n uint32, ttl time.Duration, size int64, crc *uint32) (Signed, error) {
+	u := *form
+	q := u.Query()
+	q.Set("partNumber", strconv.FormatUint(uint64(n), 10))
+	q.Set("X-Amz-Expires", strconv.FormatInt(int64(ttl/time.Second), 10))
+	u.RawQuery = q.Encode()
+	req := &http.Request{Method: http.MethodPut, URL: &u, Host: u.Host, Header: http.Header{}}
+	if size > 0 {
+		req.ContentLength = size
+	}
+	if crc != nil {
+		req.Header.Set("X-Amz-Checksum-Crc32c", CRC32CHeader(*crc))
+	}
+	creds, err := p.creds.Retrieve(ctx)
+	if err != nil {
+		return Signed{}, fmt.Errorf("sign part %d: credentials: %w", n, err)
+	}
+	signed, h, err := p.signer.PresignHTTP(ctx, creds, req, "UNSIGNED-PAYLOAD", "s3", p.region, time.Now())
+	if err != nil {
+		return Signed{}, fmt.Errorf("sign part %d: %w", n, err)
+	}
+	h.Del("Host")
+	return Signed{URL: signed, Method: http.MethodPut, Headers: h}, nil
 }
 
 // ObjectCRC reads object bucket/key whole and returns its CRC32C: for a direct upload

@@ -34,6 +34,9 @@ func codeToLevel(code codes.Code) logging.Level {
 	return logging.DefaultServerCodeToLevel(code)
 }
 
+// streamWorkers is the size of the gRPC server's pool of call goroutines.
+const streamWorkers = 32
+
 // NewGRPCServer returns a gRPC server serving svc, the standard health service (which
 // the caller flips with the returned *health.Server) and server reflection (so grpcurl
 // works without the proto files).
@@ -67,6 +70,13 @@ func NewGRPCServer(svc *UploadService, logger *slog.Logger, extra ...grpc.Server
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Calls run on a pool of goroutines whose stacks have grown already, rather than
+		// each on a new one that grows its stack through the interceptors, the AWS SDK's
+		// middleware and go-redis again: for short calls made by the hundred (a direct
+		// upload signs each part apart) that growth was the largest single cost of the
+		// call (docs/performance.md, run I). A call that finds every worker busy gets
+		// its own goroutine, as without the pool.
+		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ChainUnaryInterceptor(
 			recovery.UnaryServerInterceptor(recoverOpt),
 			logging.UnaryServerInterceptor(logFn, logOpts...),

@@ -33,10 +33,10 @@ type DirectS3 interface {
 	Checksums() bool
 }
 
-// DirectStore records a direct upload's activity and parts (see uploads.Store.Touch and
+// DirectStore records a direct upload's activity and parts (see uploads.Store.TouchDirect and
 // uploads.Chunks' BeginThrough and RecordDirect).
 type DirectStore interface {
-	Touch(ctx context.Context, id string) error
+	TouchDirect(ctx context.Context, id, tenant string) (uploads.DirectTarget, error)
 	BeginThrough(ctx context.Context, ref staging.ChunkRef, token string, crc uint32, size int64, last bool, lease time.Duration) (uploads.Through, error)
 	RecordDirect(ctx context.Context, ref staging.ChunkRef, token, etag string, crc *uint32, size int64, last bool) (uploads.ThroughOutcome, bool, error)
 }
@@ -151,12 +151,20 @@ func (c *Core) signParts(ctx context.Context, id string, parts []PartToSign) ([]
 			return nil, invalidf("part %d's size %d is outside S3's limit of 5 GiB", p.N, p.Size)
 		}
 	}
-	u, err := c.directUpload(ctx, id)
+	if c.direct == nil {
+		return nil, errNoDirect
+	}
+	if err := ValidID(id); err != nil {
+		return nil, err
+	}
+	// The upload as signing needs it, and its activity recorded, in one round trip: a
+	// client may ask for each part's URL on its own.
+	u, err := c.directStore.TouchDirect(ctx, id, TenantFrom(ctx))
 	if err != nil {
 		return nil, err
 	}
-	if u.Status != staging.StatusActive {
-		return nil, &staging.StateError{Status: u.Status}
+	if !u.Direct {
+		return nil, invalidf("upload %s is not a direct upload: send its chunks to chunkup", id)
 	}
 	if u.Total > 0 {
 		for _, p := range parts {
@@ -165,19 +173,16 @@ func (c *Core) signParts(ctx context.Context, id string, parts []PartToSign) ([]
 			}
 		}
 	}
-	if err := c.directStore.Touch(ctx, id); err != nil {
-		return nil, err
-	}
 	expires := c.store.Now().Add(c.cfg.DirectURLTTL)
 	out := make([]SignedPart, len(parts))
 	for i, p := range parts {
 		if u.Total > 0 && p.Size == 0 { // a known size binds every part's
 			p.Size = u.ChunkSize
 			if p.N == u.Total {
-				p.Size = u.ExpectedSize - int64(u.Total-1)*u.ChunkSize
+				p.Size = u.Expected - int64(u.Total-1)*u.ChunkSize
 			}
 		}
-		if !u.MultipartChecksummed {
+		if !u.Checksummed {
 			p.CRC32C = nil // a multipart upload without checksums refuses parts with one
 		} else if p.CRC32C == nil {
 			return nil, invalidf("part %d: give its CRC32C (the upload was created with checksums, and S3 takes its parts only with theirs)", p.N)

@@ -12,8 +12,9 @@ import (
 // are (BeginThrough, RecordDirect) once the client reports them; what is left here is the
 // activity that keeps such an upload alive meanwhile.
 
-// touchScript records activity on an active direct upload (a part signed), so that an
-// upload whose client is busy putting parts is not expired as idle.
+// touchScript records activity on an active direct upload of the caller's tenant (a
+// part signed), so that an upload whose client is busy putting parts is not expired as
+// idle, and returns what signing its parts needs, in the same round trip.
 //
 //	KEYS[1] state hash
 //	KEYS[2] meta hash
@@ -21,31 +22,53 @@ import (
 //	KEYS[4] parts hash
 //	ARGV[1] now (unix ms)
 //	ARGV[2] keys TTL (ms)
+//	ARGV[3] the caller's tenant
 //
-// Returns {"ok"}; {"notfound"}; or {"state", status} when it is not ACTIVE.
+// Returns {"ok", direct, bucket, key, s3_upload_id, mpu_crc32c, total, chunk_size,
+// expected_size} (when direct is not "1" nothing was touched); {"notfound"} for no such
+// upload of the tenant; or {"state", status} when it is not ACTIVE.
 var touchScript = rdb.NewScript(`
-local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return {'notfound'} end
-if st ~= 'ACTIVE' then return {'state', st} end
+local f = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'direct', 'bucket', 'key', 's3_upload_id', 'mpu_crc32c',
+  'total', 'chunk_size', 'expected_size')
+if not f[1] or (f[2] or '') ~= ARGV[3] then return {'notfound'} end
+if f[3] ~= '1' then return {'ok', '0'} end
+if f[1] ~= 'ACTIVE' then return {'state', f[1]} end
 redis.call('HSET', KEYS[1], 'updated_ms', ARGV[1])
 for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
-return {'ok'}
+return {'ok', '1', f[4], f[5], f[6] or '', f[7] or '0', f[8] or '0', f[9], f[10]}
 `)
 
-// Touch records activity on active upload id now (its idle expiry starts again).
-func (s *Store) Touch(ctx context.Context, id string) error {
+// DirectTarget is what signing a direct upload's parts needs to know of it.
+type DirectTarget struct {
+	// Direct: it is a direct upload (nothing else is set, and it was not touched, when
+	// it is not).
+	Direct              bool
+	Bucket, Key         string
+	MultipartID         string
+	Checksummed         bool
+	Total               uint32
+	ChunkSize, Expected int64
+}
+
+// TouchDirect records activity on active direct upload id of tenant now (its idle
+// expiry starts again) and returns what signing its parts needs.
+func (s *Store) TouchDirect(ctx context.Context, id, tenant string) (DirectTarget, error) {
 	keys := []string{rdb.StateKey(id), rdb.MetaKey(id), rdb.ReceivedKey(id), rdb.PartsKey(id)}
-	res, err := rdb.Decode("touch", touchScript.Run(ctx, s.c, keys, s.c.NowMs(), s.c.KeysTTL()))
+	res, err := rdb.Decode("touch", touchScript.Run(ctx, s.c, keys, s.c.NowMs(), s.c.KeysTTL(), tenant))
 	if err != nil {
-		return err
+		return DirectTarget{}, err
 	}
 	switch res.Code {
 	case rdb.CodeOK:
-		return nil
+		if !res.Flag(0) {
+			return DirectTarget{}, nil
+		}
+		return DirectTarget{Direct: true, Bucket: res.Str(1), Key: res.Str(2), MultipartID: res.Str(3), Checksummed: res.Flag(4),
+			Total: res.U32(5), ChunkSize: res.I64(6), Expected: res.I64(7)}, nil
 	case rdb.CodeNotFound:
-		return staging.ErrNotFound
+		return DirectTarget{}, staging.ErrNotFound
 	case rdb.CodeState:
-		return &staging.StateError{Status: staging.Status(res.Str(0))}
+		return DirectTarget{}, &staging.StateError{Status: staging.Status(res.Str(0))}
 	}
-	return res.Unexpected()
+	return DirectTarget{}, res.Unexpected()
 }
