@@ -1,9 +1,16 @@
 // The upload page: every dropped file becomes a tus-js-client upload through the HTTP
-// door; its row shows the bytes sent, then the upload's state as chunkup reports it
-// (GET on the upload URL returns it as JSON), until the object is stored.
+// door, or with "direct to S3" an Uppy AwsS3 upload whose parts go straight to S3 with
+// URLs the direct door signs; its row shows the bytes sent, then the upload's state as
+// chunkup reports it (GET on the HTTP door's upload URL returns it as JSON, for a
+// direct upload too), until the object is stored.
 'use strict'
 
 const endpoint = document.body.dataset.endpoint
+// Where Uppy's AwsS3 finds Companion's routes (it asks for s3/multipart under it): the
+// page's origin and the direct door's prefix less its s3/; empty when off.
+const directBase = document.body.dataset.direct ? location.origin + document.body.dataset.direct.replace(/\/$/, '') : ''
+// S3's smallest part but the last: Uppy's AwsS3 parts of this size.
+const partSize = 5 * 1024 * 1024
 const table = document.getElementById('uploads')
 const drop = document.getElementById('drop')
 const picker = document.getElementById('files')
@@ -82,7 +89,43 @@ async function watch (url, row) {
   }
 }
 
+// startDirect uploads file with Uppy's AwsS3 plugin through the direct door: it creates
+// the upload (POST s3/multipart), has each 5 MiB part signed and PUTs it to S3, then
+// completes it; chunkup checks the parts S3 holds and completes the object. Multipart
+// always, even for a file of one part: Uppy's single PUT (GET s3/params) would never
+// tell chunkup that the object arrived, so the door refuses it (501).
+function startDirect (file) {
+  const row = addRow(file)
+  const uppy = new Uppy.Uppy({ autoProceed: true })
+  uppy.use(Uppy.AwsS3, {
+    endpoint: directBase,
+    headers: authHeaders(),
+    shouldUseMultipart: () => true,
+    getChunkSize: () => partSize,
+    retryDelays: [0, 1000, 3000, 5000, 10000]
+  })
+  let watching = false
+  const watchOnce = f => {
+    const id = f && f.s3Multipart && f.s3Multipart.uploadId
+    if (id && !watching) {
+      watching = true
+      watch(endpoint + id, row)
+    }
+  }
+  uppy.on('upload-progress', (f, p) => {
+    row.progress(p.bytesUploaded, p.bytesTotal)
+    watchOnce(uppy.getFile(f.id))
+  })
+  uppy.on('upload-success', f => {
+    row.progress(file.size, file.size)
+    watchOnce(uppy.getFile(f.id))
+  })
+  uppy.on('upload-error', (f, err) => row.error(String(err && err.message ? err.message : err)))
+  uppy.addFile({ name: file.name, type: file.type || 'application/octet-stream', data: file, source: 'page' })
+}
+
 function start (file) {
+  if (protocolSelect.value === 'direct') return startDirect(file)
   const row = addRow(file)
   let watching = false
   const upload = new tus.Upload(file, {

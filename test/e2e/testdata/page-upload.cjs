@@ -6,7 +6,8 @@
 // stderr.
 //
 // Environment: PAGE_URL (the page), CHROMIUM (the browser binary), PROFILE_DIR (a
-// fresh, empty user data directory). Arguments: the files.
+// fresh, empty user data directory), PROTOCOL (optional: the value to choose in the
+// page's protocol selector first, e.g. "direct"). Arguments: the files.
 'use strict'
 
 const puppeteer = require('puppeteer-core')
@@ -27,6 +28,10 @@ async function main () {
     page.on('console', m => process.stderr.write('page console: ' + m.text() + '\n'))
     page.on('pageerror', e => process.stderr.write('page error: ' + e.message + '\n'))
     await page.goto(process.env.PAGE_URL, { waitUntil: 'load' })
+    if (process.env.PROTOCOL) {
+      const chosen = await page.select('#protocol', process.env.PROTOCOL)
+      if (chosen.length !== 1) throw new Error('the page offers no protocol ' + process.env.PROTOCOL)
+    }
     const input = await page.$('#files')
     await input.uploadFile(...files)
     await page.waitForFunction(n => {

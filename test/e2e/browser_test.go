@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"image"
+	"image/color"
+	"image/draw"
+	"image/png"
+	"strings"
+	"testing"
+
+	"github.com/chunkup/chunkup/internal/testdocs"
+	"github.com/chunkup/chunkup/internal/testenv"
+	"github.com/chunkup/chunkup/ocr"
+)
+
+// pageRow is one file's row on the upload page, as page-upload.cjs prints it.
+type pageRow struct{ Name, State, Detail, ID, Key string }
+
+// uploadOnPage chooses files on the upload page at pageURL in headless Chromium, with
+// protocol chosen in the page's selector (empty: the page's default), and returns the
+// rows once every one says COMPLETED.
+func uploadOnPage(t *testing.T, pageURL, protocol string, files map[string][]byte) []pageRow {
+	t.Helper()
+	chromium, err := testenv.ChromiumBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for name, b := range files {
+		paths = append(paths, writeFile(t, name, b))
+	}
+	out := runNode(t, "page-upload.cjs", []string{"PAGE_URL=" + pageURL, "CHROMIUM=" + chromium,
+		"PROFILE_DIR=" + t.TempDir(), "PROTOCOL=" + protocol}, paths, false)
+	var rows []pageRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("page-upload.cjs printed %q: %v", out, err)
+	}
+	if len(rows) != len(files) {
+		t.Fatalf("rows %+v, want one for each of %d files", rows, len(files))
+	}
+	for _, row := range rows {
+		if _, ok := files[row.Name]; !ok || row.State != "COMPLETED" || row.ID == "" || row.Key != "uploads/"+row.ID+"/"+row.Name {
+			t.Fatalf("row %+v", row)
+		}
+	}
+	return rows
+}
+
+// twoColourPNG re-encodes a PNG of black text on white in two colours, which keeps
+// the text readable and makes the file small (about 1 KB for two short lines).
+func twoColourPNG(t *testing.T, b []byte) []byte {
+	t.Helper()
+	src, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := image.NewPaletted(src.Bounds(), color.Palette{color.White, color.Black})
+	draw.Draw(p, p.Bounds(), src, src.Bounds().Min, draw.Src)
+	var out bytes.Buffer
+	if err := (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&out, p); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+// TestDirectUppyInBrowser (issue #28): Uppy 5's @uppy/aws-s3 in headless Chromium, on
+// the upload page of a chunkup serve (the page at chunkup's own origin, so chunkup's
+// CORS lets it call the direct door; its endpoint is chunkup's HTTP address), uploads
+// a 20 MB file in 5 MiB parts (four) and a PNG of about 1 KB (one part: the page makes every
+// file multipart) whose parts the browser PUTs straight to MinIO with the URLs chunkup
+// signs (MinIO answers CORS for any origin and exposes ETag by default). Both objects
+// are exact in MinIO, each has exactly one UploadCompleted on Kafka, OCR reads the
+// PNG's words, and no multipart upload is left open.
+func TestDirectUppyInBrowser(t *testing.T) {
+	e := newEnv(t)
+	k := testenv.StartKafka(t, topic)
+	cfg := withOCR(withKafka(e.config(), k))
+	cfg.HTTPDoor.Page = true
+	a := e.start(t, cfg)
+	c := e.client(t, a)
+
+	scan := twoColourPNG(t, testdocs.PNG("INVOICE 2828", "UPPY"))
+	if len(scan) > 1100 {
+		t.Fatalf("the PNG has %d bytes, want about 1 KB", len(scan))
+	}
+	files := map[string][]byte{"video.bin": randomBytes(20_000_000, 2828), "scan.png": scan}
+	rows := uploadOnPage(t, "http://"+a.HTTPAddr()+"/", "direct", files)
+	ids := map[string]string{}
+	for _, row := range rows {
+		up := waitCompleted(t, c, row.ID)
+		if !up.Direct {
+			t.Fatalf("upload %v: not a direct upload", up)
+		}
+		e.requireExact(t, up, files[row.Name])
+		// S3's ETag of a multipart object ends in its number of parts: 20 MB in
+		// 5 MiB parts is four; the PNG one.
+		if parts := map[string]string{"video.bin": "-4", "scan.png": "-1"}[row.Name]; !strings.HasSuffix(strings.Trim(up.Etag, `"`), parts) {
+			t.Fatalf("%s: ETag %s, want %s parts", row.Name, up.Etag, parts)
+		}
+		ids[row.Name] = row.ID
+	}
+	waitFor(t, "one UploadCompleted for each upload on Kafka", func() bool {
+		evs := allEvents(t, k)
+		for _, id := range ids {
+			if len(eventsFor(evs, id, "chunkup.v1.UploadCompleted")) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	d := waitDecision(t, documents(t, a.GRPCAddr()), ids["scan.png"])
+	if d.Ocr == nil {
+		t.Fatalf("document %v: no OCR", d)
+	}
+	var res struct {
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(e.object(t, d.Ocr.ResultKey), &res); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"INVOICE", "2828", "UPPY"} {
+		if !strings.Contains(res.Text, w) {
+			t.Errorf("recognized text %q lacks %q", res.Text, w)
+		}
+	}
+	if d.Ocr.ResultKey != "uploads/"+ids["scan.png"]+"/scan.png"+ocr.ResultSuffix {
+		t.Errorf("OCR result key %s", d.Ocr.ResultKey)
+	}
+	if n := e.openMultipartUploads(t); n != 0 {
+		t.Fatalf("%d multipart uploads left open in MinIO", n)
+	}
+}
