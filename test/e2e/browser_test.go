@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"image"
 	"image/color"
 	"image/draw"
@@ -13,6 +14,8 @@ import (
 	"github.com/chunkup/chunkup/internal/testdocs"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/ocr"
+	"github.com/chunkup/chunkup/s3store"
+	"github.com/chunkup/chunkup/test/harness"
 )
 
 // pageRow is one file's row on the upload page, as page-upload.cjs prints it.
@@ -130,5 +133,31 @@ func TestDirectUppyInBrowser(t *testing.T) {
 	}
 	if n := e.openMultipartUploads(t); n != 0 {
 		t.Fatalf("%d multipart uploads left open in MinIO", n)
+	}
+}
+
+// TestDevPageDirect: chunkup dev's upload page, "direct to S3" chosen, in headless
+// Chromium, offline: Uppy's AwsS3 PUTs the parts to dev's embedded S3 with the URLs the
+// direct door signs (the embedded S3 answers the preflights and exposes ETag), and
+// each row reaches COMPLETED with the object exact in the embedded S3: one of three
+// parts and one of a single small part.
+func TestDevPageDirect(t *testing.T) {
+	bin := harness.Binary(t)
+	port := func() string { return fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) }
+	httpAddr, s3Addr := port(), port()
+	dev := testenv.StartProcess(t, bin, []string{"dev", "--data", t.TempDir(), "--grpc-addr", port(), "--http-addr", httpAddr,
+		"--s3-addr", s3Addr, "--kafka-addr", port(), "--redis", "spawn", "--ocr=false"}, nil)
+	testenv.WaitReady(t, dev, httpAddr)
+
+	files := map[string][]byte{"notes.txt": []byte("straight to the embedded S3\n"), "movie.bin": randomBytes(11*MiB+777, 3131)}
+	rows := uploadOnPage(t, "http://"+httpAddr+"/", "direct", files)
+	s3c, err := s3store.NewClient(ctx(t), s3store.Config{Endpoint: "http://" + s3Addr, AccessKey: "chunkup-dev", SecretKey: "chunkup-dev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range rows {
+		if got := harness.Object(t, ctx(t), s3c, "chunkup", row.Key); !bytes.Equal(got, files[row.Name]) {
+			t.Fatalf("%s: the object has %d bytes, differing from the %d of the file", row.Name, len(got), len(files[row.Name]))
+		}
 	}
 }
