@@ -8,9 +8,14 @@ import (
 	"image/color"
 	"image/draw"
 	"image/png"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/testdocs"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/ocr"
@@ -159,5 +164,49 @@ func TestDevPageDirect(t *testing.T) {
 		if got := harness.Object(t, ctx(t), s3c, "chunkup", row.Key); !bytes.Equal(got, files[row.Name]) {
 			t.Fatalf("%s: the object has %d bytes, differing from the %d of the file", row.Name, len(got), len(files[row.Name]))
 		}
+	}
+}
+
+// TestUppyTusInBrowser (issue #25's client matrix): Uppy's Tus plugin (@uppy/tus 5.1.1,
+// in the vendored bundle) in headless Chromium uploads a file of over 20 MB with
+// chunkSize 5,000,000 (PATCHes that end inside chunkup's 5 MiB chunks) to a server's
+// tus endpoint, from the server's own page: the object is exact, GetUpload says
+// COMPLETED with the file's size, and it is the one upload Uppy made (no other upload
+// in progress, no other object).
+func TestUppyTusInBrowser(t *testing.T) {
+	chromium, err := testenv.ChromiumBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.HTTPDoor.Page = true
+	a := e.start(t, cfg)
+	c := e.client(t, a)
+
+	data := randomBytes(21_000_123, 2525)
+	const chunkSize = 5 * 1000 * 1000
+	out := runNode(t, "uppy-tus.cjs", []string{"PAGE_URL=http://" + a.HTTPAddr() + "/", "CHROMIUM=" + chromium,
+		"PROFILE_DIR=" + t.TempDir(), "ENDPOINT=/files/", "CHUNK_SIZE=" + strconv.Itoa(chunkSize)}, []string{writeFile(t, "uppy-tus.bin", data)}, false)
+	var res struct {
+		UploadURL  string
+		Successful int
+		Failed     []string
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.UploadURL == "" {
+		t.Fatalf("uppy-tus.cjs printed %q: %v", out, err)
+	}
+	up := waitCompleted(t, c, idOf(res.UploadURL))
+	if up.Size != int64(len(data)) || up.Name != "uppy-tus.bin" {
+		t.Fatalf("upload %v", up)
+	}
+	e.requireExact(t, up, data)
+	open, err := c.API().ListUploads(ctx(t), &chunkupv1.ListUploadsRequest{PageSize: 10})
+	if err != nil || len(open.Uploads) != 0 {
+		t.Fatalf("uploads in progress: %v %v, want none", open, err)
+	}
+	objs, err := e.s3.ListObjectsV2(ctx(t), &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("uploads/")})
+	if err != nil || len(objs.Contents) != 1 || aws.ToString(objs.Contents[0].Key) != up.Key {
+		t.Fatalf("objects %v %v, want only %s", objs, err, up.Key)
 	}
 }
