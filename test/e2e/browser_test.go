@@ -8,6 +8,8 @@ import (
 	"image/color"
 	"image/draw"
 	"image/png"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,7 +31,7 @@ type pageRow struct{ Name, State, Detail, ID, Key string }
 // uploadOnPage chooses files on the upload page at pageURL in headless Chromium, with
 // protocol chosen in the page's selector (empty: the page's default), and returns the
 // rows once every one says COMPLETED.
-func uploadOnPage(t *testing.T, pageURL, protocol string, files map[string][]byte) []pageRow {
+func uploadOnPage(t *testing.T, pageURL, protocol string, files map[string][]byte, env ...string) []pageRow {
 	t.Helper()
 	chromium, err := testenv.ChromiumBinary()
 	if err != nil {
@@ -39,8 +41,8 @@ func uploadOnPage(t *testing.T, pageURL, protocol string, files map[string][]byt
 	for name, b := range files {
 		paths = append(paths, writeFile(t, name, b))
 	}
-	out := runNode(t, "page-upload.cjs", []string{"PAGE_URL=" + pageURL, "CHROMIUM=" + chromium,
-		"PROFILE_DIR=" + t.TempDir(), "PROTOCOL=" + protocol}, paths, false)
+	out := runNode(t, "page-upload.cjs", append([]string{"PAGE_URL=" + pageURL, "CHROMIUM=" + chromium,
+		"PROFILE_DIR=" + t.TempDir(), "PROTOCOL=" + protocol}, env...), paths, false)
 	var rows []pageRow
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("page-upload.cjs printed %q: %v", out, err)
@@ -208,5 +210,45 @@ func TestUppyTusInBrowser(t *testing.T) {
 	objs, err := e.s3.ListObjectsV2(ctx(t), &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("uploads/")})
 	if err != nil || len(objs.Contents) != 1 || aws.ToString(objs.Contents[0].Key) != up.Key {
 		t.Fatalf("objects %v %v, want only %s", objs, err, up.Key)
+	}
+}
+
+// TestPageIETFDraft13: the upload page's "IETF draft -13 (interop 10)" choice, its own
+// own client of the draft (XHR, for upload progress), in headless Chromium against a server: a 20 MB
+// file (a creation with the first 16 MiB, then the completing append) and a small one
+// (one creation with Upload-Complete: ?1); every request the page sent said interop
+// version 10, and both objects are exact.
+func TestPageIETFDraft13(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.HTTPDoor.Page = true
+	a := e.start(t, cfg)
+	c := e.client(t, a)
+
+	files := map[string][]byte{"draft.bin": randomBytes(20_000_000, 1313), "note.txt": []byte("a note in one request\n")}
+	sent := filepath.Join(t.TempDir(), "interop")
+	rows := uploadOnPage(t, "http://"+a.HTTPAddr()+"/", "ietf-draft-13", files, "INTEROP_FILE="+sent)
+	for _, row := range rows {
+		e.requireExact(t, waitCompleted(t, c, row.ID), files[row.Name])
+	}
+	b, err := os.ReadFile(sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posts, patches int
+	for _, line := range strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(b)), " ", "=")) {
+		method, v, _ := strings.Cut(line, "=")
+		if v != "10" {
+			t.Fatalf("the page sent %s with interop version %s, want 10:\n%s", method, v, b)
+		}
+		switch method {
+		case "POST":
+			posts++
+		case "PATCH":
+			patches++
+		}
+	}
+	if posts != 2 || patches != 1 {
+		t.Fatalf("the page sent %d creations and %d appends, want 2 and 1:\n%s", posts, patches, b)
 	}
 }

@@ -7,7 +7,9 @@
 //
 // Environment: PAGE_URL (the page), CHROMIUM (the browser binary), PROFILE_DIR (a
 // fresh, empty user data directory), PROTOCOL (optional: the value to choose in the
-// page's protocol selector first, e.g. "direct"). Arguments: the files.
+// page's protocol selector first, e.g. "direct"), INTEROP_FILE (optional: where to
+// write, one a line, the Upload-Draft-Interop-Version of every request the page sent
+// that had one). Arguments: the files.
 'use strict'
 
 const puppeteer = require('puppeteer-core')
@@ -27,6 +29,11 @@ async function main () {
     const page = await browser.newPage()
     page.on('console', m => process.stderr.write('page console: ' + m.text() + '\n'))
     page.on('pageerror', e => process.stderr.write('page error: ' + e.message + '\n'))
+    const interop = []
+    page.on('request', req => {
+      const v = req.headers()['upload-draft-interop-version']
+      if (v !== undefined) interop.push(req.method() + ' ' + v)
+    })
     await page.goto(process.env.PAGE_URL, { waitUntil: 'load' })
     if (process.env.PROTOCOL) {
       const chosen = await page.select('#protocol', process.env.PROTOCOL)
@@ -49,6 +56,7 @@ async function main () {
         key: codes[1] ? codes[1].textContent : ''
       }
     }))
+    if (process.env.INTEROP_FILE) require('fs').writeFileSync(process.env.INTEROP_FILE, interop.join('\n') + '\n')
     process.stdout.write(JSON.stringify(rows) + '\n')
   } finally {
     await browser.close()
