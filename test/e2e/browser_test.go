@@ -10,6 +10,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -217,7 +218,8 @@ func TestUppyTusInBrowser(t *testing.T) {
 // own client of the draft (XHR, for upload progress), in headless Chromium against a server: a 20 MB
 // file (a creation with the first 16 MiB, then the completing append) and a small one
 // (one creation with Upload-Complete: ?1); every request the page sent said interop
-// version 10, and both objects are exact.
+// version 10, and both objects are exact. Then an append that fails as a dropped
+// connection does is resumed: HEAD, and the rest on the same upload.
 func TestPageIETFDraft13(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config()
@@ -251,4 +253,22 @@ func TestPageIETFDraft13(t *testing.T) {
 	if posts != 2 || patches != 1 {
 		t.Fatalf("the page sent %d creations and %d appends, want 2 and 1:\n%s", posts, patches, b)
 	}
+
+	// An append that fails as a dropped connection does: the page asks where the
+	// upload is (HEAD) and sends the rest to the same upload.
+	t.Run("resume", func(t *testing.T) {
+		data := randomBytes(40_000_000, 1314)
+		sent := filepath.Join(t.TempDir(), "interop")
+		rows := uploadOnPage(t, "http://"+a.HTTPAddr()+"/", "ietf-draft-13", map[string][]byte{"again.bin": data}, "INTEROP_FILE="+sent, "ABORT_FIRST=PATCH")
+		e.requireExact(t, waitCompleted(t, c, rows[0].ID), data)
+		b, err := os.ReadFile(sent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A creation with 16 MiB, the aborted append of the next 16 MiB, HEAD, then
+		// the two appends from the offset HEAD gave.
+		if got := strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(b)), " 10", "")); !slices.Equal(got, []string{"POST", "PATCH", "HEAD", "PATCH", "PATCH"}) {
+			t.Fatalf("the page sent %v (each at interop 10?):\n%s", got, b)
+		}
+	})
 }

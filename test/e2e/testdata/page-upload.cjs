@@ -9,7 +9,8 @@
 // fresh, empty user data directory), PROTOCOL (optional: the value to choose in the
 // page's protocol selector first, e.g. "direct"), INTEROP_FILE (optional: where to
 // write, one a line, the Upload-Draft-Interop-Version of every request the page sent
-// that had one). Arguments: the files.
+// that had one), ABORT_FIRST (optional: a method, e.g. PATCH: the first request the
+// page sends with it fails as a dropped connection would, once). Arguments: the files.
 'use strict'
 
 const puppeteer = require('puppeteer-core')
@@ -30,9 +31,21 @@ async function main () {
     page.on('console', m => process.stderr.write('page console: ' + m.text() + '\n'))
     page.on('pageerror', e => process.stderr.write('page error: ' + e.message + '\n'))
     const interop = []
+    let toAbort = process.env.ABORT_FIRST || ''
+    if (toAbort) await page.setRequestInterception(true)
     page.on('request', req => {
       const v = req.headers()['upload-draft-interop-version']
       if (v !== undefined) interop.push(req.method() + ' ' + v)
+      if (!toAbort) {
+        if (process.env.ABORT_FIRST) req.continue()
+        return
+      }
+      if (req.method() === toAbort) {
+        toAbort = ''
+        req.abort('connectionreset')
+        return
+      }
+      req.continue()
     })
     await page.goto(process.env.PAGE_URL, { waitUntil: 'load' })
     if (process.env.PROTOCOL) {
