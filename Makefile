@@ -122,7 +122,7 @@ deps-node: deps-apt
 # (one chunk and many, resume, if_absent and its races, CRC32C, expiry aborting the
 # multipart upload, strays, ReadObject ranges, the HTTP door). Everything runs on MinIO.
 SEAWEEDFS_TESTS := ./s3store/ ./test/e2e/ ./upload/ ./bench/
-SEAWEEDFS_RUN := ^(TestIfAbsent|TestAbortStraysPages|TestChunkChecksums|TestCompleteAfterCutOffCompletion|TestReason|TestUploadSizes|TestCompletersRace|TestAbandonedUploadExpires|TestReadObject|TestHTTPCurl|TestHTTPSmallPatches|TestHTTPAppendsOfAnySize|TestHTTPIETFVersions|TestHTTPParallelUploads|TestWorkerKilledHoldingClaim|TestObjects|TestRunSmall|TestDirectContractByCurl|TestDirectRefusals|TestDirectUploadExpires|TestDirectSDKAndCLI)$$
+SEAWEEDFS_RUN := ^(TestIfAbsent|TestAbortStraysPages|TestChunkChecksums|TestCompleteAfterCutOffCompletion|TestReason|TestUploadSizes|TestCompletersRace|TestAbandonedUploadExpires|TestReadObject|TestHTTPCurl|TestHTTPSmallPatches|TestHTTPAppendsOfAnySize|TestHTTPIETFVersions|TestHTTPParallelUploads|TestWorkerKilledHoldingClaim|TestObjects|TestRunSmall|TestDirectContractByCurl|TestDirectRefusals|TestDirectUploadExpires|TestDirectSDKAndCLI|TestDirectUppyInBrowser|TestUppyTusInBrowser)$$
 
 ## test: run every test, with the race detector, on MinIO; then the S3 subset on
 ## SeaweedFS

@@ -1,10 +1,12 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -100,13 +102,31 @@ func (a *App) setupDoor(mux *http.ServeMux, guard server.Guard) (err error) {
 	// POST to it, which clients do not follow).
 	mux.Handle(strings.TrimSuffix(prefix, "/"), h)
 	if cfg.Page {
-		page := httpdoor.Page(prefix)
-		for _, p := range []string{"/{$}", "/page.js", "/tus.min.js", "/tus-js-client.LICENSE"} {
+		page := httpdoor.PageWith(a.pageConfig(prefix))
+		for _, p := range httpdoor.PagePaths {
+			if p == "/" {
+				p = "/{$}"
+			}
 			mux.Handle("GET "+p, page)
 		}
 	}
 	a.door = door
 	return nil
+}
+
+// pageConfig is the upload page's: the HTTP door at prefix and, when direct uploads
+// are on, the direct door with the S3 origin the signed URLs point at (the page's CSP
+// lets it connect there).
+func (a *App) pageConfig(prefix string) httpdoor.PageConfig {
+	pc := httpdoor.PageConfig{Endpoint: prefix}
+	if a.cfg.DirectDoor.Off {
+		return pc
+	}
+	pc.Direct = cmp.Or(a.cfg.DirectDoor.Prefix, "/s3/")
+	if u, err := url.Parse(cmp.Or(a.cfg.S3.PublicEndpoint, a.cfg.S3.Endpoint)); err == nil && u.Host != "" {
+		pc.S3Origin = u.Scheme + "://" + u.Host
+	}
+	return pc
 }
 
 // observeDoor records the door's metrics and makes a span for each request (continuing

@@ -107,7 +107,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tryOCR += install
 	fmt.Fprintf(stdout, `chunkup dev: every role in one process, for development only (no authentication)
   gRPC   %s
-  HTTP   http://%s  (upload page; tus and IETF uploads at /files/; /healthz, /readyz, /metrics, %s)
+  HTTP   http://%s  (upload page; tus and IETF uploads at /files/, direct to S3 at /s3/; /healthz, /readyz, /metrics, %s)
   S3     %s  (bucket %s, objects under %s)
   Kafka  %s  (topic %s)
   Redis  %s  (%s)

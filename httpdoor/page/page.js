@@ -1,9 +1,16 @@
 // The upload page: every dropped file becomes a tus-js-client upload through the HTTP
-// door; its row shows the bytes sent, then the upload's state as chunkup reports it
-// (GET on the upload URL returns it as JSON), until the object is stored.
+// door, or with "direct to S3" an Uppy AwsS3 upload whose parts go straight to S3 with
+// URLs the direct door signs; its row shows the bytes sent, then the upload's state as
+// chunkup reports it (GET on the HTTP door's upload URL returns it as JSON, for a
+// direct upload too), until the object is stored.
 'use strict'
 
 const endpoint = document.body.dataset.endpoint
+// Where Uppy's AwsS3 finds Companion's routes (it asks for s3/multipart under it): the
+// page's origin and the direct door's prefix less its s3/; empty when off.
+const directBase = document.body.dataset.direct ? location.origin + document.body.dataset.direct.replace(/\/$/, '') : ''
+// S3's smallest part but the last: Uppy's AwsS3 parts of this size.
+const partSize = 5 * 1024 * 1024
 const table = document.getElementById('uploads')
 const drop = document.getElementById('drop')
 const picker = document.getElementById('files')
@@ -82,7 +89,156 @@ async function watch (url, row) {
   }
 }
 
+// startDirect uploads file with Uppy's AwsS3 plugin through the direct door: it creates
+// the upload (POST s3/multipart), has each 5 MiB part signed and PUTs it to S3, then
+// completes it; chunkup checks the parts S3 holds and completes the object. Multipart
+// always, even for a file of one part: Uppy's single PUT (GET s3/params) would never
+// tell chunkup that the object arrived, so the door refuses it (501).
+function startDirect (file) {
+  const row = addRow(file)
+  const uppy = new Uppy.Uppy({ autoProceed: true })
+  uppy.use(Uppy.AwsS3, {
+    endpoint: directBase,
+    headers: authHeaders(),
+    shouldUseMultipart: () => true,
+    getChunkSize: () => partSize,
+    retryDelays: [0, 1000, 3000, 5000, 10000]
+  })
+  let watching = false
+  const watchOnce = f => {
+    const id = f && f.s3Multipart && f.s3Multipart.uploadId
+    if (id && !watching) {
+      watching = true
+      watch(endpoint + id, row)
+    }
+  }
+  uppy.on('upload-progress', (f, p) => {
+    row.progress(p.bytesUploaded, p.bytesTotal)
+    watchOnce(uppy.getFile(f.id))
+  })
+  uppy.on('upload-success', f => {
+    row.progress(file.size, file.size)
+    watchOnce(uppy.getFile(f.id))
+  })
+  uppy.on('upload-error', (f, err) => row.error(String(err && err.message ? err.message : err)))
+  uppy.addFile({ name: file.name, type: file.type || 'application/octet-stream', data: file, source: 'page' })
+}
+
+// The IETF resumable upload draft -13 (interop version 10), which tus-js-client 4.3.1
+// cannot send: a small client of its own. Creation is a POST with the first piece
+// (Upload-Complete ?1 when that is the whole file), each further piece a PATCH at the
+// upload's offset (Content-Type application/partial-upload), the last with
+// Upload-Complete ?1. The upload URL is kept in localStorage by the file's name, size
+// and date, so that dropping the same file again resumes it: HEAD gives the offset.
+const ietfInterop = '10'
+const ietfPiece = 16 * 1024 * 1024
+
+function b64 (s) {
+  let bin = ''
+  for (const byte of new TextEncoder().encode(s)) bin += String.fromCharCode(byte)
+  return btoa(bin)
+}
+
+// ietfSend sends one request with XHR (for upload progress) and resolves to it.
+function ietfSend (method, url, headers, body, onProgress) {
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest()
+    xhr.open(method, url)
+    for (const [k, v] of Object.entries({ ...authHeaders(), 'Upload-Draft-Interop-Version': ietfInterop, ...headers })) {
+      xhr.setRequestHeader(k, v)
+    }
+    if (onProgress) xhr.upload.onprogress = e => onProgress(e.loaded)
+    xhr.onload = () => resolve(xhr)
+    xhr.onerror = () => reject(new Error(method + ' ' + url + ': network error'))
+    xhr.send(body)
+  })
+}
+
+function ietfFailed (xhr) {
+  let msg = xhr.status + ' ' + xhr.statusText
+  try { msg += ': ' + (JSON.parse(xhr.responseText).detail || xhr.responseText) } catch (e) { if (xhr.responseText) msg += ': ' + xhr.responseText }
+  return new Error(msg)
+}
+
+async function startIETF (file) {
+  const row = addRow(file)
+  const storeKey = 'chunkup-ietf:' + [file.name, file.size, file.lastModified].join(':')
+  let url = localStorage.getItem(storeKey)
+  let offset = 0
+  let watching = false
+  const watchOnce = () => {
+    if (!watching) {
+      watching = true
+      watch(url, row)
+    }
+  }
+  const retries = [0, 1000, 3000, 5000, 10000]
+  for (let attempt = 0; ; attempt++) {
+    try {
+      if (url) {
+        // Resume: where is the upload?
+        const head = await ietfSend('HEAD', url, {}, null)
+        if (head.status === 404 || head.status === 410) {
+          localStorage.removeItem(storeKey)
+          url = null
+          offset = 0
+        } else if (head.status >= 200 && head.status < 300) {
+          offset = Number(head.getResponseHeader('Upload-Offset'))
+          if (head.getResponseHeader('Upload-Complete') === '?1') break
+        } else {
+          throw ietfFailed(head)
+        }
+      }
+      if (!url) {
+        const first = file.slice(0, ietfPiece)
+        const whole = first.size === file.size
+        const meta = 'filename ' + b64(file.name) + ',filetype ' + b64(file.type || 'application/octet-stream')
+        const res = await ietfSend('POST', endpoint, {
+          'Upload-Complete': whole ? '?1' : '?0',
+          'Upload-Length': String(file.size),
+          'Upload-Metadata': meta,
+          'Content-Type': 'application/octet-stream'
+        }, first, n => row.progress(n, file.size))
+        if (res.status !== 201 && res.status !== 200) throw ietfFailed(res)
+        url = new URL(res.getResponseHeader('Location'), location.href).href
+        localStorage.setItem(storeKey, url)
+        watchOnce()
+        // A 201 tells how much of the body it took (all of it, or the chunks staged).
+        offset = Number(res.getResponseHeader('Upload-Offset') || first.size)
+      } else {
+        watchOnce()
+      }
+      while (offset < file.size) {
+        const piece = file.slice(offset, offset + ietfPiece)
+        const last = offset + piece.size === file.size
+        const from = offset
+        const res = await ietfSend('PATCH', url, {
+          'Upload-Offset': String(offset),
+          'Upload-Complete': last ? '?1' : '?0',
+          'Content-Type': 'application/partial-upload'
+        }, piece, n => row.progress(from + n, file.size))
+        if (res.status !== 204 && res.status !== 200) throw ietfFailed(res)
+        offset += piece.size
+        row.progress(offset, file.size)
+      }
+      localStorage.removeItem(storeKey)
+      return
+    } catch (err) {
+      if (attempt >= retries.length) {
+        row.error(String(err && err.message ? err.message : err))
+        return
+      }
+      await new Promise(resolve => setTimeout(resolve, retries[attempt]))
+    }
+  }
+  // HEAD said the upload is complete: show its state.
+  localStorage.removeItem(storeKey)
+  watchOnce()
+}
+
 function start (file) {
+  if (protocolSelect.value === 'direct') return startDirect(file)
+  if (protocolSelect.value === 'ietf-draft-13') return startIETF(file)
   const row = addRow(file)
   let watching = false
   const upload = new tus.Upload(file, {

@@ -6,7 +6,11 @@
 // stderr.
 //
 // Environment: PAGE_URL (the page), CHROMIUM (the browser binary), PROFILE_DIR (a
-// fresh, empty user data directory). Arguments: the files.
+// fresh, empty user data directory), PROTOCOL (optional: the value to choose in the
+// page's protocol selector first, e.g. "direct"), INTEROP_FILE (optional: where to
+// write, one a line, the Upload-Draft-Interop-Version of every request the page sent
+// that had one), ABORT_FIRST (optional: a method, e.g. PATCH: the first request the
+// page sends with it fails as a dropped connection would, once). Arguments: the files.
 'use strict'
 
 const puppeteer = require('puppeteer-core')
@@ -26,7 +30,28 @@ async function main () {
     const page = await browser.newPage()
     page.on('console', m => process.stderr.write('page console: ' + m.text() + '\n'))
     page.on('pageerror', e => process.stderr.write('page error: ' + e.message + '\n'))
+    const interop = []
+    let toAbort = process.env.ABORT_FIRST || ''
+    if (toAbort) await page.setRequestInterception(true)
+    page.on('request', req => {
+      const v = req.headers()['upload-draft-interop-version']
+      if (v !== undefined) interop.push(req.method() + ' ' + v)
+      if (!toAbort) {
+        if (process.env.ABORT_FIRST) req.continue()
+        return
+      }
+      if (req.method() === toAbort) {
+        toAbort = ''
+        req.abort('connectionreset')
+        return
+      }
+      req.continue()
+    })
     await page.goto(process.env.PAGE_URL, { waitUntil: 'load' })
+    if (process.env.PROTOCOL) {
+      const chosen = await page.select('#protocol', process.env.PROTOCOL)
+      if (chosen.length !== 1) throw new Error('the page offers no protocol ' + process.env.PROTOCOL)
+    }
     const input = await page.$('#files')
     await input.uploadFile(...files)
     await page.waitForFunction(n => {
@@ -44,6 +69,7 @@ async function main () {
         key: codes[1] ? codes[1].textContent : ''
       }
     }))
+    if (process.env.INTEROP_FILE) require('fs').writeFileSync(process.env.INTEROP_FILE, interop.join('\n') + '\n')
     process.stdout.write(JSON.stringify(rows) + '\n')
   } finally {
     await browser.close()
