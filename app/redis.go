@@ -36,6 +36,7 @@ func NewRedisClient(rawURL string) (redis.UniversalClient, string, error) {
 			return nil, "", err
 		}
 		opt.PoolSize, opt.MaxActiveConns = boundedPool(opt.PoolSize, opt.MaxActiveConns)
+		opt.Protocol = resp(opt.Protocol)
 		return redis.NewClient(opt), opt.Addr, nil
 	}
 	// url.Parse refuses a comma-separated host list, so the first host goes into the
@@ -79,7 +80,20 @@ func NewRedisClient(rawURL string) (redis.UniversalClient, string, error) {
 	// (github.com/redis/go-redis/issues/3979); a reload is one CLUSTER SLOTS a second.
 	opt.ClusterStateReloadInterval = time.Second
 	opt.PoolSize, opt.MaxActiveConns = boundedPool(opt.PoolSize, opt.MaxActiveConns)
+	opt.Protocol = resp(opt.Protocol)
 	return redis.NewClusterClient(opt), "cluster " + strings.Join(opt.Addrs, ","), nil
+}
+
+// resp is the Redis protocol version to speak: the URL's (protocol=3), else RESP2.
+// chunkup uses nothing only RESP3 has (client-side caching, push notifications), and
+// under RESP3 go-redis peeks at a connection for pending pushes before every command (a
+// read with a deadline): a tenth of the server's CPU for a direct upload's short calls
+// (docs/performance.md, run I).
+func resp(p int) int {
+	if p == 0 {
+		return 2
+	}
+	return p
 }
 
 // boundedPool is go-redis' default pool size (when unset), with the active connections

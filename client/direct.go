@@ -33,7 +33,8 @@ var directHTTP = &http.Client{Transport: func() http.RoundTripper {
 // each PUT to a URL the server signs with the part's size and CRC32C bound in, so that S3
 // itself refuses other bytes; the server then checks what S3 holds against the parts
 // and completes the upload. Parts go parallel × window at a time (WithParallel,
-// WithWindow: 4 by default, the memory bound of Upload too: that many chunks).
+// WithWindow: 4 by default), and as many more are read ahead to have their URLs signed
+// together: it holds twice parallel × window chunks in memory.
 // WithResume resumes a direct upload: parts S3 holds with the input's size and CRC32C
 // are not put again. It returns the completed upload; one that ends otherwise is an
 // *EndedError.
@@ -109,43 +110,111 @@ func (d *directUpload) run(ctx context.Context) (*chunkupv1.Upload, error) {
 		return nil, fmt.Errorf("chunkup: list the parts S3 holds: %w", err)
 	}
 	parts := make([]*chunkupv1.DirectPart, total)
-	next := make(chan uint32)
+	// A pipeline: a reader fills buffers with parts and their CRC32Cs, a signer has
+	// the URLs of several parts signed in one call, putters PUT them. Half the buffers
+	// are in flight to S3, the others read ahead, so that the signer has parts to
+	// sign together: one call per part was most of the server's work for a direct
+	// upload (docs/performance.md, run I).
+	workers := max(1, d.c.opts.parallel*d.c.opts.window)
+	bufs := make(chan []byte, 2*workers)
+	for range 2 * workers {
+		bufs <- make([]byte, chunk)
+	}
+	read := make(chan *directPiece, 2*workers)
+	ready := make(chan *directPiece, 2*workers)
+	hungry := make(chan struct{}, 1)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		defer close(next)
+		defer close(read)
 		for n := uint32(1); n <= total; n++ {
+			var buf []byte
 			select {
-			case next <- n:
+			case buf = <-bufs:
+			case <-gctx.Done():
+				return nil
+			}
+			off := int64(n-1) * chunk
+			b := buf[:min(chunk, d.size-off)]
+			if _, err := d.r.ReadAt(b, off); err != nil && !(errors.Is(err, io.EOF) && len(b) == 0) {
+				return fmt.Errorf("chunkup: read part %d of the input: %w", n, err)
+			}
+			sum := crc.Checksum(b)
+			p := &chunkupv1.DirectPart{PartNumber: n, Size: int64(len(b)), Crc32C: sum, HasCrc32C: true}
+			if h := held[n]; h != nil && h.Size == p.Size && h.HasCrc32C && h.Crc32C == sum {
+				p.Etag = h.Etag // put before this resume, with these very bytes
+				parts[n-1] = p
+				bufs <- buf
+				d.note(int64(len(b)))
+				continue
+			}
+			select {
+			case read <- &directPiece{part: p, b: b, buf: buf}:
 			case <-gctx.Done():
 				return nil
 			}
 		}
 		return nil
 	})
-	for range max(1, d.c.opts.parallel*d.c.opts.window) {
-		g.Go(func() error {
-			buf := make([]byte, chunk)
-			for n := range next {
-				off := int64(n-1) * chunk
-				b := buf[:min(chunk, d.size-off)]
-				if _, err := d.r.ReadAt(b, off); err != nil && !(errors.Is(err, io.EOF) && len(b) == 0) {
-					return fmt.Errorf("chunkup: read part %d of the input: %w", n, err)
-				}
-				sum := crc.Checksum(b)
-				p := &chunkupv1.DirectPart{PartNumber: n, Size: int64(len(b)), Crc32C: sum, HasCrc32C: true}
-				if h := held[n]; h != nil && h.Size == p.Size && h.HasCrc32C && h.Crc32C == sum {
-					p.Etag = h.Etag // put before this resume, with these very bytes
-				} else {
-					etag, err := d.put(gctx, n, b, sum)
-					if err != nil {
-						return err
-					}
-					p.Etag = etag
-				}
-				parts[n-1] = p
-				d.note(int64(len(b)))
+	g.Go(func() error {
+		defer close(ready)
+		for {
+			p, ok := <-read
+			if !ok {
+				return nil
 			}
-			return nil
+			batch := []*directPiece{p}
+		gather: // until the batch is full, the reader is done, or a putter waits
+			for len(batch) < signBatch {
+				select {
+				case p, ok := <-read:
+					if !ok {
+						break gather
+					}
+					batch = append(batch, p)
+				case <-hungry:
+					break gather
+				case <-gctx.Done():
+					return nil
+				}
+			}
+			if err := d.sign(gctx, batch); err != nil {
+				return err
+			}
+			for _, p := range batch {
+				select {
+				case ready <- p:
+				case <-gctx.Done():
+					return nil
+				}
+			}
+		}
+	})
+	for range workers {
+		g.Go(func() error {
+			for {
+				var p *directPiece
+				var ok bool
+				select {
+				case p, ok = <-ready:
+				default:
+					select {
+					case hungry <- struct{}{}:
+					default:
+					}
+					p, ok = <-ready
+				}
+				if !ok {
+					return nil
+				}
+				etag, err := d.put(gctx, p)
+				if err != nil {
+					return err
+				}
+				p.part.Etag = etag
+				parts[p.part.PartNumber-1] = p.part
+				bufs <- p.buf
+				d.note(p.part.Size)
+			}
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -180,25 +249,63 @@ func (d *directUpload) run(ctx context.Context) (*chunkupv1.Upload, error) {
 	return up, nil
 }
 
-// put signs part n and PUTs its bytes b to S3, retrying what may pass; it returns the
-// ETag S3 answered.
-func (d *directUpload) put(ctx context.Context, n uint32, b []byte, sum uint32) (string, error) {
-	var etag string
+// directPiece is one part on its way: its bytes (in buf), and once signed, its URL.
+type directPiece struct {
+	part   *chunkupv1.DirectPart
+	b, buf []byte
+	signed *chunkupv1.SignedPart
+}
+
+// signBatch is the most parts signed in one call.
+const signBatch = 16
+
+// sign has the URLs of the pieces' parts signed, in one call.
+func (d *directUpload) sign(ctx context.Context, ps []*directPiece) error {
+	req := &chunkupv1.SignPartsRequest{UploadId: d.up.UploadId}
+	for _, p := range ps {
+		req.Parts = append(req.Parts, &chunkupv1.PartToSign{PartNumber: p.part.PartNumber, Size: p.part.Size, Crc32C: proto.Uint32(p.part.Crc32C)})
+	}
 	err := d.c.retrying(ctx, func() error {
-		resp, err := d.c.api.SignParts(ctx, &chunkupv1.SignPartsRequest{UploadId: d.up.UploadId,
-			Parts: []*chunkupv1.PartToSign{{PartNumber: n, Size: int64(len(b)), Crc32C: proto.Uint32(sum)}}})
+		resp, err := d.c.api.SignParts(ctx, req)
 		if err != nil {
 			return err
 		}
-		if len(resp.Parts) != 1 {
-			return fmt.Errorf("chunkup: the server signed %d parts for one", len(resp.Parts))
+		if len(resp.Parts) != len(ps) {
+			return &retry.PermanentError{Err: fmt.Errorf("the server signed %d parts for %d", len(resp.Parts), len(ps))}
 		}
-		sp := resp.Parts[0]
-		req, err := http.NewRequestWithContext(ctx, sp.Method, sp.Url, bytes.NewReader(b))
+		for i, sp := range resp.Parts {
+			if sp.PartNumber != ps[i].part.PartNumber {
+				return &retry.PermanentError{Err: fmt.Errorf("the server signed part %d for part %d", sp.PartNumber, ps[i].part.PartNumber)}
+			}
+			ps[i].signed = sp
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("chunkup: sign parts: %w", err)
+	}
+	return nil
+}
+
+// put PUTs piece p to S3 with its signed URL, retrying what may pass (with a URL
+// signed anew: the one it had may have expired meanwhile); it returns the ETag S3
+// answered.
+func (d *directUpload) put(ctx context.Context, p *directPiece) (string, error) {
+	var etag string
+	n := p.part.PartNumber
+	err := d.c.retrying(ctx, func() error {
+		if p.signed == nil {
+			if err := d.sign(ctx, []*directPiece{p}); err != nil {
+				return &retry.PermanentError{Err: err}
+			}
+		}
+		sp := p.signed
+		p.signed = nil // a retry signs again
+		req, err := http.NewRequestWithContext(ctx, sp.Method, sp.Url, bytes.NewReader(p.b))
 		if err != nil {
 			return &retry.PermanentError{Err: err}
 		}
-		req.ContentLength = int64(len(b))
+		req.ContentLength = int64(len(p.b))
 		for k, v := range sp.Headers {
 			req.Header.Set(k, v)
 		}
