@@ -115,11 +115,11 @@ func (d *directUpload) run(ctx context.Context) (*chunkupv1.Upload, error) {
 	// are in flight to S3, the others read ahead, so that the signer has parts to
 	// sign together: one call per part was most of the server's work for a direct
 	// upload (docs/performance.md, run I).
-	workers := max(1, d.c.opts.parallel*d.c.opts.window)
-	bufs := make(chan []byte, 2*workers)
-	for range 2 * workers {
-		bufs <- make([]byte, chunk)
-	}
+	workers := max(1, min(d.c.opts.parallel*d.c.opts.window, int(total)))
+	// Buffers are made as they are first needed, no more than the parts.
+	nbuf := min(2*workers, int(total))
+	bufs := make(chan []byte, nbuf)
+	made := 0
 	read := make(chan *directPiece, 2*workers)
 	ready := make(chan *directPiece, 2*workers)
 	hungry := make(chan struct{}, 1)
@@ -128,10 +128,14 @@ func (d *directUpload) run(ctx context.Context) (*chunkupv1.Upload, error) {
 		defer close(read)
 		for n := uint32(1); n <= total; n++ {
 			var buf []byte
-			select {
-			case buf = <-bufs:
-			case <-gctx.Done():
-				return nil
+			if made < nbuf {
+				buf, made = make([]byte, min(chunk, d.size)), made+1
+			} else {
+				select {
+				case buf = <-bufs:
+				case <-gctx.Done():
+					return nil
+				}
 			}
 			off := int64(n-1) * chunk
 			b := buf[:min(chunk, d.size-off)]
@@ -219,6 +223,9 @@ func (d *directUpload) run(ctx context.Context) (*chunkupv1.Upload, error) {
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // the pipeline stopped early, without an error of its own
 	}
 	var up *chunkupv1.Upload
 	err = d.c.retrying(ctx, func() error {

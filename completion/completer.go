@@ -27,12 +27,14 @@ import (
 
 // Objects is the part of the S3 store a completer uses: completing the multipart
 // upload, and, once the object is there, aborting any other multipart upload left for
-// its key and reading its first bytes to recognize its type.
+// its key, reading its first bytes to recognize its type, and deleting the partial
+// uploads a final one concatenated.
 type Objects interface {
 	Complete(ctx context.Context, bucket, key, uploadID string, checksummed bool, parts []s3store.Part, size int64, sum uint32, o s3store.Owner) (string, error)
 	AbortStrays(ctx context.Context, bucket, key, keep string) ([]string, error)
 	FirstBytes(ctx context.Context, bucket, key string, n int64) ([]byte, error)
 	ObjectCRC(ctx context.Context, bucket, key string) (uint32, int64, error)
+	Delete(ctx context.Context, bucket, key string) error
 }
 
 var _ Objects = (*s3store.Store)(nil)
@@ -330,6 +332,9 @@ func (c *Completer) complete(ctx context.Context, id string, head []byte) (*stag
 	c.cfg.Logger.Info("upload completed", "upload_id", id, "node_id", u.NodeID, "bucket", b.Bucket, "key", b.Key, "size", size,
 		"etag", etag, "content_type", u.ContentType, "detected_content_type", final.DetectedContentType,
 		"correlation_id", u.CorrelationID)
+	if len(u.Concat) > 0 {
+		c.dropPartials(ctx, u)
+	}
 	if wants {
 		// The completion index entry stays until the hand-off is recorded, so a crash
 		// here is recovered by the next sweep (Begin reports it pending).
@@ -469,4 +474,23 @@ func (c *Completer) failed(ctx context.Context, id string, err error) error {
 		return c.store.Drop(ctx, id)
 	}
 	return c.retryLater(ctx, id, err)
+}
+
+// dropPartials deletes the objects of the partial uploads final upload u concatenated
+// (tus concatenation), now that its object holds their bytes: not sooner, so that a
+// final upload that fails before it completes can be created again from them. A
+// partial whose record is gone, or that is not the same tenant's partial upload, is
+// left alone; a delete that fails is logged (docs/http-uploads.md says how a bucket
+// lifecycle rule collects what is left).
+func (c *Completer) dropPartials(ctx context.Context, u *staging.Upload) {
+	for _, id := range u.Concat {
+		p, err := c.store.Get(ctx, id)
+		if err != nil || !p.Partial || p.Tenant != u.Tenant {
+			c.cfg.Logger.Warn("a concatenated partial upload's object is left", "upload_id", u.ID, "partial", id, "err", err)
+			continue
+		}
+		if err := c.s3.Delete(ctx, p.Bucket, p.Key); err != nil {
+			c.cfg.Logger.Warn("delete a concatenated partial upload's object", "upload_id", u.ID, "partial", id, "key", p.Key, "err", err)
+		}
+	}
 }

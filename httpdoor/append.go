@@ -510,12 +510,17 @@ type bodyReader struct {
 	h       *Handler // for Drain
 	mu      sync.Mutex
 	stopped bool
+	// srcStop stops the read of a body that is no request's (appendJob.src).
+	srcStop func()
 }
 
 func (h *Handler) newBodyReader(w http.ResponseWriter, r *http.Request, job *appendJob) *bodyReader {
 	b := &bodyReader{body: r.Body, rc: http.NewResponseController(w), idle: h.cfg.IdleTimeout, held: job.held, checks: job.checks, h: h}
 	if job.src != nil {
 		b.body, b.rc = job.src, nil
+		if c, ok := job.src.(io.Closer); ok {
+			b.srcStop = func() { _ = c.Close() }
+		}
 	}
 	if len(job.checks) > 0 {
 		b.limit = h.cfg.MaxChecksumBody
@@ -570,6 +575,8 @@ func (b *bodyReader) interrupt() {
 	b.stopped = true
 	if b.rc != nil {
 		_ = b.rc.SetReadDeadline(time.Now())
+	} else if b.srcStop != nil {
+		b.srcStop()
 	}
 }
 
@@ -668,8 +675,12 @@ func (b *bodyReader) peek() (byte, error) {
 // interrupted turns a body read error into the error the request is answered with.
 func (b *bodyReader) interrupted(err error) error {
 	switch {
+	case b.rc == nil && fault.Has(err, fault.DataLoss):
+		// The partials of a final upload, read from the store: one came back
+		// different from what it was completed with.
+		return fault.Wrap(err, fault.DataLoss, fmt.Sprintf("the final upload could not be assembled from its partial uploads (%v); it was not created", err))
 	case b.rc == nil:
-		// The partials of a final upload, read from the store.
+		// Their read broke, or was stopped (a drain, a lost lock).
 		return fault.Wrap(err, fault.Unavailable, fmt.Sprintf("the final upload could not be assembled from its partial uploads (%v); it was not created: create it again", err))
 	case fault.Has(err, fault.TooLarge), errors.Is(err, errTooSlow):
 		return err

@@ -97,13 +97,17 @@ func (h *Handler) concatHeader(up Upload) string {
 	return ""
 }
 
-// abandon aborts final upload id, which this request could not make whole (err): it
-// would otherwise wait for bytes no client will send until it expires. Its partials
-// are left as they were, for the client's next attempt.
-func (h *Handler) abandon(ctx context.Context, id string, err error) {
+// failFinal answers a final upload's creation that failed after the upload was made
+// (err): a final upload is made whole in the request that creates it or not at all,
+// so it is aborted (it would otherwise wait for bytes no client sends until it
+// expired), and the answer names no upload to resume: the client creates the final
+// upload again, from the partials, which are still there.
+func (h *Handler) failFinal(ctx context.Context, w http.ResponseWriter, r *http.Request, rq *request, err error) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.CoreTimeout)
-	defer cancel()
-	if aerr := h.core.Abort(actx, id); aerr != nil {
-		h.cfg.Logger.Warn("abort a final upload that could not be assembled", "upload", id, "err", err, "abort_err", aerr)
+	if aerr := h.core.Abort(actx, rq.id); aerr != nil {
+		h.cfg.Logger.Warn("abort a final upload that could not be assembled", "upload", rq.id, "err", err, "abort_err", aerr)
 	}
+	cancel()
+	rq.id, rq.upload, rq.created, rq.offsetKnown = "", nil, "", false
+	h.fail(w, r, rq, err)
 }

@@ -89,10 +89,9 @@ type Partials interface {
 	// Size is their bytes together: the final upload's size.
 	Size() int64
 	// Open returns their bytes, one partial after the other. A partial whose bytes are
-	// not what it was completed with ends the read with an error.
+	// not what it was completed with ends the read with an error (of kind DataLoss)
+	// before the read's end. Closing it stops a read under way.
 	Open(ctx context.Context) io.ReadCloser
-	// Drop releases them once the final upload holds all their bytes.
-	Drop(ctx context.Context)
 }
 
 // CreateRequest describes a new upload.

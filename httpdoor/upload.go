@@ -316,6 +316,10 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if hd.data || up.Size == 0 || parts != nil {
 		held, unlock, err := h.core.Lock(context.WithoutCancel(ctx), up.ID)
 		if err != nil {
+			if parts != nil {
+				h.failFinal(ctx, w, r, rq, err)
+				return
+			}
 			h.fail(w, r, rq, err)
 			return
 		}
@@ -336,18 +340,14 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 			job.src = src
 		}
 		if res, err = h.appendBody(w, r, job); err != nil {
+			if parts != nil {
+				h.failFinal(ctx, w, r, rq, err)
+				return
+			}
 			off, _ := res.durable()
 			rq.setOffset(off)
-			if parts != nil {
-				// A final upload is made whole in this request or not at all: the
-				// partials are still there for the client's next attempt.
-				h.abandon(ctx, up.ID, err)
-			}
 			h.fail(w, r, rq, err)
 			return
-		}
-		if parts != nil {
-			parts.Drop(context.WithoutCancel(ctx))
 		}
 	}
 	off, _ := res.durable()

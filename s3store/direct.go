@@ -92,10 +92,17 @@ type Presigner struct {
 	p      *s3.PresignClient
 	signer *v4.Signer
 	creds  aws.CredentialsProvider
-	region string
 
 	mu    sync.Mutex
-	forms map[partForm]*url.URL
+	forms map[partForm]*form
+}
+
+// form is a template of an upload's part URLs: the URL without its signature, and the
+// region and service the presign client signed for (its endpoint rules may choose
+// another region than the client's).
+type form struct {
+	u               *url.URL
+	region, service string
 }
 
 // partForm names the shape of an upload's part URLs: the same object, multipart
@@ -105,7 +112,10 @@ type partForm struct {
 	sized, summed         bool
 }
 
-// maxForms bounds the templates kept (the uploads being signed for at once).
+// maxForms bounds the templates kept: one per upload being signed for, a few hundred
+// bytes each. Past it they are all dropped rather than tracked for eviction: the next
+// part of each upload is signed by the presign client once more, and makes its template
+// again.
 const maxForms = 4096
 
 // authParams are the query parameters a presigned URL's signing adds.
@@ -125,8 +135,8 @@ func NewPresigner(client *s3.Client, publicEndpoint string) *Presigner {
 		// As the S3 client's own signer (s3.Options.HTTPSignerV4's default): S3 takes
 		// object keys' paths escaped once.
 		signer: v4.NewSigner(func(so *v4.SignerOptions) { so.DisableURIPathEscaping = true }),
-		creds:  o.Credentials, region: o.Region,
-		forms: map[partForm]*url.URL{},
+		creds:  o.Credentials,
+		forms:  map[partForm]*form{},
 	}
 }
 
@@ -144,10 +154,10 @@ type Signed struct {
 func (p *Presigner) SignPart(ctx context.Context, bucket, key, uploadID string, n uint32, ttl time.Duration, size int64, crc *uint32) (Signed, error) {
 	f := partForm{bucket: bucket, key: key, uploadID: uploadID, sized: size > 0, summed: crc != nil}
 	p.mu.Lock()
-	form := p.forms[f]
+	fm := p.forms[f]
 	p.mu.Unlock()
-	if form != nil && p.creds != nil {
-		return p.signFromForm(ctx, form, n, ttl, size, crc)
+	if fm != nil && p.creds != nil {
+		return p.signFromForm(ctx, fm, n, ttl, size, crc)
 	}
 	in := &s3.UploadPartInput{Bucket: aws.String(bucket), Key: aws.String(key), UploadId: aws.String(uploadID),
 		PartNumber: aws.Int32(int32(n))}
@@ -165,23 +175,26 @@ func (p *Presigner) SignPart(ctx context.Context, bucket, key, uploadID string, 
 	h.Del("Host")
 	if u, err := url.Parse(req.URL); err == nil && req.Method == http.MethodPut {
 		q := u.Query()
-		for _, a := range authParams {
-			q.Del(a)
+		// The credential's scope: KEY/DATE/REGION/SERVICE/aws4_request.
+		if scope := strings.Split(q.Get("X-Amz-Credential"), "/"); len(scope) == 5 {
+			for _, a := range authParams {
+				q.Del(a)
+			}
+			u.RawQuery = q.Encode()
+			p.mu.Lock()
+			if len(p.forms) >= maxForms {
+				clear(p.forms)
+			}
+			p.forms[f] = &form{u: u, region: scope[2], service: scope[3]}
+			p.mu.Unlock()
 		}
-		u.RawQuery = q.Encode()
-		p.mu.Lock()
-		if len(p.forms) >= maxForms {
-			clear(p.forms)
-		}
-		p.forms[f] = u
-		p.mu.Unlock()
 	}
 	return Signed{URL: req.URL, Method: req.Method, Headers: h}, nil
 }
 
 // signFromForm signs part n from the template of its upload's part URLs.
-func (p *Presigner) signFromForm(ctx context.Context, form *url.URL, n uint32, ttl time.Duration, size int64, crc *uint32) (Signed, error) {
-	u := *form
+func (p *Presigner) signFromForm(ctx context.Context, fm *form, n uint32, ttl time.Duration, size int64, crc *uint32) (Signed, error) {
+	u := *fm.u
 	q := u.Query()
 	q.Set("partNumber", strconv.FormatUint(uint64(n), 10))
 	q.Set("X-Amz-Expires", strconv.FormatInt(int64(ttl/time.Second), 10))
@@ -197,7 +210,7 @@ func (p *Presigner) signFromForm(ctx context.Context, form *url.URL, n uint32, t
 	if err != nil {
 		return Signed{}, fmt.Errorf("sign part %d: credentials: %w", n, err)
 	}
-	signed, h, err := p.signer.PresignHTTP(ctx, creds, req, "UNSIGNED-PAYLOAD", "s3", p.region, time.Now())
+	signed, h, err := p.signer.PresignHTTP(ctx, creds, req, "UNSIGNED-PAYLOAD", fm.service, fm.region, time.Now())
 	if err != nil {
 		return Signed{}, fmt.Errorf("sign part %d: %w", n, err)
 	}

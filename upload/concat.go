@@ -88,7 +88,7 @@ func (c *Core) partial(ctx context.Context, id string) (*staging.Upload, error) 
 		return nil, Explain(id, err)
 	case !up.Partial:
 		return nil, invalidf("upload %s was not created as a partial upload (Upload-Concat: partial), so it cannot be concatenated", id)
-	case up.Status == staging.StatusActive || up.Status == staging.StatusCompleting:
+	case up.Status == staging.StatusCompleting || (up.Status == staging.StatusActive && whole(up)):
 		return nil, &fault.Error{Kind: fault.Unavailable, Msg: fmt.Sprintf("partial upload %s has all its bytes but is still being stored; retry in a moment", id), RetryAfter: time.Second}
 	case up.Status != staging.StatusCompleted:
 		return nil, invalidf("partial upload %s is %s, not complete (it has %d bytes): finish it before creating the final upload", id, up.Status, up.ReceivedBytes)
@@ -116,9 +116,7 @@ func (c *Core) settled(ctx context.Context, id string) (*staging.Upload, error) 
 		if err != nil {
 			return nil, err
 		}
-		whole := up.Status == staging.StatusCompleting ||
-			(up.Status == staging.StatusActive && up.ExpectedSize >= 0 && uint32(len(up.ReceivedChunks)) == up.Total)
-		if !whole || !up.Partial {
+		if !up.Partial || !(up.Status == staging.StatusCompleting || (up.Status == staging.StatusActive && whole(up))) {
 			return up, nil
 		}
 		t := time.NewTimer(wait)
@@ -132,25 +130,32 @@ func (c *Core) settled(ctx context.Context, id string) (*staging.Upload, error) 
 	}
 }
 
+// whole: every chunk of active upload up has arrived (it is about to be completed).
+func whole(up *staging.Upload) bool {
+	return up.ExpectedSize >= 0 && uint32(len(up.ReceivedChunks)) == up.Total
+}
+
 // OpenPartials returns the bytes of partial uploads ups (as Partials returned them),
 // one after another. Each partial's bytes are checked against the CRC32C recorded at its
 // completion as they are read: a partial that comes back different ends the read with
 // an error before its last byte, so a final upload never holds bytes its partials did
 // not.
 func (c *Core) OpenPartials(ctx context.Context, ups []*staging.Upload) io.ReadCloser {
-	return &partialsReader{ctx: ctx, c: c, ups: ups}
+	ctx, cancel := context.WithCancel(ctx)
+	return &partialsReader{ctx: ctx, cancel: cancel, c: c, ups: ups}
 }
 
 // partialsReader reads partial uploads' objects in turn, opening each when the one
 // before has ended.
 type partialsReader struct {
-	ctx  context.Context
-	c    *Core
-	ups  []*staging.Upload
-	cur  io.ReadCloser
-	up   *staging.Upload
-	sum  hash.Hash32
-	read int64
+	ctx    context.Context
+	cancel context.CancelFunc // Close: a read under way stops
+	c      *Core
+	ups    []*staging.Upload
+	cur    io.ReadCloser
+	up     *staging.Upload
+	sum    hash.Hash32
+	read   int64
 }
 
 func (r *partialsReader) Read(p []byte) (int, error) {
@@ -167,24 +172,29 @@ func (r *partialsReader) Read(p []byte) (int, error) {
 			r.cur, r.sum, r.read = body, crc32.New(crc32.MakeTable(crc32.Castagnoli)), 0
 		}
 		n, err := r.cur.Read(p)
+		if err != nil && err != io.EOF || r.ctx.Err() != nil {
+			_ = r.cur.Close()
+			r.cur = nil
+			if err == nil || err == io.EOF {
+				err = r.ctx.Err()
+			}
+			return 0, fmt.Errorf("reading partial upload %s: %w", r.up.ID, err)
+		}
 		r.sum.Write(p[:n])
 		r.read += int64(n)
 		if r.read > r.up.Size {
-			return 0, fmt.Errorf("partial upload %s has more than its %d bytes in S3", r.up.ID, r.up.Size)
+			return 0, fault.New(fault.DataLoss, fmt.Sprintf("partial upload %s has more than its %d bytes in S3: upload that part again", r.up.ID, r.up.Size))
 		}
 		if err == io.EOF {
 			_ = r.cur.Close()
 			r.cur = nil
 			if r.read != r.up.Size || r.sum.Sum32() != r.up.CRC32C {
-				return 0, fmt.Errorf("partial upload %s came back from S3 with %d bytes of CRC32C %08x, not the %d bytes of %08x it was stored with", r.up.ID, r.read, r.sum.Sum32(), r.up.Size, r.up.CRC32C)
+				return 0, fault.New(fault.DataLoss, fmt.Sprintf("partial upload %s came back from S3 with %d bytes of CRC32C %08x, not the %d bytes of %08x it was stored with: upload that part again", r.up.ID, r.read, r.sum.Sum32(), r.up.Size, r.up.CRC32C))
 			}
 			if n > 0 {
 				return n, nil
 			}
 			continue
-		}
-		if err != nil {
-			return n, fmt.Errorf("reading partial upload %s: %w", r.up.ID, err)
 		}
 		if n > 0 {
 			return n, nil
@@ -192,20 +202,9 @@ func (r *partialsReader) Read(p []byte) (int, error) {
 	}
 }
 
+// Close stops the read; it may be called while a Read is under way (the reader's
+// own goroutine closes the object it reads).
 func (r *partialsReader) Close() error {
-	if r.cur != nil {
-		return r.cur.Close()
-	}
+	r.cancel()
 	return nil
-}
-
-// DropPartials deletes the objects of partial uploads ups, once a final upload holds
-// their bytes; their records stay (COMPLETED) until the retention ends. A delete that
-// fails is logged: the object is left, not the final upload failed.
-func (c *Core) DropPartials(ctx context.Context, ups []*staging.Upload) {
-	for _, up := range ups {
-		if err := c.objects.Delete(ctx, up.Bucket, up.Key); err != nil {
-			c.cfg.Logger.Warn("delete a concatenated partial upload's object", "upload_id", up.ID, "key", up.Key, "err", err)
-		}
-	}
 }

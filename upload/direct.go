@@ -36,7 +36,7 @@ type DirectS3 interface {
 // DirectStore records a direct upload's activity and parts (see uploads.Store.TouchDirect and
 // uploads.Chunks' BeginThrough and RecordDirect).
 type DirectStore interface {
-	TouchDirect(ctx context.Context, id, tenant string) (uploads.DirectTarget, error)
+	TouchDirect(ctx context.Context, id, tenant string, maxN uint32, noCRC bool) (uploads.DirectTarget, error)
 	BeginThrough(ctx context.Context, ref staging.ChunkRef, token string, crc uint32, size int64, last bool, lease time.Duration) (uploads.Through, error)
 	RecordDirect(ctx context.Context, ref staging.ChunkRef, token, etag string, crc *uint32, size int64, last bool) (uploads.ThroughOutcome, bool, error)
 }
@@ -157,21 +157,28 @@ func (c *Core) signParts(ctx context.Context, id string, parts []PartToSign) ([]
 	if err := ValidID(id); err != nil {
 		return nil, err
 	}
-	// The upload as signing needs it, and its activity recorded, in one round trip: a
-	// client may ask for each part's URL on its own.
-	u, err := c.directStore.TouchDirect(ctx, id, TenantFrom(ctx))
-	if err != nil {
-		return nil, err
-	}
-	if !u.Direct {
-		return nil, invalidf("upload %s is not a direct upload: send its chunks to chunkup", id)
-	}
-	if u.Total > 0 {
-		for _, p := range parts {
-			if p.N > u.Total {
-				return nil, &RangeError{Msg: fmt.Sprintf("part %d is beyond the upload's %d parts", p.N, u.Total)}
-			}
+	var maxN uint32
+	var noCRC *PartToSign // the first part without a CRC32C
+	for i, p := range parts {
+		maxN = max(maxN, p.N)
+		if p.CRC32C == nil && noCRC == nil {
+			noCRC = &parts[i]
 		}
+	}
+	// The upload as signing needs it, checked against the parts, and its activity
+	// recorded, in one round trip (a client may ask for each part's URL on its own);
+	// a refusal touches nothing.
+	u, err := c.directStore.TouchDirect(ctx, id, TenantFrom(ctx), maxN, noCRC != nil)
+	var beyond *uploads.BeyondError
+	switch {
+	case errors.As(err, &beyond):
+		return nil, &RangeError{Msg: fmt.Sprintf("part %d is beyond the upload's %d parts", maxN, beyond.Total)}
+	case errors.Is(err, uploads.ErrCRCRequired):
+		return nil, invalidf("part %d: give its CRC32C (the upload was created with checksums, and S3 takes its parts only with theirs)", noCRC.N)
+	case err != nil:
+		return nil, err
+	case !u.Direct:
+		return nil, invalidf("upload %s is not a direct upload: send its chunks to chunkup", id)
 	}
 	expires := c.store.Now().Add(c.cfg.DirectURLTTL)
 	out := make([]SignedPart, len(parts))
@@ -184,8 +191,6 @@ func (c *Core) signParts(ctx context.Context, id string, parts []PartToSign) ([]
 		}
 		if !u.Checksummed {
 			p.CRC32C = nil // a multipart upload without checksums refuses parts with one
-		} else if p.CRC32C == nil {
-			return nil, invalidf("part %d: give its CRC32C (the upload was created with checksums, and S3 takes its parts only with theirs)", p.N)
 		}
 		s, err := c.direct.SignPart(ctx, u.Bucket, u.Key, u.MultipartID, p.N, c.cfg.DirectURLTTL, p.Size, p.CRC32C)
 		if err != nil {

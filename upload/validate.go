@@ -160,6 +160,11 @@ func ValidateKey(key string) error {
 		if seg == "" || seg == "." || seg == ".." {
 			return invalidf("key %s must not contain empty, '.' or '..' segments", Quote(key))
 		}
+		if seg == partialDir {
+			// Partial uploads' objects live there (tus concatenation): an upload must
+			// not overwrite one.
+			return invalidf("key %s must not contain a %q segment: it is where partial uploads are kept", Quote(key), partialDir)
+		}
 	}
 	return nil
 }

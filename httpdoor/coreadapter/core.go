@@ -39,7 +39,6 @@ type UploadCore interface {
 	UploadLimit() int64
 	Partials(ctx context.Context, ids []string) ([]*staging.Upload, int64, error)
 	OpenPartials(ctx context.Context, ups []*staging.Upload) io.ReadCloser
-	DropPartials(ctx context.Context, ups []*staging.Upload)
 }
 
 var _ UploadCore = (*upload.Core)(nil)
@@ -199,7 +198,6 @@ type partials struct {
 
 func (p *partials) Size() int64                            { return p.size }
 func (p *partials) Open(ctx context.Context) io.ReadCloser { return p.core.OpenPartials(ctx, p.ups) }
-func (p *partials) Drop(ctx context.Context)               { p.core.DropPartials(ctx, p.ups) }
 
 // busy is err, but a call that outlasted the door's CoreTimeout (staging waits out
 // backpressure within it) says so: the server is busy, and a retry is worth it.

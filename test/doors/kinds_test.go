@@ -112,7 +112,6 @@ func (f *failing) Partials(context.Context, []string) ([]*staging.Upload, int64,
 func (f *failing) OpenPartials(context.Context, []*staging.Upload) io.ReadCloser {
 	return io.NopCloser(strings.NewReader(""))
 }
-func (f *failing) DropPartials(context.Context, []*staging.Upload) {}
 
 var (
 	_ server.Core            = (*failing)(nil)

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/test/harness"
 )
@@ -184,4 +185,46 @@ func TestHTTPParallelUploads(t *testing.T) {
 			t.Errorf("a partial upload's object is left: %s", aws.ToString(o.Key))
 		}
 	}
+}
+
+// TestHTTPConcatenationRefusals: on chunkup's own core, a final upload naming a partial
+// that still misses bytes is 400 and creates nothing; once the partial is whole the
+// same final upload is made, exact; once that completed, the partial's object is gone
+// and a final upload naming it again is 400.
+func TestHTTPConcatenationRefusals(t *testing.T) {
+	e := newEnv(t)
+	a := e.start(t, e.config())
+	c := e.client(t, a)
+	d := doorOf(t, a.HTTPAddr())
+	tus := func(kv ...string) []string { return append([]string{"Tus-Resumable", "1.0.0"}, kv...) }
+	data := randomBytes(6<<20+5, 41)
+	part := d.create(len(data), "Upload-Concat", "partial")
+	r := d.do("PATCH", part, bytes.NewReader(data[:1<<20]), tus("Content-Type", tusCT, "Upload-Offset", "0")...)
+	expectHTTP(t, r, http.StatusNoContent)
+	inProgress := func() int {
+		r, err := c.API().ListUploads(ctx(t), &chunkupv1.ListUploadsRequest{PageSize: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(r.Uploads)
+	}
+	before := inProgress()
+	r = d.do("POST", "/files/", nil, tus("Upload-Concat", "final;"+part)...)
+	expectHTTP(t, r, http.StatusBadRequest)
+	if r.Header.Get("Location") != "" || inProgress() != before {
+		t.Fatalf("a refused final upload created one: Location %q", r.Header.Get("Location"))
+	}
+	r = d.do("PATCH", part, bytes.NewReader(data[1<<20:]), tus("Content-Type", tusCT, "Upload-Offset", strconv.Itoa(1<<20))...)
+	expectHTTP(t, r, http.StatusNoContent)
+	r = d.do("POST", "/files/", nil, tus("Upload-Concat", "final;"+part)...)
+	expectHTTP(t, r, http.StatusCreated)
+	final := waitCompleted(t, c, idOf(r.Header.Get("Location")))
+	e.requireExact(t, final, data)
+	partKey := getUpload(t, c, idOf(part)).Key
+	waitFor(t, "the partial's object to be deleted", func() bool {
+		_, err := e.s3.HeadObject(ctx(t), &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(partKey)})
+		return err != nil
+	})
+	r = d.do("POST", "/files/", nil, tus("Upload-Concat", "final;"+part)...)
+	expectHTTP(t, r, http.StatusBadRequest)
 }
