@@ -871,13 +871,7 @@ func TestPage(t *testing.T) {
 	t.Cleanup(srv.Close)
 	get := func(path string) (*http.Response, string) {
 		t.Helper()
-		res, err := srv.Client().Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res, string(b)
+		return pageGet(t, srv, path)
 	}
 	res, body := get("/")
 	if res.StatusCode != 200 || !strings.Contains(body, `data-endpoint="/up/"`) || !strings.Contains(body, TusJSClientVersion) ||

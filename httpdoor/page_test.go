@@ -17,13 +17,7 @@ func TestPageDirect(t *testing.T) {
 		t.Helper()
 		srv := httptest.NewServer(h)
 		t.Cleanup(srv.Close)
-		res, err := srv.Client().Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res, string(b)
+		return pageGet(t, srv, path)
 	}
 	on := PageWith(PageConfig{Endpoint: "/files/", Direct: "/api/s3/", S3Origin: "http://127.0.0.1:9000"})
 	res, body := get(t, on, "/")
@@ -46,4 +40,16 @@ func TestPageDirect(t *testing.T) {
 			t.Fatalf("page %+v: %v\n%s", cfg, res.Header, body)
 		}
 	}
+}
+
+// pageGet GETs path from srv and returns the response with its whole body.
+func pageGet(t *testing.T, srv *httptest.Server, path string) (*http.Response, string) {
+	t.Helper()
+	res, err := srv.Client().Get(srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b)
 }

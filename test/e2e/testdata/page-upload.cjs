@@ -13,19 +13,11 @@
 // page sends with it fails as a dropped connection would, once). Arguments: the files.
 'use strict'
 
-const puppeteer = require('puppeteer-core')
+const { launch } = require('./chromium.cjs')
 
 async function main () {
   const files = process.argv.slice(2)
-  const browser = await puppeteer.launch({
-    executablePath: process.env.CHROMIUM,
-    // Exactly these flags: no sandbox (tests may run as root), no GPU, no QUIC, and
-    // none of the background traffic a fresh profile would start.
-    ignoreDefaultArgs: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync',
-      '--disable-dev-shm-usage', '--user-data-dir=' + process.env.PROFILE_DIR, 'about:blank']
-  })
+  const browser = await launch()
   try {
     const page = await browser.newPage()
     page.on('console', m => process.stderr.write('page console: ' + m.text() + '\n'))

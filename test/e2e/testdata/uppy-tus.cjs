@@ -10,17 +10,11 @@
 // CHUNK_SIZE (bytes per PATCH). Argument: the file.
 'use strict'
 
-const puppeteer = require('puppeteer-core')
+const { launch } = require('./chromium.cjs')
 
 async function main () {
   const file = process.argv[2]
-  const browser = await puppeteer.launch({
-    executablePath: process.env.CHROMIUM,
-    ignoreDefaultArgs: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync',
-      '--disable-dev-shm-usage', '--user-data-dir=' + process.env.PROFILE_DIR, 'about:blank']
-  })
+  const browser = await launch()
   try {
     const page = await browser.newPage()
     page.on('console', m => process.stderr.write('page console: ' + m.text() + '\n'))
