@@ -22,10 +22,6 @@ import (
 // errFinal: a request that would change a final upload's bytes. 403, as tus requires.
 var errFinal = fault.New(fault.Denied, "a final upload cannot be appended to")
 
-// maxConcatURLs bounds the partial uploads one final upload may name (as the core's
-// upload.MaxConcat).
-const maxConcatURLs = 100
-
 // uploadConcat reads a tus creation's Upload-Concat: partial, or the ids of the
 // partial uploads a final upload concatenates (nil for neither).
 func (h *Handler) uploadConcat(r *http.Request) (partial bool, ids []string, err error) {
@@ -42,12 +38,10 @@ func (h *Handler) uploadConcat(r *http.Request) (partial bool, ids []string, err
 	if !ok {
 		return false, nil, fmt.Errorf("%w: Upload-Concat must be \"partial\", or \"final;\" followed by the partial uploads' URLs separated by spaces, not %q", ErrInvalid, clip(vs[0]))
 	}
+	// How many partials one final upload may name is the core's rule (Core.Concat).
 	urls := strings.Fields(list)
-	switch {
-	case len(urls) == 0:
+	if len(urls) == 0 {
 		return false, nil, fmt.Errorf("%w: Upload-Concat: final; names no partial upload: list their URLs, in order, separated by spaces", ErrInvalid)
-	case len(urls) > maxConcatURLs:
-		return false, nil, fmt.Errorf("%w: a final upload may concatenate at most %d partial uploads; this one names %d", ErrInvalid, maxConcatURLs, len(urls))
 	}
 	for _, u := range urls {
 		id, ok := h.idOfURL(u)

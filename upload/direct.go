@@ -84,12 +84,17 @@ type ReportedPart struct {
 // errNoDirect refuses direct uploads on a server that makes none.
 var errNoDirect = fault.New(fault.Unsupported, "this server does not sign direct uploads to S3 (it has no direct-upload door)")
 
+// directID refuses id on a server without direct uploads, or when it names no upload.
+func (c *Core) directID(id string) error {
+	if c.direct == nil {
+		return errNoDirect
+	}
+	return ValidID(id)
+}
+
 // directUpload reads direct upload id of the caller's tenant.
 func (c *Core) directUpload(ctx context.Context, id string) (*staging.Upload, error) {
-	if c.direct == nil {
-		return nil, errNoDirect
-	}
-	if err := ValidID(id); err != nil {
+	if err := c.directID(id); err != nil {
 		return nil, err
 	}
 	u, err := c.get(ctx, id)
@@ -151,10 +156,7 @@ func (c *Core) signParts(ctx context.Context, id string, parts []PartToSign) ([]
 			return nil, invalidf("part %d's size %d is outside S3's limit of 5 GiB", p.N, p.Size)
 		}
 	}
-	if c.direct == nil {
-		return nil, errNoDirect
-	}
-	if err := ValidID(id); err != nil {
+	if err := c.directID(id); err != nil {
 		return nil, err
 	}
 	var maxN uint32

@@ -176,13 +176,8 @@ func (c *Core) Lock(ctx context.Context, id string) (context.Context, func(), er
 }
 
 // Concat implements httpdoor.Core with the core's partial uploads (upload.Core.Partials).
-func (c *Core) Concat(ctx context.Context, names []string) (httpdoor.Partials, error) {
-	for _, id := range names {
-		if !ids.Valid(id) {
-			return nil, fmt.Errorf("%w: there is no partial upload %s on this server (chunkup's upload ids are 26 characters a-z, 2-7)", httpdoor.ErrInvalid, id)
-		}
-	}
-	ups, size, err := c.core.Partials(ctx, names)
+func (c *Core) Concat(ctx context.Context, ids []string) (httpdoor.Partials, error) {
+	ups, size, err := c.core.Partials(ctx, ids)
 	if err != nil {
 		return nil, busy(err)
 	}
