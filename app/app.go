@@ -340,7 +340,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 		cd := upload.Deps{Store: a.uploads, Ender: ender, Objects: a.s3}
 		if !cfg.DirectDoor.Off {
-			cd.Direct, cd.DirectStore = directS3{a.s3, a.presigner}, upload.NewDirectStore(a.uploads)
+			cd.Direct, cd.DirectStore = directS3{a.s3, a.presigner}, a.uploads
 		}
 		if a.metrics != nil {
 			cd.Metrics = a.metrics

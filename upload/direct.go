@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/chunkup/chunkup/internal/fault"
-	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/uploads"
@@ -33,24 +32,14 @@ type DirectS3 interface {
 	Checksums() bool
 }
 
-// DirectStore records a direct upload's activity and parts (see uploads.Store.TouchDirect and
-// uploads.Chunks' BeginThrough and RecordDirect).
+// DirectStore records a direct upload's activity and parts (see uploads.Store's
+// TouchDirect and RecordDirectParts).
 type DirectStore interface {
 	TouchDirect(ctx context.Context, id, tenant string, maxN uint32, noCRC bool) (uploads.DirectTarget, error)
-	BeginThrough(ctx context.Context, ref staging.ChunkRef, token string, crc uint32, size int64, last bool, lease time.Duration) (uploads.Through, error)
-	RecordDirect(ctx context.Context, ref staging.ChunkRef, token, etag string, crc *uint32, size int64, last bool) (uploads.ThroughOutcome, bool, error)
+	RecordDirectParts(ctx context.Context, id string, parts []uploads.DirectPart) (ready bool, err error)
 }
 
-// directStore joins the two halves of the uploads store a direct upload uses.
-type directStore struct {
-	*uploads.Store
-	*uploads.Chunks
-}
-
-// NewDirectStore is the DirectStore of uploads store s.
-func NewDirectStore(s *uploads.Store) DirectStore { return directStore{s, s.Chunks()} }
-
-var _ DirectStore = directStore{}
+var _ DirectStore = (*uploads.Store)(nil)
 
 // DefaultDirectURLTTL is how long a signed part URL is valid by default: long enough
 // for a slow client to send a large part, short enough that a leaked URL is soon of no
@@ -291,27 +280,17 @@ func (c *Core) completeDirect(ctx context.Context, id string, reported []Reporte
 			}
 		}
 	}
-	// The records are made to the end even if the caller goes away: a record cut off
-	// half-way would hold its part's lease for a minute.
-	rctx := context.WithoutCancel(ctx)
-	token := ids.NewToken()
+	// The records are made even if the caller goes away: the completion they lead
+	// to is indexed with them, and this process completes it below. One script
+	// records every part (up to 1,000 at a time): a direct upload's parts pass no
+	// bytes through chunkup, so nothing leases them, and per part round trips were
+	// most of the server's work for such an upload (docs/performance.md, run J).
+	rec := make([]uploads.DirectPart, len(held))
 	for i, p := range held {
-		last := i == len(held)-1
-		ref := staging.ChunkRef{UploadID: id, N: p.N}
-		var crc uint32
-		if sums[i] != nil {
-			crc = *sums[i]
-		}
-		th, err := c.directStore.BeginThrough(rctx, ref, token, crc, p.Size, last, time.Minute)
-		if err != nil {
-			return nil, err
-		}
-		if !th.Begun { // recorded by an earlier attempt, or being recorded by another now
-			continue
-		}
-		if _, _, err := c.directStore.RecordDirect(rctx, ref, token, p.ETag, sums[i], p.Size, last); err != nil {
-			return nil, err
-		}
+		rec[i] = uploads.DirectPart{N: p.N, ETag: p.ETag, CRC32C: sums[i], Size: p.Size}
+	}
+	if _, err := c.directStore.RecordDirectParts(context.WithoutCancel(ctx), id, rec); err != nil {
+		return nil, err
 	}
 	var done *staging.Upload
 	inline := !slices.Contains(sums, nil)
@@ -337,9 +316,9 @@ func (c *Core) completeDirect(ctx context.Context, id string, reported []Reporte
 		done.Status = staging.StatusCompleting
 		return done, nil
 	case done.Status == staging.StatusActive:
-		// Some part is being recorded by another completion of the same upload (or one
-		// that died holding it, for at most a minute).
-		return nil, fault.Errorf(fault.Busy, "another completion of upload %s is recording its parts: retry shortly", id)
+		// The records made it ready, yet it is not: they were lost meanwhile (a Redis
+		// failover to a replica without them). A repeat records them again.
+		return nil, fault.Errorf(fault.Busy, "upload %s lost the record of its parts meanwhile: retry the completion", id)
 	}
 	return nil, fault.Wrap(&staging.StateError{Status: done.Status}, fault.Ended,
 		fmt.Sprintf("upload %s is %s: %s", id, done.Status, done.Error))

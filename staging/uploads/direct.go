@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/internal/rdb"
+	"github.com/redis/go-redis/v9"
 )
 
 // Direct uploads: the client puts the parts into S3 itself, with URLs chunkup signs, so
-// chunkup sees no bytes while it works. Its parts are recorded as written-through chunks
-// are (BeginThrough, RecordDirect) once the client reports them; what is left here is the
-// activity that keeps such an upload alive meanwhile.
+// chunkup sees no bytes while it works. What is here is the activity that keeps such an
+// upload alive meanwhile, and the record of its parts, as S3 holds them, once the client
+// reports them: in the same hashes and counters as written-through chunks', so that
+// resume, completion and recovery see them as they see any upload's.
 
 // touchScript records activity on an active direct upload of the caller's tenant (a
 // part signed), so that an upload whose client is busy putting parts is not expired as
@@ -98,3 +101,195 @@ func (e *BeyondError) Error() string {
 
 // ErrCRCRequired: a part to sign has no CRC32C, which its multipart upload requires.
 var ErrCRCRequired = errors.New("the upload's multipart upload takes parts only with their CRC32C")
+
+// recordDirectScript records a batch of a direct upload's parts, as S3 holds them, as
+// received and stored, in one step: the parts the client put, checked against S3's
+// listing by the caller. A part recorded before with the same CRC32C is left as it is
+// (a completion repeated, or one cut off between batches); nothing is leased, as no
+// bytes pass through chunkup and the record is one script.
+//
+//	KEYS[1] state hash
+//	KEYS[2] received hash
+//	KEYS[3] parts hash
+//	KEYS[4] meta hash (TTL refresh only)
+//	ARGV[1] now (unix ms)
+//	ARGV[2] keys TTL (ms)
+//	ARGV[3] progress channel
+//	ARGV[4] upload id (progress notices are "ID STATUS")
+//	ARGV[5] "1" when the batch ends with the upload's last part
+//	ARGV[6+4i..9+4i] part i of the batch: N, ETag, CRC32C ("-" when not known), size
+//
+// Returns {"ok", ready, recorded}: ready is 1 when the upload now has every part,
+// recorded how many parts were new; {"recorded", N} when part N was recorded before
+// with other bytes; or, as beginThroughScript, {"notfound"}, {"state", status},
+// {"beyond", total}, {"last", total}, {"lastbefore", max_received}. Nothing is written
+// unless it returns "ok".
+var recordDirectScript = rdb.NewScript(`
+local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'max_received')
+if not st[1] then return {'notfound'} end
+if st[1] ~= 'ACTIVE' then return {'state', st[1]} end
+local total = tonumber(st[2])
+local maxr = tonumber(st[3])
+local count = (#ARGV - 5) / 4
+local ns = {}
+for i = 0, count - 1 do ns[i+1] = ARGV[6+4*i] end
+local lastN = tonumber(ns[count])
+if ARGV[5] == '1' then
+  if total > 0 and total ~= lastN then return {'last', total} end
+  if maxr > lastN then return {'lastbefore', maxr} end
+end
+local held = redis.call('HMGET', KEYS[3], unpack(ns))
+for i = 0, count - 1 do
+  local n = tonumber(ns[i+1])
+  if total > 0 and n > total then return {'beyond', total} end
+  local part = held[i+1]
+  if part and string.match(part, '^[^|]*|([^|]*)|') ~= ARGV[8+4*i] then return {'recorded', n} end
+end
+-- Every check is done: the writes follow.
+local recv, parts = {}, {}
+local added, bytes, newmax = 0, 0, maxr
+for i = 0, count - 1 do
+  if not held[i+1] then
+    local n, crc, size = ns[i+1], ARGV[8+4*i], ARGV[9+4*i]
+    recv[#recv+1] = n
+    recv[#recv+1] = crc .. ':' .. size
+    parts[#parts+1] = n
+    parts[#parts+1] = ARGV[7+4*i] .. '|' .. crc .. '|' .. size
+    added = added + 1
+    bytes = bytes + tonumber(size)
+    if tonumber(n) > newmax then newmax = tonumber(n) end
+  end
+end
+local up = tonumber(redis.call('HGET', KEYS[1], 'uploaded') or '0')
+if added > 0 then
+  redis.call('HSET', KEYS[2], unpack(recv))
+  redis.call('HSET', KEYS[3], unpack(parts))
+  redis.call('HINCRBY', KEYS[1], 'received', added)
+  redis.call('HINCRBY', KEYS[1], 'received_bytes', bytes)
+  up = redis.call('HINCRBY', KEYS[1], 'uploaded', added)
+  redis.call('HINCRBY', KEYS[1], 'uploaded_bytes', bytes)
+  if newmax > maxr then redis.call('HSET', KEYS[1], 'max_received', newmax) end
+end
+if ARGV[5] == '1' and total == 0 then
+  total = lastN
+  redis.call('HSET', KEYS[1], 'total', lastN)
+end
+redis.call('HSET', KEYS[1], 'updated_ms', ARGV[1])
+redis.call('HSETNX', KEYS[1], 'first_ms', ARGV[1])
+for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+if added > 0 then redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' uploaded') end
+local ready = 0
+if total > 0 and up == total then ready = 1 end
+return {'ok', ready, added}
+`)
+
+// DirectPart is a part of a direct upload as S3 holds it: its number, ETag and size,
+// and its CRC32C when known (nil: the client gave none, and the completer reads the
+// object for its CRC32C).
+type DirectPart struct {
+	N      uint32
+	ETag   string
+	CRC32C *uint32
+	Size   int64
+}
+
+// directBatch is how many parts one record script takes: a direct upload of up to
+// 8 GiB in 8 MiB parts is recorded in one, and none keeps Redis busy for long.
+const directBatch = 1000
+
+// RecordDirectParts records every part of direct upload id, numbered 1 to len(parts)
+// and in that order, as its client put them into S3 (checked against S3's listing),
+// and returns whether the upload is now ready to complete: it is on success, and its
+// completion is indexed (due after a grace: the caller completes it itself, and a
+// sweeper completes it should the caller die). Parts recorded before with the same
+// CRC32C are left as they are; one recorded with other bytes is a
+// *staging.PartRecordedError. Up to 1000 parts are recorded in one script, so a
+// caller cut off between batches leaves some parts recorded and the upload not ready,
+// and a repeat records the rest.
+func (s *Store) RecordDirectParts(ctx context.Context, id string, parts []DirectPart) (ready bool, err error) {
+	keys := []string{rdb.StateKey(id), rdb.ReceivedKey(id), rdb.PartsKey(id), rdb.MetaKey(id)}
+	due := s.c.Now().Add(wakeGrace)
+	// The completion's index entry, when this call made it, is dropped should the
+	// records be refused (they then lead to nothing); kept on any other error, as the
+	// records may have been made.
+	var ours, refused bool
+	defer func() {
+		if refused && ours {
+			_ = s.completions.Done(context.WithoutCancel(ctx), id, id)
+		}
+	}()
+	cluster := s.c.Cluster
+	if cluster {
+		// The index is on another node: before the first record, so that a record is
+		// never left without it.
+		var index *redis.IntCmd
+		if _, err := s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			index = s.completions.AddIn(ctx, p, id, id, due)
+			return nil
+		}); err != nil {
+			return false, rdb.Classify(err)
+		}
+		ours = index.Val() == 1
+	}
+	for start := 0; start < len(parts); start += directBatch {
+		batch := parts[start:min(start+directBatch, len(parts))]
+		last := start+len(batch) == len(parts)
+		args := make([]any, 0, 5+4*len(batch))
+		args = append(args, s.c.NowMs(), s.c.KeysTTL(), rdb.ProgressChannel, id, flag(last))
+		for _, p := range batch {
+			sum := rdb.NoCRC
+			if p.CRC32C != nil {
+				sum = strconv.FormatUint(uint64(*p.CRC32C), 10)
+			}
+			args = append(args, p.N, p.ETag, sum, p.Size)
+		}
+		var eval, wait *redis.Cmd
+		var index *redis.IntCmd
+		record := func(p redis.Pipeliner) error {
+			eval = recordDirectScript.Eval(ctx, s.c, p, keys, args...)
+			if s.c.Cfg.MinReplicas > 0 {
+				wait = p.Do(ctx, "WAIT", s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout.Milliseconds())
+			}
+			return nil
+		}
+		if cc, ok := s.c.Client.(*redis.ClusterClient); ok && s.c.Cfg.MinReplicas > 0 {
+			// The record and its WAIT on one connection to the upload's master.
+			var node *redis.Client
+			if node, err = cc.MasterForKey(ctx, rdb.StateKey(id)); err == nil {
+				_, err = node.Pipelined(ctx, record)
+			}
+		} else {
+			_, err = s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				if start == 0 && !cluster {
+					// On one Redis, in the first record's round trip, before it.
+					index = s.completions.AddIn(ctx, p, id, id, due)
+				}
+				return record(p)
+			})
+		}
+		if index != nil && index.Err() == nil && index.Val() == 1 {
+			ours = true
+		}
+		if eval == nil {
+			return false, rdb.Classify(err)
+		}
+		res, err := rdb.Decode("record-direct", eval)
+		if err != nil {
+			return false, rdb.Classify(err)
+		}
+		if res.Code != rdb.CodeOK {
+			refused = true
+			if res.Code == rdb.CodeRecorded {
+				return false, &staging.PartRecordedError{N: res.U32(0)}
+			}
+			return false, refusal(res, batch[len(batch)-1].N)
+		}
+		if wait != nil {
+			if n, err := wait.Int64(); err != nil || n < int64(s.c.Cfg.MinReplicas) {
+				return false, fmt.Errorf("%w (%d of %d replicas confirmed within %s)", staging.ErrNotReplicated, n, s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout)
+			}
+		}
+		ready = last && res.Flag(0)
+	}
+	return ready, nil
+}

@@ -2,6 +2,8 @@ package uploads_test
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -65,5 +67,121 @@ func TestTouchDirect(t *testing.T) {
 	plain := newUpload(t, s, 8, 2)
 	if d, err := s.TouchDirect(ctx, plain, "", 1, false); err != nil || d.Direct {
 		t.Fatalf("TouchDirect of an upload that is not direct: %+v, %v", d, err)
+	}
+}
+
+// TestRecordDirectParts: a direct upload's parts are recorded in one script per 1,000
+// (here 1,201 parts, two batches), make the upload ready, and index its completion;
+// a repeat changes nothing; a part recorded before with other bytes, or a last part
+// that is not the upload's, is refused and records nothing.
+func TestRecordDirectParts(t *testing.T) {
+	s, clk := newStore(t)
+	ctx := ctxT(t)
+	create := func(t *testing.T, total uint32) string {
+		t.Helper()
+		id := ids.New()
+		if _, err := s.Create(ctx, staging.NewUpload{ID: id, Bucket: "b", Key: "k-" + id, ChunkSize: 8, ExpectedSize: -1, Total: total,
+			Direct: true, MultipartID: "mpu", At: clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	parts := func(n int) []uploads.DirectPart {
+		ps := make([]uploads.DirectPart, n)
+		for i := range ps {
+			sum := uint32(1000 + i)
+			ps[i] = uploads.DirectPart{N: uint32(i + 1), ETag: fmt.Sprintf(`"e%d"`, i+1), CRC32C: &sum, Size: 8}
+		}
+		ps[n-1].Size = 3
+		ps[n-1].CRC32C = nil // a part whose CRC32C S3 did not give
+		return ps
+	}
+	get := func(t *testing.T, id string) *staging.Upload {
+		t.Helper()
+		u, err := s.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	due := func(t *testing.T) []string {
+		t.Helper()
+		clk.Add(5 * time.Second) // past the grace the recording process has to complete it itself
+		d, err := s.Completions().Due(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+
+	id := create(t, 0)
+	ps := parts(1201)
+	for range 2 { // the second time, a repeat
+		ready, err := s.RecordDirectParts(ctx, id, ps)
+		if err != nil || !ready {
+			t.Fatalf("RecordDirectParts: ready %v, %v", ready, err)
+		}
+		u := get(t, id)
+		if u.Status != staging.StatusActive || u.Total != 1201 || u.Uploaded != 1201 || u.UploadedBytes != 1200*8+3 ||
+			len(u.ReceivedChunks) != 1201 || u.ReceivedBytes != 1200*8+3 {
+			t.Fatalf("after the records: %s total %d uploaded %d (%d bytes) received %d (%d bytes)",
+				u.Status, u.Total, u.Uploaded, u.UploadedBytes, len(u.ReceivedChunks), u.ReceivedBytes)
+		}
+	}
+	got, err := s.Completions().Parts(ctx, id, 1201)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range got {
+		w := ps[i]
+		if p.N != w.N || p.ETag != w.ETag || p.Size != w.Size || p.NoCRC != (w.CRC32C == nil) || (w.CRC32C != nil && p.CRC32C != *w.CRC32C) {
+			t.Fatalf("part %d recorded as %+v, reported %+v", i+1, p, w)
+		}
+	}
+	if d := due(t); !slices.Contains(d, id) {
+		t.Fatalf("the ready upload's completion is not indexed: due %v", d)
+	}
+
+	other := parts(3)
+	sum := uint32(7)
+	other[1].CRC32C = &sum
+	var recorded *staging.PartRecordedError
+	var last *staging.LastChunkError
+	for _, tc := range []struct {
+		name  string
+		total uint32
+		prior []uploads.DirectPart // recorded first
+		parts []uploads.DirectPart
+		is    func(error) bool
+		held  uint32 // parts recorded after the refusal
+	}{
+		{"part 2 recorded with other bytes", 0, parts(3), other, func(err error) bool { return errors.As(err, &recorded) && recorded.N == 2 }, 3},
+		{"a last part that is not the upload's", 4, nil, parts(3), func(err error) bool { return errors.As(err, &last) && last.Last == 4 }, 0},
+	} {
+		id := create(t, tc.total)
+		if tc.prior != nil {
+			tc.prior[1].CRC32C = nil
+			if ready, err := s.RecordDirectParts(ctx, id, tc.prior); err != nil || !ready {
+				t.Fatalf("%s: ready %v, %v", tc.name, ready, err)
+			}
+			if d := due(t); !slices.Contains(d, id) {
+				t.Fatalf("%s: the ready upload's completion is not indexed: due %v", tc.name, d)
+			}
+			if err := s.Completions().Drop(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := get(t, id)
+		ready, err := s.RecordDirectParts(ctx, id, tc.parts)
+		if ready || !tc.is(err) {
+			t.Fatalf("%s: ready %v, %v", tc.name, ready, err)
+		}
+		u := get(t, id)
+		if u.Uploaded != tc.held || u.UploadedBytes != before.UploadedBytes || u.Total != before.Total {
+			t.Fatalf("%s changed the upload: uploaded %d (%d bytes), total %d", tc.name, u.Uploaded, u.UploadedBytes, u.Total)
+		}
+		if d := due(t); slices.Contains(d, id) {
+			t.Fatalf("%s: a refused record left the upload's completion indexed", tc.name)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package uploads
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -82,7 +81,7 @@ return {'ok', st[2], st[4] or '', st[5] or '0', st[6], st[7], ct, st[8] or '0'}
 //	ARGV[1] N
 //	ARGV[2] lease token
 //	ARGV[3] part ETag
-//	ARGV[4] crc32c of the bytes ("-" when not known: a direct upload's part)
+//	ARGV[4] crc32c of the bytes
 //	ARGV[5] size of the bytes
 //	ARGV[6] "1" when the chunk is the last one
 //	ARGV[7] now (unix ms)
@@ -239,23 +238,6 @@ const (
 // recorded: a sweeper that finds it recorded indexes the completion. (A one-chunk
 // upload's completion is indexed before the record instead, see completes.)
 func (c *Chunks) RecordThrough(ctx context.Context, ref staging.ChunkRef, token, etag string, crc uint32, size int64, last, wake bool) (outcome ThroughOutcome, ready bool, err error) {
-	return c.recordThrough(ctx, ref, token, etag, strconv.FormatUint(uint64(crc), 10), size, last, wake)
-}
-
-// RecordDirect records part ref.N of a direct upload, which its client put into S3 with
-// etag and size, as RecordThrough records a chunk written through (the caller took its
-// lease with BeginThrough). crc is the part's CRC32C when known (nil: the client gave
-// none; the part's record says so, and the completer reads the object for its CRC32C).
-// The caller completes the upload itself: it is not woken.
-func (c *Chunks) RecordDirect(ctx context.Context, ref staging.ChunkRef, token, etag string, crc *uint32, size int64, last bool) (outcome ThroughOutcome, ready bool, err error) {
-	sum := rdb.NoCRC
-	if crc != nil {
-		sum = strconv.FormatUint(uint64(*crc), 10)
-	}
-	return c.recordThrough(ctx, ref, token, etag, sum, size, last, false)
-}
-
-func (c *Chunks) recordThrough(ctx context.Context, ref staging.ChunkRef, token, etag, crc string, size int64, last, wake bool) (outcome ThroughOutcome, ready bool, err error) {
 	s := c.s
 	id := ref.UploadID
 	keys := []string{rdb.StateKey(id), rdb.ReceivedKey(id), rdb.PartsKey(id), rdb.ChunkKey(id, ref.N), rdb.LeasesKey(id), rdb.MetaKey(id)}
