@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"sync"
@@ -33,8 +34,10 @@ var directHTTP = &http.Client{Transport: func() http.RoundTripper {
 // each PUT to a URL the server signs with the part's size and CRC32C bound in, so that S3
 // itself refuses other bytes; the server then checks what S3 holds against the parts
 // and completes the upload. Parts go parallel × window at a time (WithParallel,
-// WithWindow: 4 by default), and as many more are read ahead to have their URLs signed
-// together: it holds twice parallel × window chunks in memory.
+// WithWindow: 4 by default); the input is read twice, once ahead for the parts' CRC32Cs
+// (so that up to 16 parts' URLs are signed in one call) and once into a buffer per part
+// in flight: it holds parallel × window + 2 chunks in memory. A part whose bytes changed
+// between the two reads fails the upload.
 // WithResume resumes a direct upload: parts S3 holds with the input's size and CRC32C
 // are not put again. It returns the completed upload; one that ends otherwise is an
 // *EndedError.
@@ -110,23 +113,75 @@ func (d *directUpload) run(ctx context.Context) (*chunkupv1.Upload, error) {
 		return nil, fmt.Errorf("chunkup: list the parts S3 holds: %w", err)
 	}
 	parts := make([]*chunkupv1.DirectPart, total)
-	// A pipeline: a reader fills buffers with parts and their CRC32Cs, a signer has
-	// the URLs of several parts signed in one call, putters PUT them. Half the buffers
-	// are in flight to S3, the others read ahead, so that the signer has parts to
-	// sign together: one call per part was most of the server's work for a direct
-	// upload (docs/performance.md, run I).
+	// A pipeline: a summer reads the input ahead for each part's CRC32C, a signer has
+	// the URLs of up to signBatch parts signed in one call, a reader reads each signed
+	// part into a buffer (and checks its CRC32C again), putters PUT them. The summer
+	// reads the input twice, but signing no longer waits for buffers: one call for a
+	// few parts was most of the server's work for a direct upload
+	// (docs/performance.md, runs I and J), and memory stays a buffer per putter.
 	workers := max(1, min(d.c.opts.parallel*d.c.opts.window, int(total)))
 	// Buffers are made as they are first needed, no more than the parts.
-	nbuf := min(2*workers, int(total))
+	nbuf := min(workers+2, int(total))
 	bufs := make(chan []byte, nbuf)
 	made := 0
-	read := make(chan *directPiece, 2*workers)
-	ready := make(chan *directPiece, 2*workers)
-	hungry := make(chan struct{}, 1)
+	summed := make(chan *directPiece, signBatch)
+	signed := make(chan *directPiece, signBatch)
+	ready := make(chan *directPiece, workers)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		defer close(read)
+		defer close(summed)
+		scratch := make([]byte, min(1<<20, chunk, d.size))
 		for n := uint32(1); n <= total; n++ {
+			off := int64(n-1) * chunk
+			size := min(chunk, d.size-off)
+			sum, err := d.checksum(scratch, off, size)
+			if err != nil {
+				return fmt.Errorf("chunkup: read part %d of the input: %w", n, err)
+			}
+			p := &chunkupv1.DirectPart{PartNumber: n, Size: size, Crc32C: sum, HasCrc32C: true}
+			if h := held[n]; h != nil && h.Size == p.Size && h.HasCrc32C && h.Crc32C == sum {
+				p.Etag = h.Etag // put before this resume, with these very bytes
+				parts[n-1] = p
+				d.note(size)
+				continue
+			}
+			select {
+			case summed <- &directPiece{part: p}:
+			case <-gctx.Done():
+				return nil
+			}
+		}
+		return nil
+	})
+	g.Go(func() error {
+		defer close(signed)
+		for {
+			p, ok := <-summed
+			if !ok {
+				return nil
+			}
+			batch := []*directPiece{p}
+			for len(batch) < signBatch {
+				if p, ok = <-summed; !ok {
+					break
+				}
+				batch = append(batch, p)
+			}
+			if err := d.sign(gctx, batch); err != nil {
+				return err
+			}
+			for _, p := range batch {
+				select {
+				case signed <- p:
+				case <-gctx.Done():
+					return nil
+				}
+			}
+		}
+	})
+	g.Go(func() error {
+		defer close(ready)
+		for p := range signed {
 			var buf []byte
 			if made < nbuf {
 				buf, made = make([]byte, min(chunk, d.size)), made+1
@@ -137,76 +192,27 @@ func (d *directUpload) run(ctx context.Context) (*chunkupv1.Upload, error) {
 					return nil
 				}
 			}
-			off := int64(n-1) * chunk
-			b := buf[:min(chunk, d.size-off)]
-			if _, err := d.r.ReadAt(b, off); err != nil && !(errors.Is(err, io.EOF) && len(b) == 0) {
+			n := p.part.PartNumber
+			b := buf[:p.part.Size]
+			if _, err := d.r.ReadAt(b, int64(n-1)*chunk); err != nil && !(errors.Is(err, io.EOF) && len(b) == 0) {
 				return fmt.Errorf("chunkup: read part %d of the input: %w", n, err)
 			}
-			sum := crc.Checksum(b)
-			p := &chunkupv1.DirectPart{PartNumber: n, Size: int64(len(b)), Crc32C: sum, HasCrc32C: true}
-			if h := held[n]; h != nil && h.Size == p.Size && h.HasCrc32C && h.Crc32C == sum {
-				p.Etag = h.Etag // put before this resume, with these very bytes
-				parts[n-1] = p
-				bufs <- buf
-				d.note(int64(len(b)))
-				continue
+			if sum := crc.Checksum(b); sum != p.part.Crc32C {
+				return fmt.Errorf("chunkup: part %d of the input changed while it was uploaded (CRC32C %08x, then %08x): upload it again once it no longer changes", n, p.part.Crc32C, sum)
 			}
+			p.b, p.buf = b, buf
 			select {
-			case read <- &directPiece{part: p, b: b, buf: buf}:
+			case ready <- p:
 			case <-gctx.Done():
 				return nil
 			}
 		}
 		return nil
 	})
-	g.Go(func() error {
-		defer close(ready)
-		for {
-			p, ok := <-read
-			if !ok {
-				return nil
-			}
-			batch := []*directPiece{p}
-		gather: // until the batch is full, the reader is done, or a putter waits
-			for len(batch) < signBatch {
-				select {
-				case p, ok := <-read:
-					if !ok {
-						break gather
-					}
-					batch = append(batch, p)
-				case <-hungry:
-					break gather
-				case <-gctx.Done():
-					return nil
-				}
-			}
-			if err := d.sign(gctx, batch); err != nil {
-				return err
-			}
-			for _, p := range batch {
-				select {
-				case ready <- p:
-				case <-gctx.Done():
-					return nil
-				}
-			}
-		}
-	})
 	for range workers {
 		g.Go(func() error {
 			for {
-				var p *directPiece
-				var ok bool
-				select {
-				case p, ok = <-ready:
-				default:
-					select {
-					case hungry <- struct{}{}:
-					default:
-					}
-					p, ok = <-ready
-				}
+				p, ok := <-ready
 				if !ok {
 					return nil
 				}
@@ -256,11 +262,26 @@ func (d *directUpload) run(ctx context.Context) (*chunkupv1.Upload, error) {
 	return up, nil
 }
 
-// directPiece is one part on its way: its bytes (in buf), and once signed, its URL.
+// directPiece is one part on its way: once signed, its URL; once read, its bytes (in
+// buf).
 type directPiece struct {
 	part   *chunkupv1.DirectPart
 	b, buf []byte
 	signed *chunkupv1.SignedPart
+}
+
+// checksum is the CRC32C of the size bytes of the input at off, read through scratch.
+func (d *directUpload) checksum(scratch []byte, off, size int64) (uint32, error) {
+	var sum uint32
+	for done := int64(0); done < size; {
+		b := scratch[:min(int64(len(scratch)), size-done)]
+		if _, err := d.r.ReadAt(b, off+done); err != nil && !(errors.Is(err, io.EOF) && len(b) == 0) {
+			return 0, err
+		}
+		sum = crc32.Update(sum, crc.Table, b)
+		done += int64(len(b))
+	}
+	return sum, nil
 }
 
 // signBatch is the most parts signed in one call.

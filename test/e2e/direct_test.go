@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"hash/crc32"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -459,6 +461,13 @@ func TestDirectSDKAndCLI(t *testing.T) {
 	}
 	e.requireExact(t, sdk, data[:9<<20])
 
+	// An input whose bytes change between the SDK's reading them for their CRC32C and
+	// for the PUT: refused by the SDK, not put.
+	changing := &changingReader{data: data[:9<<20], at: 8<<20 + 5}
+	if _, err := c.UploadDirect(ctx(t), changing, 9<<20, client.WithName("changing.bin")); err == nil || !strings.Contains(err.Error(), "changed while it was uploaded") {
+		t.Fatalf("a direct upload of an input that changes: %v, want it refused", err)
+	}
+
 	// A direct upload with part 1 put already (as by a client that died after it).
 	created, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Name: "resumed.bin", ExpectedSize: proto.Int64(int64(len(data))),
 		Direct: true, DirectChecksums: true})
@@ -556,4 +565,30 @@ func TestDirectSDKAndCLI(t *testing.T) {
 			t.Fatalf("%d multipart uploads left open for %s", n, key)
 		}
 	}
+}
+
+// changingReader is an input whose byte at changes once it has been read.
+type changingReader struct {
+	data  []byte
+	at    int64
+	mu    sync.Mutex
+	reads int
+}
+
+func (r *changingReader) ReadAt(b []byte, off int64) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if off >= int64(len(r.data)) {
+		return 0, io.EOF
+	}
+	n := copy(b, r.data[off:])
+	if off <= r.at && r.at < off+int64(n) {
+		if r.reads++; r.reads > 1 {
+			b[r.at-off]++
+		}
+	}
+	if n < len(b) {
+		return n, io.EOF
+	}
+	return n, nil
 }
