@@ -50,6 +50,9 @@ func (c *Client) UploadDirect(ctx context.Context, r io.ReaderAt, size int64, op
 		ctx = metadata.AppendToOutgoingContext(ctx, CorrelationIDHeader, cfg.correlationID)
 	}
 	cfg.create.Direct, cfg.create.DirectChecksums, cfg.create.ExpectedSize = true, true, proto.Int64(size)
+	// An upload this call creates under a node id of its own can hold no part yet: no
+	// one else knows its id.
+	fresh := cfg.resume == "" && cfg.create.ClientNodeId == ""
 	up, err := c.start(ctx, &cfg)
 	if err != nil {
 		return nil, err
@@ -81,7 +84,7 @@ func (c *Client) UploadDirect(ctx context.Context, r io.ReaderAt, size int64, op
 		return up, err
 	}
 	d := &directUpload{c: c, up: up, r: r, size: size, progress: cfg.progress}
-	return d.run(ctx)
+	return d.run(ctx, fresh)
 }
 
 // directUpload is one UploadDirect at work.
@@ -95,11 +98,16 @@ type directUpload struct {
 	mu       sync.Mutex // progress calls
 }
 
-func (d *directUpload) run(ctx context.Context) (*chunkupv1.Upload, error) {
+// run puts the parts S3 does not hold (none, when fresh: not asked) and completes the
+// upload.
+func (d *directUpload) run(ctx context.Context, fresh bool) (*chunkupv1.Upload, error) {
 	chunk := d.up.ChunkSize
 	total := max(1, uint32((d.size+chunk-1)/chunk))
 	held := map[uint32]*chunkupv1.DirectPart{}
 	err := d.c.retrying(ctx, func() error {
+		if fresh {
+			return nil
+		}
 		resp, err := d.c.api.ListDirectParts(ctx, &chunkupv1.ListDirectPartsRequest{UploadId: d.up.UploadId})
 		if err != nil {
 			return err
