@@ -41,7 +41,21 @@ const resumeForget = 30 * 24 * time.Hour
 type resumeState struct {
 	path string
 	mu   sync.Mutex // the goroutines of this process, one at a time
+	// What lookup reads: the file as it was at the first lookup of the run. Entries
+	// other processes record meanwhile are uploads in progress elsewhere, not for this
+	// run to resume, and reading the file once spares each file of a run a lock and a
+	// read.
+	read    sync.Once
+	snap    []resumeEntry
+	snapErr error
 }
+
+// stateMin is the size up to which a file's upload is not recorded: the SDK sends such
+// a file in one message (its create and every byte), so an interrupted upload of it
+// holds nothing a resume would not send again, and recording it cost the state file's
+// lock, read and write twice per file, which held back --jobs uploads of many small
+// files (docs/performance.md, run J).
+const stateMin = 5 << 20
 
 // stateDir is where the CLI keeps its state: $CHUNKUP_STATE_DIR, else
 // $XDG_STATE_HOME/chunkup, else ~/.local/state/chunkup.
@@ -72,21 +86,28 @@ func openResumeState() (*resumeState, error) {
 
 // lookup returns the id of the upload of e's file to e's place, if the file has not
 // changed since (same size and modification time); else, as stale, that of an upload
-// of the same path to the same place begun before the file changed.
+// of the same path to the same place begun before the file changed (as the file was at
+// the run's first lookup).
 func (s *resumeState) lookup(e resumeEntry) (id, stale string, err error) {
-	err = s.update(func(entries []resumeEntry) []resumeEntry {
-		for _, o := range entries {
-			switch {
-			case !o.samePlace(e):
-			case o.Size == e.Size && o.ModTime.Equal(e.ModTime):
-				id = o.UploadID
-			default:
-				stale = o.UploadID
-			}
-		}
-		return nil // unchanged
+	s.read.Do(func() {
+		s.snapErr = s.update(func(entries []resumeEntry) []resumeEntry {
+			s.snap = entries
+			return nil // unchanged
+		})
 	})
-	return id, stale, err
+	if s.snapErr != nil {
+		return "", "", s.snapErr
+	}
+	for _, o := range s.snap {
+		switch {
+		case !o.samePlace(e):
+		case o.Size == e.Size && o.ModTime.Equal(e.ModTime):
+			id = o.UploadID
+		default:
+			stale = o.UploadID
+		}
+	}
+	return id, stale, nil
 }
 
 // record notes e, replacing any entry for the same file and place.

@@ -30,11 +30,12 @@ with --prefix. With -r, each file under a DIR is stored as PREFIX/DIR/RELATIVE/P
 (PREFIX is uploads/ unless --prefix says otherwise; a / is added when missing). An
 object already at a key is replaced.`
 
-const uploadResumeHelp = `Resuming: each upload started is recorded (the file's absolute path, size and
-modification time, the server and the key) in $CHUNKUP_STATE_DIR, else
-$XDG_STATE_HOME/chunkup, else ~/.local/state/chunkup. Uploading the same unchanged file
-to the same server and key again resumes that upload: only the chunks the server lacks
-are sent. A completed upload is forgotten; one that ended otherwise or expired is
+const uploadResumeHelp = `Resuming: each upload of a file over 5 MiB started is recorded (the file's
+absolute path, size and modification time, the server and the key) in
+$CHUNKUP_STATE_DIR, else $XDG_STATE_HOME/chunkup, else ~/.local/state/chunkup; smaller
+files go in one message, which leaves nothing to resume. Uploading the same unchanged
+file to the same server and key again resumes that upload: only the chunks the server
+lacks are sent. A completed upload is forgotten; one that ended otherwise or expired is
 started anew. The upload id is printed on stderr as soon as the upload exists (with
 --json, as a first JSON line with the ACTIVE upload on stdout).`
 
@@ -424,7 +425,9 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 	opts = append(opts, client.WithOnStart(func(up *chunkupv1.Upload) {
 		if entry != nil {
 			entry.UploadID = up.UploadId
-			r.remember(*entry)
+			if entry.Size > stateMin {
+				r.remember(*entry)
+			}
 		}
 		r.announce(j, up, resumeID != "")
 		track.start(up)
@@ -439,7 +442,8 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 	}
 	var mismatch *client.MismatchError
 	var ended *client.EndedError
-	if entry != nil && entry.UploadID != "" && (err == nil || errors.As(err, &mismatch) || errors.As(err, &ended)) {
+	recorded := entry != nil && entry.UploadID != "" && (entry.Size > stateMin || resumeID != "")
+	if recorded && (err == nil || errors.As(err, &mismatch) || errors.As(err, &ended)) {
 		r.forget(entry.UploadID) // done with, one way or the other: nothing to resume
 	}
 	return up, err

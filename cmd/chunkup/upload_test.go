@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -501,5 +503,22 @@ func TestUploadEmptyTree(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "upload", "--server", "127.0.0.1:1", "-r", dir)
 	if code != exitOK || stdout != "" || !strings.Contains(stderr, "no files under "+dir) {
 		t.Fatalf("upload -r of an empty tree: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// TestSmallFilesNotRecorded: files the SDK sends in one message leave nothing to resume,
+// so a run of them does not write the state file at all (each would have cost its lock,
+// read and two writes).
+func TestSmallFilesNotRecorded(t *testing.T) {
+	addr, _ := startServer(t)
+	stateDir := isolateState(t)
+	a, _ := writeRandomFile(t, "a.bin", 4<<10)
+	b, _ := writeRandomFile(t, "b.bin", 5<<20)
+	code, stdout, stderr := runCLI(t, "upload", "--server", addr, "--progress", "none", "--jobs", "2", a, b)
+	if code != exitOK || strings.Count(stdout, "COMPLETED") != 2 {
+		t.Fatalf("upload: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "uploads.json")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the state file after uploads of small files: %v, want none written", err)
 	}
 }
