@@ -402,6 +402,16 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 		opts = append(opts, client.WithContentType(ct))
 	}
 	resumeID := r.resume
+	// An upload resumed from the state goes on the way it began (direct to S3 or not),
+	// whatever this run's --direct says: the server's record says which.
+	direct := r.direct
+	if resumeID != "" { // --resume ID
+		up, err := r.c.Get(ctx, resumeID)
+		if err != nil {
+			return nil, err
+		}
+		direct = up.Direct
+	}
 	var entry *resumeEntry // what identifies this file's upload, for the state
 	if j.path != "-" {
 		fi, err := os.Stat(j.path)
@@ -414,7 +424,7 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 		}
 		entry = &resumeEntry{Path: abs, Size: fi.Size(), ModTime: fi.ModTime().UTC(), Server: r.server, Key: j.key}
 		if resumeID == "" && !r.noResume {
-			if resumeID, err = r.resumable(ctx, j, *entry); err != nil {
+			if resumeID, direct, err = r.resumable(ctx, j, *entry); err != nil {
 				return nil, err
 			}
 		}
@@ -435,7 +445,7 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 	switch {
 	case j.path == "-":
 		up, err = r.c.Upload(ctx, os.Stdin, append(opts, client.WithName(j.name))...) // size unknown until it ends
-	case r.direct:
+	case direct:
 		up, err = r.c.UploadFileDirect(ctx, j.path, opts...)
 	default:
 		up, err = r.c.UploadFile(ctx, j.path, opts...)
@@ -450,38 +460,39 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 }
 
 // resumable returns the id of an interrupted upload of the file to the same place that
-// can go on, or "" to start a new one.
-func (r *uploadRun) resumable(ctx context.Context, j uploadJob, e resumeEntry) (string, error) {
+// can go on, or "" to start a new one (with direct as this run asks), and whether that
+// upload is direct; else direct as this run asks.
+func (r *uploadRun) resumable(ctx context.Context, j uploadJob, e resumeEntry) (id string, direct bool, err error) {
 	if r.state == nil {
-		return "", nil
+		return "", r.direct, nil
 	}
 	id, stale, err := r.state.lookup(e)
 	if err != nil {
 		r.stateTrouble(err)
-		return "", nil
+		return "", r.direct, nil
 	}
 	if stale != "" {
 		r.staleUpload(ctx, j, stale)
 	}
 	if id == "" {
-		return "", nil
+		return "", r.direct, nil
 	}
 	up, err := r.c.Get(ctx, id)
 	switch {
 	case status.Code(err) == codes.NotFound:
 		r.forget(id)
 		r.display.println(fmt.Sprintf("chunkup: %s: upload %s is gone (expired?); starting a new one", j.name, id))
-		return "", nil
+		return "", r.direct, nil
 	case err != nil:
-		return "", err
+		return "", r.direct, err
 	}
 	switch up.State {
 	case chunkupv1.UploadState_UPLOAD_STATE_FAILED, chunkupv1.UploadState_UPLOAD_STATE_ABORTED, chunkupv1.UploadState_UPLOAD_STATE_EXPIRED:
 		r.forget(id)
 		r.display.println(fmt.Sprintf("chunkup: %s: upload %s is %s; starting a new one", j.name, id, stateName(up.State)))
-		return "", nil
+		return "", r.direct, nil
 	}
-	return id, nil
+	return id, up.Direct, nil
 }
 
 // staleUpload deals with upload id of j's file begun before the file changed: it cannot

@@ -555,10 +555,15 @@ func TestDirectSDKAndCLI(t *testing.T) {
 		t.Fatalf("parts of another size than the chunk size: %v, want FAILED_PRECONDITION naming the chunk size", err)
 	}
 
-	resumed, err := c.UploadDirect(ctx(t), bytes.NewReader(data), int64(len(data)), client.WithResume(rid))
-	if err != nil {
-		t.Fatal(err)
+	// Resumed by the CLI without --direct: it goes on as it began, direct to S3 (the SDK
+	// underneath puts only the parts S3 lacks).
+	resume := exec.CommandContext(ctx(t), harness.Binary(t), "upload", "--resume", rid, "--server", a.GRPCAddr(), "--progress", "none", file)
+	stderr.Reset()
+	resume.Stderr = &stderr
+	if out, err = resume.Output(); err != nil || !strings.HasPrefix(string(out), rid+" COMPLETED") {
+		t.Fatalf("chunkup upload --resume %s (no --direct): %v\n%s%s", rid, err, out, stderr.String())
 	}
+	resumed := getUpload(t, c, rid)
 	e.requireExact(t, resumed, data)
 	for _, key := range []string{up.Key, sdk.Key, resumed.Key} {
 		if n := e.openMultipartUploadsFor(t, key); n != 0 {
