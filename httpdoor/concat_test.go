@@ -2,6 +2,7 @@ package httpdoor
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -58,6 +59,14 @@ func TestConcatenation(t *testing.T) {
 	}
 	expectStatus(t, e.do("PATCH", "/files/"+id, bytes.NewReader([]byte("x")),
 		tus("Upload-Offset", strconv.Itoa(len(want)), "Content-Type", tusCT)...), http.StatusForbidden)
+	// Also while its lock is held, as it is while the partials' bytes are appended.
+	_, unlock, err := e.core.Lock(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectStatus(t, e.do("PATCH", "/files/"+id, bytes.NewReader([]byte("x")),
+		tus("Upload-Offset", "0", "Content-Type", tusCT)...), http.StatusForbidden)
+	unlock()
 
 	unfinished := e.do("POST", "/files/", nil, tus("Upload-Concat", "partial", "Upload-Length", "10")...)
 	expectStatus(t, unfinished, http.StatusCreated)

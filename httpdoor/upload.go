@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/chunkup/chunkup/internal/fault"
 )
 
 // headers are the protocol fields of a creation or append request, read the way the
@@ -364,6 +366,13 @@ func (h *Handler) patch(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return
 	}
 	held, unlock, err := h.core.Lock(context.WithoutCancel(ctx), rq.id)
+	if fault.Has(err, fault.Locked) {
+		// A final upload is locked while its partials' bytes are appended: it takes no
+		// append then either.
+		if up, _, rerr := h.read(ctx, rq); rerr == nil && len(up.Concat) > 0 {
+			err = fmt.Errorf("%w: its bytes are its partial uploads'", errFinal)
+		}
+	}
 	if err != nil {
 		h.fail(w, r, rq, err)
 		return

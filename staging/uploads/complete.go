@@ -229,7 +229,16 @@ func (c *Completions) Finish(ctx context.Context, id, token string, f staging.Fi
 		return finishCompleteScript.Run(ctx, s.c, terminalKeys(id), args...)
 	}
 	var r rdb.Reply
-	if s.c.Cluster {
+	if ev.ID == "" {
+		// No event (a partial upload's completion): nothing for the outbox index.
+		var err error
+		if r, err = rdb.Decode("finish-complete", finish(s.c.Client)); err != nil {
+			return rdb.Classify(err)
+		}
+		if r.Code == rdb.CodeOK {
+			return c.finished(ctx, id, r, handoff, nil)
+		}
+	} else if s.c.Cluster {
 		// The outbox index is on another node: its write before the record must be done
 		// before the record is sent (Bracket).
 		err := s.outbox.Bracket(ctx, id, func() (bool, error) {

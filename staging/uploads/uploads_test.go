@@ -476,3 +476,42 @@ func TestDocumentFieldsStored(t *testing.T) {
 		t.Fatalf("first chunk at %v (%v), want %v", u.FirstChunk, err, clk.Now())
 	}
 }
+
+// TestFinishWithoutEventIndexesNoOutbox: a completion that announces nothing (a partial
+// upload's) leaves nothing in the outbox index for the publisher to visit; one with an
+// event is indexed.
+func TestFinishWithoutEventIndexesNoOutbox(t *testing.T) {
+	client := testenv.StartRedis(t).Client(t)
+	ob, err := outbox.New(client, staging.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := uploads.New(client, staging.Config{}, ob, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	for i, ev := range []staging.OutboxEvent{{}, {ID: "ev1", Type: "t"}} {
+		id := newUpload(t, s, 4, 1)
+		if _, err := stage(t, s, id, 1, []byte("abcd"), true); err != nil {
+			t.Fatal(err)
+		}
+		ref := staging.ChunkRef{UploadID: id, N: 1}
+		c, _ := s.Chunks().Claim(ctx, ref, "w", time.Minute)
+		if _, _, err := s.Chunks().Record(ctx, ref, "w", "etag", c.CRC32C, 4); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := s.Completions().Begin(ctx, id, "c", time.Minute); err != nil || b.Outcome != staging.Begun {
+			t.Fatalf("begin: %v %v", b.Outcome, err)
+		}
+		if err := s.Completions().Finish(ctx, id, "c", staging.Final{ETag: "etag", Size: 4, CRC32C: c.CRC32C}, ev, false); err != nil {
+			t.Fatal(err)
+		}
+		if up, _ := s.Get(ctx, id); up.Status != staging.StatusCompleted {
+			t.Fatalf("event %q: the upload is %s after its finish", ev.ID, up.Status)
+		}
+		if n, err := ob.Len(ctx); err != nil || n != int64(i) {
+			t.Fatalf("after a finish with event %q: %d outboxes indexed (%v), want %d", ev.ID, n, err, i)
+		}
+	}
+}
