@@ -68,7 +68,7 @@ func TestRunSmall(t *testing.T) {
 		t.Errorf("concurrent rows: %+v", rep.Concurrent)
 	}
 	for _, c := range []*cliRow{rep.CLILarge, rep.CLISmall, rep.CLIDirectLarge} {
-		if c == nil || c.CLI <= 0 || c.Ratio <= 0 || c.ToSDK <= 0 || c.ClientCPUPerGiB <= 0 {
+		if c == nil || c.CLI <= 0 || c.Ratio <= 0 || c.ToSDK <= 0 || c.ClientCPUPerGiB <= 0 || c.DirectFiles <= 0 || c.RatioFiles <= 0 {
 			t.Errorf("a CLI row without figures: %+v", c)
 		}
 	}

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,6 +24,11 @@ var cliTurn = &contender{name: "CLI"}
 // cliDirectTurn stands for `chunkup upload --direct FILE` (the bytes straight to S3 with
 // URLs the server signs) in the order of a round.
 var cliDirectTurn = &contender{name: "CLI --direct"}
+
+// filesTurn stands for the direct upload of the CLI rows' input read from its file(s),
+// as a user's program uploading files straight to S3 does (the direct turn reads from
+// memory), in the order of a round.
+var filesTurn = &contender{name: "direct from files"}
 
 // cliRow is the chunkup binary run as a user runs it (`chunkup upload FILE`, `chunkup
 // upload --jobs 16 FILES…`, its defaults otherwise) against the adaptive contender,
@@ -34,6 +42,10 @@ type cliRow struct {
 	// Ratio is CLI / Direct (the target), ToSDK is CLI / SDK.
 	Ratio float64 `json:"ratio"`
 	ToSDK float64 `json:"to_sdk"`
+	// DirectFiles is the median of the direct uploads of the same input read from its
+	// file(s); RatioFiles is CLI / DirectFiles.
+	DirectFiles float64 `json:"direct_files"`
+	RatioFiles  float64 `json:"ratio_files"`
 	// ClientCPUPerGiB is the CLI process's CPU seconds per GiB in its median round.
 	ClientCPUPerGiB float64 `json:"cli_cpu_s_per_gib"`
 	// ServerCPUPerGiB is the chunkup server's CPU seconds per GiB in the median round
@@ -43,10 +55,11 @@ type cliRow struct {
 	Rounds [][2]float64 `json:"rounds"`
 }
 
-func summarizeCLI(unit string, speeds, cpu, di []float64, sdk comparison) *cliRow {
+func summarizeCLI(unit string, speeds, cpu, di, files []float64, sdk comparison) *cliRow {
 	m := median(speeds)
-	r := &cliRow{Unit: unit, CLI: speeds[m], SDK: sdk.Chunkup, Direct: di[median(di)], ClientCPUPerGiB: cpu[m]}
-	r.Ratio, r.ToSDK = r.CLI/r.Direct, r.CLI/r.SDK
+	r := &cliRow{Unit: unit, CLI: speeds[m], SDK: sdk.Chunkup, Direct: di[median(di)], ClientCPUPerGiB: cpu[m],
+		DirectFiles: files[median(files)]}
+	r.Ratio, r.ToSDK, r.RatioFiles = r.CLI/r.Direct, r.CLI/r.SDK, r.CLI/r.DirectFiles
 	for i := range speeds {
 		r.Rounds = append(r.Rounds, [2]float64{speeds[i], di[i]})
 	}
@@ -128,13 +141,38 @@ func (b *bench) viaCLI(n int64, extra ...string) (time.Duration, float64) {
 	return took, cpu / (float64(n) / (1 << 30))
 }
 
-// smallCLI uploads count small files with one `chunkup upload --jobs conc FILES…` and
-// returns the files per second and the CLI's CPU seconds per GiB.
-func (b *bench) smallCLI(count, conc int) (float64, float64) {
-	objs, data := b.smallInputs(count, "")
-	dir := b.tb.TempDir()
-	files := make([]string, count)
-	index := map[string]int{}
+// viaDirectFile uploads n bytes from a file with the AWS transfer manager, as viaDirect
+// does from memory, and returns the elapsed time. The file is written before the timing.
+func (b *bench) viaDirectFile(n int64) time.Duration {
+	ctx, cancel := b.ctx()
+	defer cancel()
+	start := b.next()
+	path := filepath.Join(b.tb.TempDir(), "large-direct.bin")
+	b.writeFile(path, start, n)
+	defer os.Remove(path)
+	key := fmt.Sprintf("direct/large-file-%d", start)
+	b.settle()
+	began := time.Now()
+	f, err := os.Open(path)
+	if err == nil {
+		_, err = b.direct.UploadObject(ctx, &transfermanager.UploadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: f})
+		f.Close()
+	}
+	took := time.Since(began)
+	if err != nil {
+		b.tb.Fatalf("bench: direct upload of %s from a file: %v", human(n), err)
+	}
+	b.verifyAndDelete([]object{{key, start, n}})
+	return took
+}
+
+// smallFiles writes count small inputs to files of a new directory (outside any
+// timing) and returns them, with their names' index.
+func (b *bench) smallFiles(count int, prefix string) (objs []object, files []string, index map[string]int, dir string) {
+	objs, data := b.smallInputs(count, prefix)
+	dir = b.tb.TempDir()
+	files = make([]string, count)
+	index = map[string]int{}
 	for i := range files {
 		name := fmt.Sprintf("small-%d.bin", i)
 		files[i], index[name] = filepath.Join(dir, name), i
@@ -143,6 +181,39 @@ func (b *bench) smallCLI(count, conc int) (float64, float64) {
 		}
 	}
 	syncFS(b.tb, dir)
+	return objs, files, index, dir
+}
+
+// smallDirectFiles puts count small files straight to S3 with PutObject, conc at a
+// time, each read from its file, and returns the files per second.
+func (b *bench) smallDirectFiles(count, conc int) float64 {
+	ctx, cancel := b.ctx()
+	defer cancel()
+	objs, files, _, dir := b.smallFiles(count, "direct/small-file-")
+	defer os.RemoveAll(dir)
+	b.settle()
+	began := time.Now()
+	errs := b.each(count, conc, func(i int) error {
+		f, err := os.Open(files[i])
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = b.s3.PutObject(ctx, &s3.PutObjectInput{
+			Bucket: aws.String(bucket), Key: aws.String(objs[i].key), Body: f, ContentLength: aws.Int64(b.cfg.SmallSize),
+		})
+		return err
+	})
+	took := time.Since(began)
+	b.failOn(errs, "direct from files")
+	b.verifyAndDelete(objs)
+	return float64(count) / took.Seconds()
+}
+
+// smallCLI uploads count small files with one `chunkup upload --jobs conc FILES…` and
+// returns the files per second and the CLI's CPU seconds per GiB.
+func (b *bench) smallCLI(count, conc int) (float64, float64) {
+	objs, files, index, dir := b.smallFiles(count, "")
 	defer os.RemoveAll(dir)
 	took, cpu, ups := b.runCLI(files, "--jobs", fmt.Sprint(conc))
 	for _, up := range ups {

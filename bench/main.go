@@ -284,16 +284,16 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "many at once, %s: chunkup %.1f MiB/s, direct %.1f MiB/s = %.3f\n", c, c.Chunkup, c.Direct, c.Ratio)
 	}
 	if c := r.CLILarge; c != nil {
-		fmt.Fprintf(w, "CLI, chunkup upload FILE (large %s): %.1f MiB/s = %.3f × direct, %.3f × the SDK; CLI CPU %.2f s/GiB\n",
-			human(r.Config.Large), c.CLI, c.Ratio, c.ToSDK, c.ClientCPUPerGiB)
+		fmt.Fprintf(w, "CLI, chunkup upload FILE (large %s): %.1f MiB/s = %.3f × direct (%.3f × direct from the same file, %.1f MiB/s), %.3f × the SDK; CLI CPU %.2f s/GiB\n",
+			human(r.Config.Large), c.CLI, c.Ratio, c.RatioFiles, c.DirectFiles, c.ToSDK, c.ClientCPUPerGiB)
 	}
 	if c := r.CLIDirectLarge; c != nil {
-		fmt.Fprintf(w, "CLI, chunkup upload --direct FILE (large %s): %.1f MiB/s = %.3f × direct; CLI CPU %.2f s/GiB, chunkup server CPU %.3f s/GiB\n",
-			human(r.Config.Large), c.CLI, c.Ratio, c.ClientCPUPerGiB, c.ServerCPUPerGiB)
+		fmt.Fprintf(w, "CLI, chunkup upload --direct FILE (large %s): %.1f MiB/s = %.3f × direct (%.3f × direct from the same file); CLI CPU %.2f s/GiB, chunkup server CPU %.3f s/GiB\n",
+			human(r.Config.Large), c.CLI, c.Ratio, c.RatioFiles, c.ClientCPUPerGiB, c.ServerCPUPerGiB)
 	}
 	if c := r.CLISmall; c != nil {
-		fmt.Fprintf(w, "CLI, chunkup upload --jobs %d FILES… (small %d × %s): %.1f files/s = %.3f × PutObject, %.3f × the SDK; CLI CPU %.2f s/GiB\n",
-			r.Config.SmallConc, r.Config.SmallCount, human(r.Config.SmallSize), c.CLI, c.Ratio, c.ToSDK, c.ClientCPUPerGiB)
+		fmt.Fprintf(w, "CLI, chunkup upload --jobs %d FILES… (small %d × %s): %.1f files/s = %.3f × PutObject (%.3f × PutObject of the same files, %.1f files/s), %.3f × the SDK; CLI CPU %.2f s/GiB\n",
+			r.Config.SmallConc, r.Config.SmallCount, human(r.Config.SmallSize), c.CLI, c.Ratio, c.RatioFiles, c.DirectFiles, c.ToSDK, c.ClientCPUPerGiB)
 	}
 	if p := r.TusdLarge; p != nil {
 		fmt.Fprintln(w, "peer "+p.line("large "+human(r.Config.Large)+" in one PATCH"))
