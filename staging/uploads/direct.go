@@ -243,30 +243,15 @@ func (s *Store) RecordDirectParts(ctx context.Context, id string, parts []Direct
 			}
 			args = append(args, p.N, p.ETag, sum, p.Size)
 		}
-		var eval, wait *redis.Cmd
+		var eval *redis.Cmd
 		var index *redis.IntCmd
-		record := func(p redis.Pipeliner) error {
+		wait, err := s.pipelineReplicated(ctx, id, func(p redis.Pipeliner) {
+			if start == 0 && !cluster {
+				// On one Redis, in the first record's round trip, before it.
+				index = s.completions.AddIn(ctx, p, id, id, due)
+			}
 			eval = recordDirectScript.Eval(ctx, s.c, p, keys, args...)
-			if s.c.Cfg.MinReplicas > 0 {
-				wait = p.Do(ctx, "WAIT", s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout.Milliseconds())
-			}
-			return nil
-		}
-		if cc, ok := s.c.Client.(*redis.ClusterClient); ok && s.c.Cfg.MinReplicas > 0 {
-			// The record and its WAIT on one connection to the upload's master.
-			var node *redis.Client
-			if node, err = cc.MasterForKey(ctx, rdb.StateKey(id)); err == nil {
-				_, err = node.Pipelined(ctx, record)
-			}
-		} else {
-			_, err = s.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-				if start == 0 && !cluster {
-					// On one Redis, in the first record's round trip, before it.
-					index = s.completions.AddIn(ctx, p, id, id, due)
-				}
-				return record(p)
-			})
-		}
+		})
 		if index != nil && index.Err() == nil && index.Val() == 1 {
 			ours = true
 		}
@@ -284,10 +269,8 @@ func (s *Store) RecordDirectParts(ctx context.Context, id string, parts []Direct
 			}
 			return false, refusal(res, batch[len(batch)-1].N)
 		}
-		if wait != nil {
-			if n, err := wait.Int64(); err != nil || n < int64(s.c.Cfg.MinReplicas) {
-				return false, fmt.Errorf("%w (%d of %d replicas confirmed within %s)", staging.ErrNotReplicated, n, s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout)
-			}
+		if err := s.replicated(wait, ""); err != nil {
+			return false, err
 		}
 		ready = last && res.Flag(0)
 	}

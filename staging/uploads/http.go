@@ -2,7 +2,6 @@ package uploads
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -213,10 +212,8 @@ func (s *Store) DeclareSize(ctx context.Context, id, tenant string, size int64) 
 				return err
 			}
 		}
-		if wait != nil {
-			if n, err := wait.Int64(); err != nil || n < int64(s.c.Cfg.MinReplicas) {
-				return fmt.Errorf("%w (%d of %d replicas confirmed the size within %s)", staging.ErrNotReplicated, n, s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout)
-			}
+		if err := s.replicated(wait, "the size "); err != nil {
+			return err
 		}
 		return nil
 	case rdb.CodeFenced:
@@ -241,9 +238,7 @@ func (s *Store) pipelineReplicated(ctx context.Context, id string, queue func(p 
 	var wait *redis.Cmd
 	run := func(p redis.Pipeliner) error {
 		queue(p)
-		if s.c.Cfg.MinReplicas > 0 {
-			wait = p.Do(ctx, "WAIT", s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout.Milliseconds())
-		}
+		wait = s.waitIn(ctx, p)
 		return nil
 	}
 	var err error

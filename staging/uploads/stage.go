@@ -143,11 +143,9 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 	stage := func(p redis.Pipeliner) error {
 		set = p.Set(ctx, incoming, data, s.c.Cfg.ChunkTTL)
 		eval = stageScript.Eval(ctx, s.c, p, keys, args...)
-		if s.c.Cfg.MinReplicas > 0 {
-			// The script writes even for a repeat, so WAIT also covers a first attempt
-			// whose WAIT timed out.
-			wait = p.Do(ctx, "WAIT", s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout.Milliseconds())
-		}
+		// The script writes even for a repeat, so WAIT also covers a first attempt
+		// whose WAIT timed out.
+		wait = s.waitIn(ctx, p)
 		return nil
 	}
 	due := now.Add(wakeGrace)
@@ -188,9 +186,9 @@ func (s *Store) Stage(ctx context.Context, id string, n uint32, data []byte, crc
 		// client sends the chunk again and its repeat adds the entry.
 		return staging.StageResult{}, rdb.Classify(index.Err())
 	}
-	if wait != nil && (code == rdb.CodeOK || code == rdb.CodeDup) {
-		if n, err := wait.Int64(); err != nil || n < int64(s.c.Cfg.MinReplicas) {
-			return staging.StageResult{}, fmt.Errorf("%w (%d of %d replicas confirmed within %s)", staging.ErrNotReplicated, n, s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout)
+	if code == rdb.CodeOK || code == rdb.CodeDup {
+		if err := s.replicated(wait, ""); err != nil {
+			return staging.StageResult{}, err
 		}
 	}
 	if code == rdb.CodeOK && s.c.Cluster {

@@ -639,3 +639,25 @@ func (s *Store) InProgress(ctx context.Context, tenant, cursor string, limit int
 func (s *Store) forget(ctx context.Context, id, tenant string, createdMs int64) {
 	_ = s.c.Client.ZRem(ctx, rdb.TenantUploadsKey(tenant), rdb.TenantUploadsMember(createdMs, id)).Err()
 }
+
+// waitIn queues in p, when writes must reach Config.MinReplicas before they are
+// acknowledged, a WAIT for the writes queued before it; nil when they need not.
+func (s *Store) waitIn(ctx context.Context, p redis.Pipeliner) *redis.Cmd {
+	if s.c.Cfg.MinReplicas <= 0 {
+		return nil
+	}
+	return p.Do(ctx, "WAIT", s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout.Milliseconds())
+}
+
+// replicated is nil when wait (waitIn's; nil for none) confirmed MinReplicas, else
+// staging.ErrNotReplicated saying how many replicas confirmed what (a phrase with a
+// trailing space, or "").
+func (s *Store) replicated(wait *redis.Cmd, what string) error {
+	if wait == nil {
+		return nil
+	}
+	if n, err := wait.Int64(); err != nil || n < int64(s.c.Cfg.MinReplicas) {
+		return fmt.Errorf("%w (%d of %d replicas confirmed %swithin %s)", staging.ErrNotReplicated, n, s.c.Cfg.MinReplicas, what, s.c.Cfg.ReplicaTimeout)
+	}
+	return nil
+}

@@ -101,9 +101,9 @@ func (s *Store) SaveTail(ctx context.Context, id string, n uint32, data []byte) 
 	if err != nil {
 		return rdb.Classify(err)
 	}
-	if wait != nil && code == tailSaved {
-		if r, err := wait.Int64(); err != nil || r < int64(s.c.Cfg.MinReplicas) {
-			return fmt.Errorf("%w (%d of %d replicas confirmed within %s)", staging.ErrNotReplicated, r, s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout)
+	if code == tailSaved {
+		if err := s.replicated(wait, ""); err != nil {
+			return err
 		}
 	}
 	switch code {

@@ -246,9 +246,7 @@ func (c *Chunks) RecordThrough(ctx context.Context, ref staging.ChunkRef, token,
 	var index *redis.IntCmd
 	record := func(p redis.Pipeliner) error {
 		eval = recordThroughScript.Eval(ctx, s.c, p, keys, args...)
-		if s.c.Cfg.MinReplicas > 0 {
-			wait = p.Do(ctx, "WAIT", s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout.Milliseconds())
-		}
+		wait = s.waitIn(ctx, p)
 		return nil
 	}
 	due := s.c.Now().Add(wakeGrace)
@@ -285,9 +283,9 @@ func (c *Chunks) RecordThrough(ctx context.Context, ref staging.ChunkRef, token,
 		return 0, false, rdb.Classify(evalErr)
 	}
 	code := res.Code
-	if wait != nil && (code == rdb.CodeOK || code == rdb.CodeDup) {
-		if n, err := wait.Int64(); err != nil || n < int64(s.c.Cfg.MinReplicas) {
-			return 0, false, fmt.Errorf("%w (%d of %d replicas confirmed within %s)", staging.ErrNotReplicated, n, s.c.Cfg.MinReplicas, s.c.Cfg.ReplicaTimeout)
+	if code == rdb.CodeOK || code == rdb.CodeDup {
+		if err := s.replicated(wait, ""); err != nil {
+			return 0, false, err
 		}
 	}
 	switch code {
