@@ -38,8 +38,10 @@ func Combine(crcA, crcB uint32, lenB int64) uint32 {
 	return multModP(xPow8n(lenB), crcA) ^ crcB
 }
 
-// x2k[k] is x^(2^k) modulo the polynomial (reflected: x^0 is the top bit).
-var x2k = func() (t [32]uint32) {
+// x2k[k] is x^(2^k) modulo the polynomial (reflected: x^0 is the top bit), for every k
+// xPow8n needs: 3 (a byte is 2^3 bits) to 3+62. (The powers do not repeat with period
+// 32 for this polynomial, so the table cannot wrap around as zlib's does for its own.)
+var x2k = func() (t [66]uint32) {
 	p := uint32(1) << 30 // x^1
 	for k := range t {
 		t[k] = p
@@ -72,7 +74,7 @@ func xPow8n(n int64) uint32 {
 	p := uint32(1) << 31 // x^0
 	for k := 3; n != 0; n, k = n>>1, k+1 {
 		if n&1 != 0 {
-			p = multModP(x2k[k&31], p)
+			p = multModP(x2k[k], p)
 		}
 	}
 	return p

@@ -1,6 +1,7 @@
 package crc
 
 import (
+	"hash/crc32"
 	"math/rand/v2"
 	"testing"
 )
@@ -21,6 +22,27 @@ func TestCombineMatchesWholeChecksum(t *testing.T) {
 		want := Checksum(append(append([]byte{}, a...), b...))
 		if got := Combine(Checksum(a), Checksum(b), int64(len(b))); got != want {
 			t.Errorf("Combine(%d bytes, %d bytes) = %08x, want %08x", tc.a, tc.b, got, want)
+		}
+	}
+}
+
+// TestCombineLarge: parts of 512 MiB and more (up to S3's 5 GiB), where the powers of x
+// the combination multiplies by go beyond 2^32: zeros appended to a checksum, checked
+// against the standard library's running update.
+func TestCombineLarge(t *testing.T) {
+	zeros := make([]byte, 1<<20)
+	for _, n := range []int64{1<<29 - 1, 1 << 29, 1<<30 + 7, 5 << 30} {
+		var sumZeros uint32
+		for left := n; left > 0; left -= int64(len(zeros)) {
+			sumZeros = crc32.Update(sumZeros, Table, zeros[:min(left, int64(len(zeros)))])
+		}
+		a := Checksum([]byte("the bytes before"))
+		want := a
+		for left := n; left > 0; left -= int64(len(zeros)) {
+			want = crc32.Update(want, Table, zeros[:min(left, int64(len(zeros)))])
+		}
+		if got := Combine(a, sumZeros, n); got != want {
+			t.Errorf("Combine over %d bytes = %08x, want %08x", n, got, want)
 		}
 	}
 }
