@@ -168,12 +168,28 @@ func (d *directUpload) run(ctx context.Context, fresh bool) (*chunkupv1.Upload, 
 			if !ok {
 				return nil
 			}
+			// While more parts are signed and waiting than the putters take at once, the
+			// batch waits for the summer's next part (it is faster than S3); else it
+			// goes with what is summed already, so that the reader never waits long.
 			batch := []*directPiece{p}
+		more:
 			for len(batch) < signBatch {
-				if p, ok = <-summed; !ok {
-					break
+				if len(signed) > workers {
+					if p, ok = <-summed; !ok {
+						break more
+					}
+					batch = append(batch, p)
+					continue
 				}
-				batch = append(batch, p)
+				select {
+				case p, ok := <-summed:
+					if !ok {
+						break more
+					}
+					batch = append(batch, p)
+				default:
+					break more
+				}
 			}
 			if err := d.sign(gctx, batch); err != nil {
 				return err

@@ -36,7 +36,7 @@ type DirectS3 interface {
 // TouchDirect and RecordDirectParts).
 type DirectStore interface {
 	TouchDirect(ctx context.Context, id, tenant string, maxN uint32, noCRC bool) (uploads.DirectTarget, error)
-	RecordDirectParts(ctx context.Context, id string, parts []uploads.DirectPart) (ready bool, err error)
+	RecordDirectParts(ctx context.Context, id string, parts []uploads.DirectPart, completes bool) (ready bool, err error)
 }
 
 var _ DirectStore = (*uploads.Store)(nil)
@@ -289,7 +289,9 @@ func (c *Core) completeDirect(ctx context.Context, id string, reported []Reporte
 	for i, p := range held {
 		rec[i] = uploads.DirectPart{N: p.N, ETag: p.ETag, CRC32C: sums[i], Size: p.Size}
 	}
-	if _, err := c.directStore.RecordDirectParts(context.WithoutCancel(ctx), id, rec); err != nil {
+	// This process completes it when it has a completer; else the completer role does,
+	// at once.
+	if _, err := c.directStore.RecordDirectParts(context.WithoutCancel(ctx), id, rec, c.completer != nil); err != nil {
 		return nil, err
 	}
 	var done *staging.Upload

@@ -50,12 +50,16 @@ type resumeState struct {
 	snapErr error
 }
 
-// stateMin is the size up to which a file's upload is not recorded: the SDK sends such
-// a file in one message (its create and every byte), so an interrupted upload of it
-// holds nothing a resume would not send again, and recording it cost the state file's
-// lock, read and write twice per file, which held back --jobs uploads of many small
-// files (docs/performance.md, run J).
+// stateMin is the size up to which a file's upload through chunkup is not recorded:
+// the SDK sends such a file in one message (its create and every byte), so an
+// interrupted upload of it holds nothing a resume would not send again, and recording
+// it cost the state file's lock, read and write twice per file, which held back --jobs
+// uploads of many small files (docs/performance.md, run J). A direct upload of any size
+// is several requests (create, sign, PUT, complete), so it is recorded.
 const stateMin = 5 << 20
+
+// recordable reports whether e's upload (direct or not) is recorded in the state.
+func recordable(e resumeEntry, direct bool) bool { return direct || e.Size > stateMin }
 
 // stateDir is where the CLI keeps its state: $CHUNKUP_STATE_DIR, else
 // $XDG_STATE_HOME/chunkup, else ~/.local/state/chunkup.

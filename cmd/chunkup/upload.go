@@ -30,10 +30,10 @@ with --prefix. With -r, each file under a DIR is stored as PREFIX/DIR/RELATIVE/P
 (PREFIX is uploads/ unless --prefix says otherwise; a / is added when missing). An
 object already at a key is replaced.`
 
-const uploadResumeHelp = `Resuming: each upload of a file over 5 MiB started is recorded (the file's
-absolute path, size and modification time, the server and the key) in
-$CHUNKUP_STATE_DIR, else $XDG_STATE_HOME/chunkup, else ~/.local/state/chunkup; smaller
-files go in one message, which leaves nothing to resume. Uploading the same unchanged
+const uploadResumeHelp = `Resuming: each upload started is recorded (the file's absolute path, size and
+modification time, the server and the key) in $CHUNKUP_STATE_DIR, else
+$XDG_STATE_HOME/chunkup, else ~/.local/state/chunkup, but for files of 5 MiB or less
+without --direct: those go in one message, which leaves nothing to resume. Uploading the same unchanged
 file to the same server and key again resumes that upload: only the chunks the server
 lacks are sent. A completed upload is forgotten; one that ended otherwise or expired is
 started anew. The upload id is printed on stderr as soon as the upload exists (with
@@ -435,7 +435,7 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 	opts = append(opts, client.WithOnStart(func(up *chunkupv1.Upload) {
 		if entry != nil {
 			entry.UploadID = up.UploadId
-			if entry.Size > stateMin {
+			if recordable(*entry, direct) {
 				r.remember(*entry)
 			}
 		}
@@ -452,7 +452,7 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 	}
 	var mismatch *client.MismatchError
 	var ended *client.EndedError
-	recorded := entry != nil && entry.UploadID != "" && (entry.Size > stateMin || resumeID != "")
+	recorded := entry != nil && entry.UploadID != "" && (recordable(*entry, direct) || resumeID != "")
 	if recorded && (err == nil || errors.As(err, &mismatch) || errors.As(err, &ended)) {
 		r.forget(entry.UploadID) // done with, one way or the other: nothing to resume
 	}

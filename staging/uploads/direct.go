@@ -104,9 +104,9 @@ var ErrCRCRequired = errors.New("the upload's multipart upload takes parts only 
 
 // recordDirectScript records a batch of a direct upload's parts, as S3 holds them, as
 // received and stored, in one step: the parts the client put, checked against S3's
-// listing by the caller. A part recorded before with the same CRC32C is left as it is
-// (a completion repeated, or one cut off between batches); nothing is leased, as no
-// bytes pass through chunkup and the record is one script.
+// listing by the caller. A part recorded before with the same ETag, CRC32C and size is
+// left as it is (a completion repeated, or one cut off between batches); nothing is
+// leased, as no bytes pass through chunkup and the record is one script.
 //
 //	KEYS[1] state hash
 //	KEYS[2] received hash
@@ -121,7 +121,7 @@ var ErrCRCRequired = errors.New("the upload's multipart upload takes parts only 
 //
 // Returns {"ok", ready, recorded}: ready is 1 when the upload now has every part,
 // recorded how many parts were new; {"recorded", N} when part N was recorded before
-// with other bytes; or, as beginThroughScript, {"notfound"}, {"state", status},
+// as another part (another ETag, CRC32C or size: replaced in S3 since); or, as beginThroughScript, {"notfound"}, {"state", status},
 // {"beyond", total}, {"last", total}, {"lastbefore", max_received}. Nothing is written
 // unless it returns "ok".
 var recordDirectScript = rdb.NewScript(`
@@ -143,7 +143,7 @@ for i = 0, count - 1 do
   local n = tonumber(ns[i+1])
   if total > 0 and n > total then return {'beyond', total} end
   local part = held[i+1]
-  if part and string.match(part, '^[^|]*|([^|]*)|') ~= ARGV[8+4*i] then return {'recorded', n} end
+  if part and part ~= ARGV[7+4*i] .. '|' .. ARGV[8+4*i] .. '|' .. ARGV[9+4*i] then return {'recorded', n} end
 end
 -- Every check is done: the writes follow.
 local recv, parts = {}, {}
@@ -200,15 +200,18 @@ const directBatch = 1000
 // RecordDirectParts records every part of direct upload id, numbered 1 to len(parts)
 // and in that order, as its client put them into S3 (checked against S3's listing),
 // and returns whether the upload is now ready to complete: it is on success, and its
-// completion is indexed (due after a grace: the caller completes it itself, and a
-// sweeper completes it should the caller die). Parts recorded before with the same
-// CRC32C are left as they are; one recorded with other bytes is a
-// *staging.PartRecordedError. Up to 1000 parts are recorded in one script, so a
-// caller cut off between batches leaves some parts recorded and the upload not ready,
-// and a repeat records the rest.
-func (s *Store) RecordDirectParts(ctx context.Context, id string, parts []DirectPart) (ready bool, err error) {
+// completion is indexed, due at once, or after a grace when the caller completes it
+// itself (completes: a sweeper completes it should the caller die). Parts recorded
+// before as the same part are left as they are; one recorded as another (ETag, CRC32C
+// or size) is a *staging.PartRecordedError. Up to 1000 parts are recorded in one
+// script, so a caller cut off between batches leaves some parts recorded and the
+// upload not ready, and a repeat records the rest.
+func (s *Store) RecordDirectParts(ctx context.Context, id string, parts []DirectPart, completes bool) (ready bool, err error) {
 	keys := []string{rdb.StateKey(id), rdb.ReceivedKey(id), rdb.PartsKey(id), rdb.MetaKey(id)}
-	due := s.c.Now().Add(wakeGrace)
+	due := s.c.Now()
+	if completes {
+		due = due.Add(wakeGrace)
+	}
 	// The completion's index entry, when this call made it, is dropped should the
 	// records be refused (they then lead to nothing); kept on any other error, as the
 	// records may have been made.
@@ -246,8 +249,11 @@ func (s *Store) RecordDirectParts(ctx context.Context, id string, parts []Direct
 		var eval *redis.Cmd
 		var index *redis.IntCmd
 		wait, err := s.pipelineReplicated(ctx, id, func(p redis.Pipeliner) {
-			if start == 0 && !cluster {
-				// On one Redis, in the first record's round trip, before it.
+			if (start == 0 || last) && !cluster {
+				// On one Redis, in the first record's round trip, before it, and again
+				// (it adds only what is missing) in the last's: a sweeper that came
+				// between, found the upload not ready and dropped the entry, would
+				// otherwise leave the ready upload without one.
 				index = s.completions.AddIn(ctx, p, id, id, due)
 			}
 			eval = recordDirectScript.Eval(ctx, s.c, p, keys, args...)
@@ -273,6 +279,12 @@ func (s *Store) RecordDirectParts(ctx context.Context, id string, parts []Direct
 			return false, err
 		}
 		ready = last && res.Flag(0)
+	}
+	if ready && cluster && len(parts) > directBatch {
+		// As the last batch does on one Redis (the index is on another node here).
+		if err := s.completions.Add(ctx, id, id, due); err != nil {
+			return false, rdb.Classify(err)
+		}
 	}
 	return ready, nil
 }

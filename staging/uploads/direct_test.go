@@ -71,9 +71,10 @@ func TestTouchDirect(t *testing.T) {
 }
 
 // TestRecordDirectParts: a direct upload's parts are recorded in one script per 1,000
-// (here 1,201 parts, two batches), make the upload ready, and index its completion;
-// a repeat changes nothing; a part recorded before with other bytes, or a last part
-// that is not the upload's, is refused and records nothing.
+// (here 1,201 parts, two batches), make the upload ready, and index its completion
+// (due after a grace when the caller completes it, at once otherwise); a repeat changes
+// nothing; a part recorded before as another part (in the second batch), or a last
+// part that is not the upload's, is refused and records nothing.
 func TestRecordDirectParts(t *testing.T) {
 	s, clk := newStore(t)
 	ctx := ctxT(t)
@@ -117,7 +118,7 @@ func TestRecordDirectParts(t *testing.T) {
 	id := create(t, 0)
 	ps := parts(1201)
 	for range 2 { // the second time, a repeat
-		ready, err := s.RecordDirectParts(ctx, id, ps)
+		ready, err := s.RecordDirectParts(ctx, id, ps, true)
 		if err != nil || !ready {
 			t.Fatalf("RecordDirectParts: ready %v, %v", ready, err)
 		}
@@ -142,46 +143,44 @@ func TestRecordDirectParts(t *testing.T) {
 		t.Fatalf("the ready upload's completion is not indexed: due %v", d)
 	}
 
-	other := parts(3)
-	sum := uint32(7)
-	other[1].CRC32C = &sum
+	// Recorded as other parts: part 1003 (in the second batch) with another ETag; the
+	// first batch's parts are the same, and recorded already.
+	prior, other := parts(1005), parts(1005)
+	other[1002].ETag = `"replaced"`
 	var recorded *staging.PartRecordedError
 	var last *staging.LastChunkError
 	for _, tc := range []struct {
 		name  string
 		total uint32
-		prior []uploads.DirectPart // recorded first
+		prior []uploads.DirectPart // recorded first (its completion is indexed)
 		parts []uploads.DirectPart
 		is    func(error) bool
-		held  uint32 // parts recorded after the refusal
 	}{
-		{"part 2 recorded with other bytes", 0, parts(3), other, func(err error) bool { return errors.As(err, &recorded) && recorded.N == 2 }, 3},
-		{"a last part that is not the upload's", 4, nil, parts(3), func(err error) bool { return errors.As(err, &last) && last.Last == 4 }, 0},
+		{"part 1003 recorded as another part", 0, prior, other, func(err error) bool { return errors.As(err, &recorded) && recorded.N == 1003 }},
+		{"a last part that is not the upload's", 4, nil, parts(3), func(err error) bool { return errors.As(err, &last) && last.Last == 4 }},
 	} {
 		id := create(t, tc.total)
 		if tc.prior != nil {
-			tc.prior[1].CRC32C = nil
-			if ready, err := s.RecordDirectParts(ctx, id, tc.prior); err != nil || !ready {
+			if ready, err := s.RecordDirectParts(ctx, id, tc.prior, false); err != nil || !ready {
 				t.Fatalf("%s: ready %v, %v", tc.name, ready, err)
 			}
-			if d := due(t); !slices.Contains(d, id) {
-				t.Fatalf("%s: the ready upload's completion is not indexed: due %v", tc.name, d)
-			}
-			if err := s.Completions().Drop(ctx, id); err != nil {
-				t.Fatal(err)
+			// Due at once: the caller said it does not complete the upload itself.
+			if d, err := s.Completions().Due(ctx, 100); err != nil || !slices.Contains(d, id) {
+				t.Fatalf("%s: the ready upload's completion is not due at once: %v %v", tc.name, d, err)
 			}
 		}
 		before := get(t, id)
-		ready, err := s.RecordDirectParts(ctx, id, tc.parts)
+		ready, err := s.RecordDirectParts(ctx, id, tc.parts, true)
 		if ready || !tc.is(err) {
 			t.Fatalf("%s: ready %v, %v", tc.name, ready, err)
 		}
 		u := get(t, id)
-		if u.Uploaded != tc.held || u.UploadedBytes != before.UploadedBytes || u.Total != before.Total {
+		if u.Uploaded != before.Uploaded || u.UploadedBytes != before.UploadedBytes || u.Total != before.Total {
 			t.Fatalf("%s changed the upload: uploaded %d (%d bytes), total %d", tc.name, u.Uploaded, u.UploadedBytes, u.Total)
 		}
-		if d := due(t); slices.Contains(d, id) {
-			t.Fatalf("%s: a refused record left the upload's completion indexed", tc.name)
+		// A refused record drops the index entry it made, not one it found.
+		if d := due(t); slices.Contains(d, id) != (tc.prior != nil) {
+			t.Fatalf("%s: the upload's completion indexed %v after the refusal, want %v", tc.name, slices.Contains(d, id), tc.prior != nil)
 		}
 	}
 }
