@@ -69,6 +69,8 @@ func TestOnCluster(t *testing.T) {
 		// HTTP uploads: the append lock, its fence and the declared size in one slot.
 		{"HTTPUnknownLength", TestHTTPUnknownLength},
 		{"HTTPConcurrentAppends", TestHTTPConcurrentAppends},
+		// Direct uploads: the parts' record and the completion's index on other nodes.
+		{"DirectSDKAndCLI", TestDirectSDKAndCLI},
 		// Several API and worker processes, no affinity, one worker killed.
 		{"ManyReplicas", testManyReplicas},
 	}
