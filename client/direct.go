@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net/http"
 	"sync"
@@ -138,7 +137,7 @@ func (d *directUpload) run(ctx context.Context, fresh bool) (*chunkupv1.Upload, 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(summed)
-		scratch := make([]byte, min(1<<20, chunk, d.size))
+		scratch := make([]byte, max(1, min(1<<20, chunk, d.size)))
 		for n := uint32(1); n <= total; n++ {
 			off := int64(n-1) * chunk
 			size := min(chunk, d.size-off)
@@ -296,16 +295,11 @@ type directPiece struct {
 
 // checksum is the CRC32C of the size bytes of the input at off, read through scratch.
 func (d *directUpload) checksum(scratch []byte, off, size int64) (uint32, error) {
-	var sum uint32
-	for done := int64(0); done < size; {
-		b := scratch[:min(int64(len(scratch)), size-done)]
-		if _, err := d.r.ReadAt(b, off+done); err != nil && !(errors.Is(err, io.EOF) && len(b) == 0) {
-			return 0, err
-		}
-		sum = crc32.Update(sum, crc.Table, b)
-		done += int64(len(b))
+	h := crc.New()
+	if _, err := io.CopyBuffer(h, io.NewSectionReader(d.r, off, size), scratch); err != nil {
+		return 0, err
 	}
-	return sum, nil
+	return h.Sum32(), nil
 }
 
 // signBatch is the most parts signed in one call.

@@ -125,7 +125,7 @@ var ErrCRCRequired = errors.New("the upload's multipart upload takes parts only 
 // {"beyond", total}, {"last", total}, {"lastbefore", max_received}. Nothing is written
 // unless it returns "ok".
 var recordDirectScript = rdb.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'max_received')
+local st = redis.call('HMGET', KEYS[1], 'status', 'total', 'max_received', 'uploaded')
 if not st[1] then return {'notfound'} end
 if st[1] ~= 'ACTIVE' then return {'state', st[1]} end
 local total = tonumber(st[2])
@@ -160,7 +160,7 @@ for i = 0, count - 1 do
     if tonumber(n) > newmax then newmax = tonumber(n) end
   end
 end
-local up = tonumber(redis.call('HGET', KEYS[1], 'uploaded') or '0')
+local up = tonumber(st[4] or '0')
 if added > 0 then
   redis.call('HSET', KEYS[2], unpack(recv))
   redis.call('HSET', KEYS[3], unpack(parts))
