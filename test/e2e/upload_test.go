@@ -87,10 +87,11 @@ func TestOutOfOrderOverConcurrentStreams(t *testing.T) {
 	}
 	up := created.Upload
 	total := int(up.TotalChunks)
-	// Every chunk but the last, shuffled, two of them twice, over three streams at once;
-	// the last chunk goes after them, so that no repeat can arrive after completion.
+	// Every chunk but the last, shuffled, over three streams at once; then two of them
+	// again, over two streams at once, once their first copies are acknowledged (a
+	// repeat that races its first copy is not a duplicate yet); the last chunk goes
+	// after them, so that no repeat can arrive after completion.
 	order := rand.Perm(total - 1)
-	order = append(order, order[0], order[3])
 	send := func(stream chunkupv1.UploadService_UploadChunkClient, n int) bool {
 		part := data[(n-1)*chunk : min(n*chunk, len(data))]
 		if err := stream.Send(&chunkupv1.UploadChunkRequest{UploadId: up.UploadId, ChunkNumber: uint32(n), Data: part}); err != nil {
@@ -107,27 +108,31 @@ func TestOutOfOrderOverConcurrentStreams(t *testing.T) {
 		}
 		return !ack.Duplicate
 	}
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	dups := 0
-	for s := range 3 {
-		wg.Go(func() {
-			stream, err := c.API().UploadChunk(ctx(t))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			for i := s; i < len(order); i += 3 {
-				if !send(stream, order[i]+1) {
-					mu.Lock()
-					dups++
-					mu.Unlock()
+	over := func(streams int, chunks []int) {
+		var wg sync.WaitGroup
+		for s := range streams {
+			wg.Go(func() {
+				stream, err := c.API().UploadChunk(ctx(t))
+				if err != nil {
+					t.Error(err)
+					return
 				}
-			}
-			_ = stream.CloseSend()
-		})
+				for i := s; i < len(chunks); i += streams {
+					if !send(stream, chunks[i]+1) {
+						mu.Lock()
+						dups++
+						mu.Unlock()
+					}
+				}
+				_ = stream.CloseSend()
+			})
+		}
+		wg.Wait()
 	}
-	wg.Wait()
+	over(3, order)
+	over(2, []int{order[0], order[3]})
 	last, err := c.API().UploadChunk(ctx(t))
 	if err != nil {
 		t.Fatal(err)
