@@ -193,6 +193,7 @@ type App struct {
 	}
 	http      *http.Server
 	door      *httpdoor.Handler // nil without the api role or an HTTP address
+	doorHTTP  http.Handler      // the HTTP door as mounted (observed), for the direct door's single PUT
 	worker    *chunkworker.Worker
 	completer *completion.Completer
 	publisher *events.Publisher

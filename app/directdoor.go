@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chunkup/chunkup/directdoor"
+	"github.com/chunkup/chunkup/httpdoor"
 	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/server"
 	"github.com/chunkup/chunkup/upload"
@@ -48,8 +49,19 @@ func (a *App) setupDirectDoor(mux *http.ServeMux, guard server.Guard) (err error
 	prefix := cmp.Or(a.cfg.DirectDoor.Prefix, "/s3/")
 	authenticate := httpAuthenticate(guard)
 	endpoint := cmp.Or(a.cfg.S3.PublicEndpoint, a.cfg.S3.Endpoint, "https://s3."+cmp.Or(a.cfg.S3.Region, "us-east-1")+".amazonaws.com")
+	var whole http.Handler
+	if a.doorHTTP != nil {
+		// Uppy's single PUT goes through the HTTP door as a tus creation; the direct
+		// door authenticated it already.
+		whole = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			a.doorHTTP.ServeHTTP(w, r.WithContext(httpdoor.Authenticated(r.Context())))
+		})
+	}
 	door := directdoor.New(a.core, directdoor.Config{
-		Prefix: prefix,
+		Whole:     whole,
+		WholePath: strings.TrimSuffix(cmp.Or(a.cfg.HTTPDoor.Door.Prefix, "/files/"), "/"),
+		PublicURL: a.cfg.HTTPDoor.Door.PublicURL,
+		Prefix:    prefix,
 		Authenticate: func(r *http.Request) (context.Context, error) {
 			ctx, err := authenticate(r)
 			if err != nil {
@@ -59,8 +71,8 @@ func (a *App) setupDirectDoor(mux *http.ServeMux, guard server.Guard) (err error
 		},
 		ObjectURL: directdoor.ObjectURL(endpoint),
 		// The HTTP door's origins: a page may use both doors, or neither.
-		Origins: a.cfg.HTTPDoor.Door.CORS.Policy(a.cfg.HTTPDoor.Door.PublicURL, "GET, POST, DELETE, OPTIONS",
-			"Authorization, Content-Type, X-Api-Key, X-Requested-With, X-Correlation-Id", "Retry-After, X-Correlation-Id"),
+		Origins: a.cfg.HTTPDoor.Door.CORS.Policy(a.cfg.HTTPDoor.Door.PublicURL, "GET, POST, PUT, DELETE, OPTIONS",
+			"Authorization, Content-Type, X-Api-Key, X-Requested-With, X-Correlation-Id", "Retry-After, X-Correlation-Id, ETag, Location"),
 		Logger: a.log.With("role", "directdoor"),
 	})
 	defer func() {
@@ -72,5 +84,8 @@ func (a *App) setupDirectDoor(mux *http.ServeMux, guard server.Guard) (err error
 	// A completion lists the parts and may read the object for its CRC32C: bounded, as
 	// every request of the door, so that a stuck store does not hold the connection.
 	mux.Handle(prefix, http.TimeoutHandler(door, 5*time.Minute, `{"error":"the request took too long; retry it"}`))
+	// A single PUT carries a whole file: the HTTP door's idle and minimum-rate timeouts
+	// bound it, as they bound any upload through it, not a deadline for the whole.
+	mux.Handle("PUT "+prefix+"put", door)
 	return nil
 }

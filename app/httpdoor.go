@@ -110,7 +110,7 @@ func (a *App) setupDoor(mux *http.ServeMux, guard server.Guard) (err error) {
 			mux.Handle("GET "+p, page)
 		}
 	}
-	a.door = door
+	a.door, a.doorHTTP = door, h
 	return nil
 }
 

@@ -13,7 +13,11 @@
 //	GET    multipart/{uploadId}/{partNumber}?key=K           → {url, expires}
 //	POST   multipart/{uploadId}/complete?key=K {parts: [{PartNumber, ETag}]} → {location, key, bucket}
 //	DELETE multipart/{uploadId}?key=K        → {}
+//	GET    params?filename=F&type=T&metadata[k]=v → {method: PUT, url, fields, headers}
+//	PUT    put?filename=F&type=T…  the whole file → {location, key, bucket, uploadId}, ETag
 //
+// params and put are Uppy's single-request upload (single.go): the one PUT is to
+// chunkup, not to S3, since the client reports nothing after it.
 // uploadId is the chunkup upload id, key the object key chunkup chose. Errors are JSON
 // {"error": message} with a status from the one table below.
 package directdoor
@@ -65,7 +69,16 @@ type Config struct {
 	// page is allowed or refused by both alike). Nil: pages of the door's own origin
 	// only (an IP address or localhost naming the server, not a DNS-rebinding name).
 	Origins *webcors.Policy
-	Logger  *slog.Logger
+	// Whole takes a single PUT's whole file (Uppy's single-request upload, GET params):
+	// the HTTP door, which gets it as a tus creation with all its bytes at WholePath,
+	// with the context Authenticate returned (so Whole must take it as authenticated).
+	// Nil: params is 501.
+	Whole     http.Handler
+	WholePath string
+	// PublicURL is scheme://host of the door as clients reach it, for the URL params
+	// answers; "" takes the request's Host.
+	PublicURL string
+	Logger    *slog.Logger
 }
 
 // maxBody bounds a request body: a completion of 10,000 parts is about 700 KB.
@@ -97,9 +110,8 @@ func New(core Core, cfg Config) *Handler {
 	h.mux.HandleFunc("GET "+p+"multipart/{id}/{n}", h.signOne)
 	h.mux.HandleFunc("POST "+p+"multipart/{id}/complete", h.complete)
 	h.mux.HandleFunc("DELETE "+p+"multipart/{id}", h.abort)
-	h.mux.HandleFunc("GET "+p+"params", func(w http.ResponseWriter, r *http.Request) {
-		h.fail(w, fault.New(fault.Unsupported, "single-request uploads (GET /s3/params) are not offered: chunkup learns of an upload's end only from its completion, so use multipart uploads (in @uppy/aws-s3, shouldUseMultipart: true)"))
-	})
+	h.mux.HandleFunc("GET "+p+"params", h.params)
+	h.mux.HandleFunc("PUT "+p+"put", h.put)
 	h.mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, fault.Errorf(fault.NotFound, "no such route: %s %s (see the routes of Companion's S3 multipart contract in docs/direct-uploads.md)", r.Method, r.URL.Path))
 	})
@@ -298,10 +310,7 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, err)
 		return
 	}
-	location := "s3://" + done.Bucket + "/" + done.Key
-	if h.cfg.ObjectURL != nil {
-		location = h.cfg.ObjectURL(done.Bucket, done.Key)
-	}
+	location := h.location(done.Bucket, done.Key)
 	write(w, http.StatusOK, map[string]any{"location": location, "key": done.Key, "bucket": done.Bucket,
 		"uploadId": done.ID, "status": string(done.Status)})
 }

@@ -255,7 +255,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	if h.cfg.Authenticate != nil {
+	// A request another door of this process authenticated already (Authenticated)
+	// comes with Authenticate's context.
+	if h.cfg.Authenticate != nil && ctx.Value(authenticatedKey{}) == nil {
 		actx, err := h.cfg.Authenticate(r)
 		if fault.Has(err, fault.Exhausted) {
 			h.fail(w, r, rq, err)
@@ -291,6 +293,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.fail(w, r, rq, &methodError{Method: method, Allow: "HEAD, GET, PATCH, DELETE, OPTIONS"})
 	}
+}
+
+type authenticatedKey struct{}
+
+// Authenticated marks ctx, a context Config.Authenticate returned for a request, as the
+// context of a request that another door of the same process authenticated and hands
+// on to this one (the direct door's single PUT, a tus creation underneath): the door
+// takes it as is, rather than authenticating the request, and charging its rate limit,
+// twice. A client cannot set it: it lives only in a request's context.
+func Authenticated(ctx context.Context) context.Context {
+	return context.WithValue(ctx, authenticatedKey{}, true)
 }
 
 // route returns the upload id in path ("" for the creation URL).

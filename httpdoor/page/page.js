@@ -92,8 +92,8 @@ async function watch (url, row) {
 // startDirect uploads file with Uppy's AwsS3 plugin through the direct door: it creates
 // the upload (POST s3/multipart), has each 5 MiB part signed and PUTs it to S3, then
 // completes it; chunkup checks the parts S3 holds and completes the object. Multipart
-// always, even for a file of one part: Uppy's single PUT (GET s3/params) would never
-// tell chunkup that the object arrived, so the door refuses it (501).
+// always, even for a file of one part: Uppy's single PUT (GET s3/params) goes through
+// chunkup (after it the client never calls back), and this choice is straight to S3.
 function startDirect (file) {
   const row = addRow(file)
   const uppy = new Uppy.Uppy({ autoProceed: true })

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"net"
@@ -195,6 +196,100 @@ func TestDirectContractByCurl(t *testing.T) {
 	})
 	if n := e.openMultipartUploads(t); n != 0 {
 		t.Fatalf("%d multipart uploads left open in MinIO", n)
+	}
+}
+
+// TestDirectSinglePutByCurl: Uppy's single-request upload by curl alone. GET s3/params
+// answers a PUT to chunkup with the caller's credentials; the PUT of the whole file with
+// exactly those headers answers 200 with an ETag and the object's Location, and the
+// upload is COMPLETED, exact, the caller's (not another tenant's) and announced once.
+// A params without a filename is 400, one without credentials 401; a PUT without a
+// length is 411; a PUT cut short leaves no upload in progress and no object.
+func TestDirectSinglePutByCurl(t *testing.T) {
+	e := newEnv(t)
+	k := testenv.StartKafka(t, topic)
+	cfg := withKafka(e.config(), k)
+	cfg.Auth.APIKeys = map[string]string{server.HashAPIKey("acme-key"): "acme", server.HashAPIKey("rival-key"): "rival"}
+	a := e.start(t, cfg)
+	acme := e.client(t, a, client.WithAPIKey("acme-key"))
+	rival := e.client(t, a, client.WithAPIKey("rival-key"))
+	base := "http://" + a.HTTPAddr() + "/s3/"
+	key := "X-Api-Key: acme-key"
+
+	var refused directError
+	if code := directCall(t, "GET", base+"params?filename=a.txt&type=text/plain", nil, &refused); code != http.StatusUnauthorized {
+		t.Fatalf("params without credentials: %d, want 401", code)
+	}
+	if code := directCall(t, "GET", base+"params?type=text/plain", nil, &refused, key); code != http.StatusBadRequest || !strings.Contains(refused.Error, "filename") {
+		t.Fatalf("params without a filename: %d %q, want 400 naming it", code, refused.Error)
+	}
+	var params struct {
+		Method  string            `json:"method"`
+		URL     string            `json:"url"`
+		Headers map[string]string `json:"headers"`
+	}
+	if code := directCall(t, "GET", base+"params?filename=report.bin&type=application/octet-stream&metadata%5Bsource%5D=e2e", nil, &params, key); code != http.StatusOK || params.Method != "PUT" || params.Headers["X-Api-Key"] != "acme-key" {
+		t.Fatalf("params: %d %+v", code, params)
+	}
+	data := randomBytes(9<<20+4321, 4242)
+	args := []string{"-X", "PUT", "--data-binary", "@" + writeFile(t, "report.bin", data), params.URL}
+	for k, v := range params.Headers {
+		args = append(args, "-H", k+": "+v)
+	}
+	res, _, text := curl(t, args...)
+	var put struct {
+		UploadID string `json:"uploadId"`
+		Key      string `json:"key"`
+		Location string `json:"location"`
+	}
+	if res.code != http.StatusOK || res.header.Get("ETag") == "" || json.Unmarshal([]byte(text), &put) != nil || put.UploadID == "" ||
+		res.header.Get("Location") != put.Location || !strings.HasSuffix(put.Location, "/"+put.Key) {
+		t.Fatalf("PUT: %d %v %q", res.code, res.header, text)
+	}
+	up := waitCompleted(t, acme, put.UploadID)
+	e.requireExact(t, up, data)
+	if up.Direct || up.Name != "report.bin" || up.Metadata["source"] != "e2e" {
+		t.Fatalf("upload %v: want the name and metadata given, through chunkup", up)
+	}
+	if _, err := rival.API().GetUpload(ctx(t), &chunkupv1.GetUploadRequest{UploadId: put.UploadID}); status.Code(err) != codes.NotFound {
+		t.Fatalf("the other tenant reads the upload: %v, want NotFound", err)
+	}
+	waitFor(t, "one UploadCompleted on Kafka", func() bool {
+		return len(eventsFor(allEvents(t, k), put.UploadID, "chunkup.v1.UploadCompleted")) == 1
+	})
+
+	res, _, text = curl(t, "-X", "PUT", "-H", key, "-H", "Transfer-Encoding: chunked", "--data-binary", "streamed", params.URL)
+	if res.code != http.StatusLengthRequired {
+		t.Fatalf("PUT without a length: %d %q, want 411", res.code, text)
+	}
+
+	// A PUT whose client goes away after part of the file: the upload it made is
+	// aborted (a single PUT cannot be resumed), so nothing is left in progress.
+	u, err := url.Parse(params.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "PUT %s HTTP/1.1\r\nHost: %s\r\nX-Api-Key: acme-key\r\nContent-Length: %d\r\n\r\n", u.RequestURI(), u.Host, 30<<20)
+	if _, err := conn.Write(randomBytes(1<<20, 1)); err != nil {
+		t.Fatal(err)
+	}
+	before, err := acme.API().ListUploads(ctx(t), &chunkupv1.ListUploadsRequest{PageSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close()
+	waitFor(t, "no upload in progress after the cut PUT", func() bool {
+		open, err := acme.API().ListUploads(ctx(t), &chunkupv1.ListUploadsRequest{PageSize: 10})
+		return err == nil && len(open.Uploads) == 0
+	})
+	t.Logf("uploads in progress while the cut PUT was under way: %d", len(before.Uploads))
+	objs, err := e.s3.ListObjectsV2(ctx(t), &s3.ListObjectsV2Input{Bucket: aws.String(bucket)})
+	if err != nil || len(objs.Contents) != 1 || aws.ToString(objs.Contents[0].Key) != put.Key {
+		t.Fatalf("objects %v %v, want only %s", objs, err, put.Key)
 	}
 }
 

@@ -1,0 +1,244 @@
+package directdoor
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"net/http"
+	"net/url"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chunkup/chunkup/internal/fault"
+)
+
+// Uppy's single-request upload (@uppy/aws-s3 at its defaults, for files of 100 MiB or
+// less): GET params answers with where to PUT the whole file, and after that PUT the
+// client never calls back. A PUT straight into S3 would leave chunkup without the
+// upload's end, so the PUT is to the door itself, which hands its body to the HTTP door
+// as a tus creation with all its bytes (Config.Whole): the upload is then recorded,
+// checked, completed, announced and read like any upload, under the same budget and
+// limits, and its bytes pass through chunkup (multipart uploads keep them off it).
+
+// wholeMaxMessage bounds what is kept of the HTTP door's answer (an error's text).
+const wholeMaxMessage = 4 << 10
+
+// params answers GET params?filename=&type=&metadata[k]=v with {method, url, fields,
+// headers}: a PUT of the whole file to the door, with the caller's own credentials
+// (the PUT is authenticated as every request is).
+func (h *Handler) params(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.Whole == nil {
+		h.fail(w, fault.New(fault.Unsupported, "single-request uploads (GET s3/params) need the HTTP door, which is off on this server: use multipart uploads (in @uppy/aws-s3, shouldUseMultipart: true)"))
+		return
+	}
+	q := r.URL.Query()
+	if !q.Has("filename") || !q.Has("type") {
+		h.fail(w, fault.New(fault.Invalid, "filename and type (the file's name and content type) must be query parameters"))
+		return
+	}
+	out := url.Values{"filename": {q.Get("filename")}, "type": {q.Get("type")}}
+	for k, vs := range q {
+		if strings.HasPrefix(k, "metadata[") && strings.HasSuffix(k, "]") && len(vs) > 0 {
+			out.Set(k, vs[0])
+		}
+	}
+	if _, err := wholeMetadata(out); err != nil {
+		h.fail(w, err)
+		return
+	}
+	headers := map[string]string{"Content-Type": mediaOr(q.Get("type"))}
+	for _, k := range []string{"Authorization", "X-Api-Key"} {
+		if v := r.Header.Get(k); v != "" {
+			headers[k] = v
+		}
+	}
+	write(w, http.StatusOK, map[string]any{"method": http.MethodPut, "url": h.origin(r) + h.cfg.Prefix + "put?" + out.Encode(),
+		"fields": struct{}{}, "headers": headers})
+}
+
+// put takes PUT put?filename=&type=&metadata[k]=v, the whole file in its body, as a tus
+// creation with all its bytes through the HTTP door, and answers as S3 answers a
+// PutObject (200 with an ETag, which Uppy requires) plus where the object is.
+func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.Whole == nil {
+		h.fail(w, fault.New(fault.Unsupported, "single-request uploads need the HTTP door, which is off on this server: use multipart uploads"))
+		return
+	}
+	if r.ContentLength < 0 {
+		msg := "send the file's length in Content-Length (a single PUT is one whole file of known size)"
+		write(w, http.StatusLengthRequired, map[string]string{"error": msg, "message": msg})
+		return
+	}
+	md, err := wholeMetadata(r.URL.Query())
+	if err != nil {
+		h.fail(w, err)
+		return
+	}
+	in := r.Clone(r.Context())
+	in.Method = http.MethodPost
+	in.URL = &url.URL{Path: h.cfg.WholePath}
+	in.RequestURI = ""
+	for k := range in.Header {
+		if lk := strings.ToLower(k); strings.HasPrefix(lk, "upload-") || strings.HasPrefix(lk, "tus-") || lk == "x-http-method-override" {
+			in.Header.Del(k)
+		}
+	}
+	in.Header.Set("Tus-Resumable", "1.0.0")
+	in.Header.Set("Upload-Length", strconv.FormatInt(r.ContentLength, 10))
+	in.Header.Set("Upload-Metadata", md)
+	in.Header.Set("Content-Type", "application/offset+octet-stream")
+	rec := &recorder{w: w, hd: http.Header{}}
+	h.cfg.Whole.ServeHTTP(rec, in)
+
+	id := path.Base(rec.hd.Get("Location"))
+	if rec.hd.Get("Location") == "" {
+		id = ""
+	}
+	if rec.code == http.StatusCreated && rec.hd.Get("Upload-Offset") == strconv.FormatInt(r.ContentLength, 10) && id != "" {
+		up, err := h.core.Get(r.Context(), id)
+		if err != nil {
+			h.fail(w, err)
+			return
+		}
+		etag := up.ETag
+		if etag == "" { // not written yet: the upload's id stands for it
+			etag = `"` + up.ID + `"`
+		}
+		location := h.location(up.Bucket, up.Key)
+		w.Header().Set("ETag", etag)
+		w.Header().Set("Location", location)
+		write(w, http.StatusOK, map[string]any{"location": location, "key": up.Key, "bucket": up.Bucket,
+			"uploadId": up.ID, "status": string(up.Status)})
+		return
+	}
+	// The PUT failed. An upload it created holds part of the file at most, and a
+	// single PUT cannot be resumed: abort it, so that nothing is left behind.
+	msg := strings.TrimSpace(rec.body.String())
+	if i := strings.Index(msg, ". This request created the upload at"); i >= 0 {
+		msg = msg[:i]
+	}
+	if id != "" {
+		// The client may be gone, and its request's context with it.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+		_, err := h.core.Abort(actx, id, "its single PUT did not deliver the whole file")
+		cancel()
+		if err != nil {
+			h.cfg.Logger.Warn("direct door: aborting a failed single PUT's upload", "upload", id, "err", err)
+		}
+		msg += "; nothing was stored: PUT the whole file again"
+	}
+	code := rec.code
+	if code < 400 {
+		code = http.StatusInternalServerError
+	}
+	if ra := rec.hd.Get("Retry-After"); ra != "" {
+		w.Header().Set("Retry-After", ra)
+	}
+	if msg == "" {
+		msg = http.StatusText(code)
+	}
+	write(w, code, map[string]string{"error": msg, "message": msg})
+}
+
+// wholeMetadata is the tus Upload-Metadata of a single PUT's query: its filename, type
+// and metadata[k] (Uppy's own name, type and relativePath left out, as in a
+// multipart creation).
+func wholeMetadata(q url.Values) (string, error) {
+	pairs := map[string]string{"filename": q.Get("filename"), "filetype": mediaOr(q.Get("type"))}
+	for k, vs := range q {
+		name, ok := strings.CutPrefix(k, "metadata[")
+		if !ok || !strings.HasSuffix(name, "]") || len(vs) == 0 {
+			continue
+		}
+		name = strings.TrimSuffix(name, "]")
+		switch name {
+		case "name", "type", "relativePath", "filename", "filetype":
+			continue
+		}
+		if name == "" || strings.ContainsAny(name, " ,\t") || !printable(name) {
+			return "", fault.Errorf(fault.Invalid, "metadata key %q must be non-empty printable ASCII without spaces or commas", clip(name))
+		}
+		pairs[name] = vs[0]
+	}
+	keys := make([]string, 0, len(pairs))
+	for k := range pairs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k + " " + base64.StdEncoding.EncodeToString([]byte(pairs[k])))
+	}
+	return b.String(), nil
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func mediaOr(t string) string {
+	if t == "" {
+		return "application/octet-stream"
+	}
+	return t
+}
+
+// origin is the door's scheme://host as the client reached it.
+func (h *Handler) origin(r *http.Request) string {
+	if h.cfg.PublicURL != "" {
+		return strings.TrimSuffix(h.cfg.PublicURL, "/")
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+func (h *Handler) location(bucket, key string) string {
+	if h.cfg.ObjectURL != nil {
+		return h.cfg.ObjectURL(bucket, key)
+	}
+	return "s3://" + bucket + "/" + key
+}
+
+// recorder keeps the HTTP door's answer for put to translate: its status (1xx dropped),
+// headers and the start of its body. Unwrap lets the door set the connection's
+// deadlines through it, as on any response.
+type recorder struct {
+	w    http.ResponseWriter
+	hd   http.Header
+	code int
+	body bytes.Buffer
+}
+
+func (c *recorder) Header() http.Header { return c.hd }
+
+func (c *recorder) WriteHeader(code int) {
+	if code >= 200 && c.code == 0 {
+		c.code = code
+	}
+}
+
+func (c *recorder) Write(b []byte) (int, error) {
+	if c.code == 0 {
+		c.code = http.StatusOK
+	}
+	if room := wholeMaxMessage - c.body.Len(); room > 0 {
+		c.body.Write(b[:min(len(b), room)])
+	}
+	return len(b), nil
+}
+
+func (c *recorder) Unwrap() http.ResponseWriter { return c.w }
