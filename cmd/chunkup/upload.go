@@ -548,6 +548,12 @@ func (r *uploadRun) announce(j uploadJob, up *chunkupv1.Upload, resumed bool) {
 	if up.ExpectedSize >= 0 {
 		of = fmt.Sprintf(" of %d", up.ExpectedSize)
 	}
+	if up.Direct {
+		// The server learns of a direct upload's parts only when it completes: the
+		// parts S3 holds are listed (and skipped) as the upload goes on.
+		r.display.println(fmt.Sprintf("chunkup: %s: resuming direct upload %s (parts S3 holds already are not put again)", j.name, up.UploadId))
+		return
+	}
 	r.display.println(fmt.Sprintf("chunkup: %s: resuming upload %s (%d%s bytes on the server)", j.name, up.UploadId, up.ReceivedBytes, of))
 }
 

@@ -655,7 +655,7 @@ func TestDirectSDKAndCLI(t *testing.T) {
 	resume := exec.CommandContext(ctx(t), harness.Binary(t), "upload", "--resume", rid, "--server", a.GRPCAddr(), "--progress", "none", file)
 	stderr.Reset()
 	resume.Stderr = &stderr
-	if out, err = resume.Output(); err != nil || !strings.HasPrefix(string(out), rid+" COMPLETED") {
+	if out, err = resume.Output(); err != nil || !strings.HasPrefix(string(out), rid+" COMPLETED") || !strings.Contains(stderr.String(), "resuming direct upload "+rid) {
 		t.Fatalf("chunkup upload --resume %s (no --direct): %v\n%s%s", rid, err, out, stderr.String())
 	}
 	resumed := getUpload(t, c, rid)
