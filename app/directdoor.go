@@ -87,5 +87,6 @@ func (a *App) setupDirectDoor(mux *http.ServeMux, guard server.Guard) (err error
 	// A single PUT carries a whole file: the HTTP door's idle and minimum-rate timeouts
 	// bound it, as they bound any upload through it, not a deadline for the whole.
 	mux.Handle("PUT "+prefix+"put", door)
+	mux.Handle("POST "+prefix+"put", door)
 	return nil
 }

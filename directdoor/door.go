@@ -112,6 +112,7 @@ func New(core Core, cfg Config) *Handler {
 	h.mux.HandleFunc("DELETE "+p+"multipart/{id}", h.abort)
 	h.mux.HandleFunc("GET "+p+"params", h.params)
 	h.mux.HandleFunc("PUT "+p+"put", h.put)
+	h.mux.HandleFunc("POST "+p+"put", h.put)
 	h.mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, fault.Errorf(fault.NotFound, "no such route: %s %s (see the routes of Companion's S3 multipart contract in docs/direct-uploads.md)", r.Method, r.URL.Path))
 	})

@@ -2,8 +2,11 @@ package directdoor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"path"
@@ -55,24 +58,47 @@ func (h *Handler) params(w http.ResponseWriter, r *http.Request) {
 			headers[k] = v
 		}
 	}
+	// fields are for clients that POST a form whatever the method (Uppy 6), which
+	// want a key among them; the object's key is chunkup's all the same.
 	write(w, http.StatusOK, map[string]any{"method": http.MethodPut, "url": h.origin(r) + h.cfg.Prefix + "put?" + out.Encode(),
-		"fields": struct{}{}, "headers": headers})
+		"fields": map[string]string{"key": q.Get("filename")}, "headers": headers})
 }
 
-// put takes PUT put?filename=&type=&metadata[k]=v, the whole file in its body, as a tus
-// creation with all its bytes through the HTTP door, and answers as S3 answers a
-// PutObject (200 with an ETag, which Uppy requires) plus where the object is.
+// put takes the whole file of a single-request upload, as a creation with all its
+// bytes through the HTTP door (the IETF draft's, interop 6, whose creation may end with
+// the body: a form's file has no length of its own), and answers as S3 answers a
+// PutObject (200 with an ETag, which Uppy requires) plus where the object is. Two
+// forms: PUT put?filename=&type=&metadata[k]=v with the file as its body (Uppy 5's
+// @uppy/aws-s3, curl -T), and POST of a multipart/form-data form whose "file" field is
+// the file, after any others (S3's POST policy upload, which Uppy 6's @uppy/aws-s3
+// sends whatever method params names; its other fields are not S3's to chunkup: the
+// key is chunkup's).
 func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Whole == nil {
 		h.fail(w, fault.New(fault.Unsupported, "single-request uploads need the HTTP door, which is off on this server: use multipart uploads"))
 		return
 	}
-	if r.ContentLength < 0 {
+	q := r.URL.Query()
+	body, length := io.Reader(r.Body), r.ContentLength
+	if r.Method == http.MethodPost {
+		file, name, ctype, err := formFile(r)
+		if err != nil {
+			h.fail(w, err)
+			return
+		}
+		body, length = file, -1
+		if !q.Has("filename") && name != "" {
+			q.Set("filename", name)
+		}
+		if ctype != "" {
+			q.Set("type", ctype)
+		}
+	} else if length < 0 {
 		msg := "send the file's length in Content-Length (a single PUT is one whole file of known size)"
 		write(w, http.StatusLengthRequired, map[string]string{"error": msg, "message": msg})
 		return
 	}
-	md, err := wholeMetadata(r.URL.Query())
+	md, err := wholeMetadata(q)
 	if err != nil {
 		h.fail(w, err)
 		return
@@ -81,15 +107,20 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 	in.Method = http.MethodPost
 	in.URL = &url.URL{Path: h.cfg.WholePath}
 	in.RequestURI = ""
+	in.Body, in.ContentLength = io.NopCloser(body), length
 	for k := range in.Header {
-		if lk := strings.ToLower(k); strings.HasPrefix(lk, "upload-") || strings.HasPrefix(lk, "tus-") || lk == "x-http-method-override" {
+		if lk := strings.ToLower(k); strings.HasPrefix(lk, "upload-") || strings.HasPrefix(lk, "tus-") || strings.HasPrefix(lk, "content-") ||
+			lk == "x-http-method-override" || lk == "repr-digest" {
 			in.Header.Del(k)
 		}
 	}
-	in.Header.Set("Tus-Resumable", "1.0.0")
-	in.Header.Set("Upload-Length", strconv.FormatInt(r.ContentLength, 10))
+	in.Header.Set("Upload-Draft-Interop-Version", "6")
+	in.Header.Set("Upload-Complete", "?1")
 	in.Header.Set("Upload-Metadata", md)
-	in.Header.Set("Content-Type", "application/offset+octet-stream")
+	in.Header.Set("Content-Type", "application/octet-stream")
+	if length >= 0 {
+		in.Header.Set("Content-Length", strconv.FormatInt(length, 10))
+	}
 	rec := &recorder{w: w, hd: http.Header{}}
 	h.cfg.Whole.ServeHTTP(rec, in)
 
@@ -97,7 +128,7 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 	if rec.hd.Get("Location") == "" {
 		id = ""
 	}
-	if rec.code == http.StatusCreated && rec.hd.Get("Upload-Offset") == strconv.FormatInt(r.ContentLength, 10) && id != "" {
+	if rec.code == http.StatusCreated && rec.hd.Get("Upload-Complete") == "?1" && id != "" {
 		up, err := h.core.Get(r.Context(), id)
 		if err != nil {
 			h.fail(w, err)
@@ -117,6 +148,12 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 	// The PUT failed. An upload it created holds part of the file at most, and a
 	// single PUT cannot be resumed: abort it, so that nothing is left behind.
 	msg := strings.TrimSpace(rec.body.String())
+	var problem struct {
+		Detail string `json:"detail"`
+	}
+	if json.Unmarshal(rec.body.Bytes(), &problem) == nil && problem.Detail != "" {
+		msg = problem.Detail
+	}
 	if i := strings.Index(msg, ". This request created the upload at"); i >= 0 {
 		msg = msg[:i]
 	}
@@ -141,6 +178,38 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 		msg = http.StatusText(code)
 	}
 	write(w, code, map[string]string{"error": msg, "message": msg})
+}
+
+// maxFormFields bounds the form fields before the file, and formFieldMax each one.
+const maxFormFields, formFieldMax = 64, 8 << 10
+
+// formFile finds the file of a multipart/form-data POST: the "file" field, after at
+// most maxFormFields others (read and dropped but its Content-Type), and returns it to
+// read with its file name and content type (the Content-Type field's, as S3 takes it,
+// else the file part's).
+func formFile(r *http.Request) (io.Reader, string, string, error) {
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return nil, "", "", fault.Errorf(fault.Invalid, "a POST of a single-request upload must be a multipart/form-data form with the file in its \"file\" field: %v", err)
+	}
+	ctype := ""
+	for range maxFormFields + 1 {
+		p, err := mr.NextPart()
+		if err != nil {
+			return nil, "", "", fault.Errorf(fault.Invalid, "the form has no \"file\" field (the file, after the other fields): %v", err)
+		}
+		if p.FormName() == "file" {
+			return p, p.FileName(), cmp.Or(ctype, p.Header.Get("Content-Type")), nil
+		}
+		v, err := io.ReadAll(io.LimitReader(p, formFieldMax+1))
+		if err != nil || len(v) > formFieldMax {
+			return nil, "", "", fault.Errorf(fault.Invalid, "the form's field %q is over %d bytes or cut short", clip(p.FormName()), formFieldMax)
+		}
+		if strings.EqualFold(p.FormName(), "Content-Type") {
+			ctype = string(v)
+		}
+	}
+	return nil, "", "", fault.Errorf(fault.Invalid, "the form has more than %d fields before its \"file\" field", maxFormFields)
 }
 
 // wholeMetadata is the tus Upload-Metadata of a single PUT's query: its filename, type

@@ -145,64 +145,88 @@ func TestDirectUppyInBrowser(t *testing.T) {
 }
 
 // TestUppyS3DefaultsInBrowser (issue #28): @uppy/aws-s3 with only its endpoint set (so
-// at its defaults, as most pages use it) sends files of 100 MiB or less as one PUT
-// after GET s3/params. A 1 KB PNG and a 20 MB file go that way from headless Chromium:
-// both objects exact at their Location, one UploadCompleted each on Kafka, the PNG read
-// by OCR. Their bytes pass through chunkup (a single PUT straight to S3 would never tell
-// chunkup that it ended), so the uploads are not direct ones.
+// at its defaults, as most pages use it) sends files of 100 MiB or less as one request
+// after GET s3/params: Uppy 5 (the bundle the upload page vendors) a PUT of the file,
+// Uppy 6 (the latest, uppy 6.0.1's bundle, companionEndpoint) a POST of a form. A 1 KB
+// PNG and a 20 MB file go that way from headless Chromium: both objects exact, one
+// UploadCompleted each on Kafka, the PNG read by OCR. Their bytes pass through chunkup
+// (a single PUT straight to S3 would never tell chunkup that it ended), so the uploads
+// are not direct ones.
 func TestUppyS3DefaultsInBrowser(t *testing.T) {
 	chromium, err := testenv.ChromiumBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t)
-	k := testenv.StartKafka(t, topic)
-	cfg := withOCR(withKafka(e.config(), k))
-	cfg.HTTPDoor.Page = true
-	a := e.start(t, cfg)
-	c := e.client(t, a)
+	for _, tc := range []struct {
+		name   string
+		bundle string // "" for the page's own Uppy
+	}{
+		{"uppy 5, PUT", ""},
+		{"uppy 6, form POST", filepath.Join(testenv.NodeModules(t), "uppy", "dist", "uppy.min.js")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			k := testenv.StartKafka(t, topic)
+			cfg := withOCR(withKafka(e.config(), k))
+			cfg.HTTPDoor.Page = true
+			a := e.start(t, cfg)
+			c := e.client(t, a)
 
-	scan := twoColourPNG(t, testdocs.PNG("RECEIPT 4141", "SINGLE"))
-	files := map[string][]byte{"big.bin": randomBytes(20_000_000, 4141), "scan.png": scan}
-	var paths []string
-	for name, b := range files {
-		paths = append(paths, writeFile(t, name, b))
-	}
-	out := runNode(t, "uppy-s3.cjs", []string{"PAGE_URL=http://" + a.HTTPAddr() + "/", "CHROMIUM=" + chromium,
-		"PROFILE_DIR=" + t.TempDir(), "ENDPOINT=/"}, paths, false)
-	var rows []struct {
-		Name      string `json:"name"`
-		UploadURL string `json:"uploadURL"`
-	}
-	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != len(files) {
-		t.Fatalf("uppy-s3.cjs printed %q: %v", out, err)
-	}
-	ids := map[string]string{}
-	for _, row := range rows {
-		// The Location is the object's URL in the store: …/bucket/uploads/ID/name.
-		parts := strings.Split(row.UploadURL, "/")
-		if len(parts) < 3 || parts[len(parts)-1] != row.Name || parts[len(parts)-3] != "uploads" {
-			t.Fatalf("%s: uploadURL %q, want the object's URL", row.Name, row.UploadURL)
-		}
-		up := waitCompleted(t, c, parts[len(parts)-2])
-		if up.Direct || up.Name != row.Name || up.Size != int64(len(files[row.Name])) {
-			t.Fatalf("upload %v", up)
-		}
-		e.requireExact(t, up, files[row.Name])
-		ids[row.Name] = up.UploadId
-	}
-	waitFor(t, "one UploadCompleted for each upload on Kafka", func() bool {
-		evs := allEvents(t, k)
-		for _, id := range ids {
-			if len(eventsFor(evs, id, "chunkup.v1.UploadCompleted")) != 1 {
-				return false
+			scan := twoColourPNG(t, testdocs.PNG("RECEIPT 4141", "SINGLE"))
+			files := map[string][]byte{"big.bin": randomBytes(20_000_000, 4141), "scan.png": scan}
+			var paths []string
+			for name, b := range files {
+				paths = append(paths, writeFile(t, name, b))
 			}
-		}
-		return true
-	})
-	d := waitDecision(t, documents(t, a.GRPCAddr()), ids["scan.png"])
-	if d.Ocr == nil {
-		t.Fatalf("document %v: no OCR", d)
+			out := runNode(t, "uppy-s3.cjs", []string{"PAGE_URL=http://" + a.HTTPAddr() + "/", "CHROMIUM=" + chromium,
+				"PROFILE_DIR=" + t.TempDir(), "ENDPOINT=/", "UPPY_BUNDLE=" + tc.bundle}, paths, false)
+			var rows []struct {
+				Name string `json:"name"`
+			}
+			if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != len(files) {
+				t.Fatalf("uppy-s3.cjs printed %q: %v", out, err)
+			}
+			// The objects' keys are uploads/ID/name (and OCR's results beside them); the
+			// uploads complete just after Uppy's requests were answered.
+			ids := map[string]string{}
+			waitFor(t, "an object for each file", func() bool {
+				objs, err := e.s3.ListObjectsV2(ctx(t), &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("uploads/")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				clear(ids)
+				for _, o := range objs.Contents {
+					parts := strings.Split(aws.ToString(o.Key), "/")
+					if name := parts[len(parts)-1]; !strings.HasSuffix(name, ocr.ResultSuffix) {
+						if _, dup := ids[name]; dup {
+							t.Fatalf("two objects of %s", name)
+						}
+						ids[name] = parts[1]
+					}
+				}
+				return len(ids) >= len(files)
+			})
+			for name, id := range ids {
+				up := waitCompleted(t, c, id)
+				if _, ok := files[name]; !ok || up.Direct || up.Name != name || up.Size != int64(len(files[name])) {
+					t.Fatalf("upload %v", up)
+				}
+				e.requireExact(t, up, files[name])
+			}
+			waitFor(t, "one UploadCompleted for each upload on Kafka", func() bool {
+				evs := allEvents(t, k)
+				for _, id := range ids {
+					if len(eventsFor(evs, id, "chunkup.v1.UploadCompleted")) != 1 {
+						return false
+					}
+				}
+				return true
+			})
+			d := waitDecision(t, documents(t, a.GRPCAddr()), ids["scan.png"])
+			if d.Ocr == nil {
+				t.Fatalf("document %v: no OCR", d)
+			}
+		})
 	}
 }
 

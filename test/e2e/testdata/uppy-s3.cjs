@@ -8,7 +8,10 @@
 //
 // Environment: PAGE_URL (the page), CHROMIUM (the browser binary), PROFILE_DIR (a fresh,
 // empty user data directory), ENDPOINT (the direct door's endpoint, relative to the
-// page: Uppy asks for s3/params under it). Arguments: the files.
+// page: Uppy asks for s3/params under it), UPPY_BUNDLE (optional: another uppy bundle
+// to load into the page instead of the page's, e.g. Uppy 6's dist/uppy.min.js; its
+// @uppy/aws-s3 takes companionEndpoint, and POSTs a form to the URL params answers).
+// Arguments: the files.
 'use strict'
 
 const { launch } = require('./chromium.cjs')
@@ -20,7 +23,14 @@ async function main () {
     const page = await browser.newPage()
     page.on('console', m => process.stderr.write('page console: ' + m.text() + '\n'))
     page.on('pageerror', e => process.stderr.write('page error: ' + e.message + '\n'))
+    const bundle = process.env.UPPY_BUNDLE || ''
+    // The page's CSP admits its own scripts only; a test loads another Uppy.
+    if (bundle) await page.setBypassCSP(true)
     await page.goto(process.env.PAGE_URL, { waitUntil: 'load' })
+    if (bundle) {
+      await page.evaluate(() => { delete window.Uppy })
+      await page.addScriptTag({ path: bundle })
+    }
     await page.evaluate(() => {
       const input = document.createElement('input')
       input.type = 'file'
@@ -30,9 +40,11 @@ async function main () {
     })
     const input = await page.$('#uppy-s3-files')
     await input.uploadFile(...files)
-    const result = await page.evaluate(async endpoint => {
+    const result = await page.evaluate(async (endpoint, companion) => {
       const uppy = new Uppy.Uppy()
-      uppy.use(Uppy.AwsS3, { endpoint: new URL(endpoint, location.href).href })
+      const url = new URL(endpoint, location.href).href
+      // Uppy 6 asks for s3/params under companionEndpoint, which has no slash of its own.
+      uppy.use(Uppy.AwsS3, companion ? { companionEndpoint: url.replace(/\/+$/, '') } : { endpoint: url })
       for (const f of document.getElementById('uppy-s3-files').files) {
         uppy.addFile({ name: f.name, type: f.type || 'application/octet-stream', data: f, source: 'uppy-s3.cjs' })
       }
@@ -41,7 +53,7 @@ async function main () {
         successful: res.successful.map(f => ({ name: f.name, uploadURL: f.uploadURL || '', etag: (f.response && f.response.body && f.response.body.ETag) || '' })),
         failed: res.failed.map(f => f.name + ': ' + String(f.error))
       }
-    }, process.env.ENDPOINT)
+    }, process.env.ENDPOINT, bundle !== '')
     if (result.failed.length > 0 || result.successful.length !== files.length) {
       process.stderr.write('failed: ' + JSON.stringify(result.failed) + '\n')
       process.exitCode = 1
