@@ -10,8 +10,9 @@
 // empty user data directory), ENDPOINT (the direct door's endpoint, relative to the
 // page: Uppy asks for s3/params under it), UPPY_BUNDLE (optional: another uppy bundle
 // to load into the page instead of the page's, e.g. Uppy 6's dist/uppy.min.js; its
-// @uppy/aws-s3 takes companionEndpoint, and POSTs a form to the URL params answers).
-// Arguments: the files.
+// @uppy/aws-s3 takes companionEndpoint, and POSTs a form to the URL params answers),
+// MULTIPART (optional: "1" sets shouldUseMultipart: true, so every file is a multipart
+// upload whose parts go straight to S3). Arguments: the files.
 'use strict'
 
 const { launch } = require('./chromium.cjs')
@@ -40,11 +41,13 @@ async function main () {
     })
     const input = await page.$('#uppy-s3-files')
     await input.uploadFile(...files)
-    const result = await page.evaluate(async (endpoint, companion) => {
+    const result = await page.evaluate(async (endpoint, companion, multipart) => {
       const uppy = new Uppy.Uppy()
       const url = new URL(endpoint, location.href).href
       // Uppy 6 asks for s3/params under companionEndpoint, which has no slash of its own.
-      uppy.use(Uppy.AwsS3, companion ? { companionEndpoint: url.replace(/\/+$/, '') } : { endpoint: url })
+      const opts = companion ? { companionEndpoint: url.replace(/\/+$/, '') } : { endpoint: url }
+      if (multipart) opts.shouldUseMultipart = true
+      uppy.use(Uppy.AwsS3, opts)
       for (const f of document.getElementById('uppy-s3-files').files) {
         uppy.addFile({ name: f.name, type: f.type || 'application/octet-stream', data: f, source: 'uppy-s3.cjs' })
       }
@@ -53,7 +56,7 @@ async function main () {
         successful: res.successful.map(f => ({ name: f.name, uploadURL: f.uploadURL || '', etag: (f.response && f.response.body && f.response.body.ETag) || '' })),
         failed: res.failed.map(f => f.name + ': ' + String(f.error))
       }
-    }, process.env.ENDPOINT, bundle !== '')
+    }, process.env.ENDPOINT, bundle !== '', process.env.MULTIPART === '1')
     if (result.failed.length > 0 || result.successful.length !== files.length) {
       process.stderr.write('failed: ' + JSON.stringify(result.failed) + '\n')
       process.exitCode = 1
