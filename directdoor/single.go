@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/chunkup/chunkup/internal/fault"
+	"github.com/chunkup/chunkup/upload"
 )
 
 // Uppy's single-request upload (@uppy/aws-s3 at its defaults, for files of 100 MiB or
@@ -114,6 +116,12 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 			in.Header.Del(k)
 		}
 	}
+	// The request's correlation id (the client's, or the one the door made) is the
+	// upload's too.
+	if id := upload.CorrelationIDFrom(r.Context()); id != "" {
+		in.Header.Set("X-Correlation-Id", id)
+		w.Header().Set("X-Correlation-Id", id)
+	}
 	in.Header.Set("Upload-Draft-Interop-Version", "6")
 	in.Header.Set("Upload-Complete", "?1")
 	in.Header.Set("Upload-Metadata", md)
@@ -129,9 +137,15 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 		id = ""
 	}
 	if rec.code == http.StatusCreated && rec.hd.Get("Upload-Complete") == "?1" && id != "" {
-		up, err := h.core.Get(r.Context(), id)
+		gctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		up, err := h.core.Get(gctx, id)
+		cancel()
 		if err != nil {
-			h.fail(w, err)
+			// The file is stored: a failure here must not make the client send it
+			// again (a second upload, a second object).
+			h.cfg.Logger.Warn("direct door: reading a single PUT's upload", "upload", id, "err", err)
+			w.Header().Set("ETag", `"`+id+`"`)
+			write(w, http.StatusOK, map[string]any{"uploadId": id})
 			return
 		}
 		etag := up.ETag
@@ -164,8 +178,10 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 		cancel()
 		if err != nil {
 			h.cfg.Logger.Warn("direct door: aborting a failed single PUT's upload", "upload", id, "err", err)
+			msg += fmt.Sprintf("; upload %s was made and could not be aborted (%v): see its state before you send the file again", id, err)
+		} else {
+			msg += "; nothing was stored: send the whole file again"
 		}
-		msg += "; nothing was stored: PUT the whole file again"
 	}
 	code := rec.code
 	if code < 400 {
@@ -268,8 +284,13 @@ func (h *Handler) origin(r *http.Request) string {
 	if h.cfg.PublicURL != "" {
 		return strings.TrimSuffix(h.cfg.PublicURL, "/")
 	}
+	// Behind a proxy that ends TLS the request came over plain HTTP: the proxy's word
+	// decides (a wrong word only misleads the caller who sent it), else an https page
+	// would be refused an http URL as mixed content.
 	scheme := "http"
-	if r.TLS != nil {
+	fwd := strings.ToLower(r.Header.Get("Forwarded"))
+	if r.TLS != nil || strings.EqualFold(strings.TrimSpace(strings.Split(r.Header.Get("X-Forwarded-Proto"), ",")[0]), "https") ||
+		strings.Contains(fwd, "proto=https") || strings.Contains(fwd, `proto="https"`) {
 		scheme = "https"
 	}
 	return scheme + "://" + r.Host
@@ -283,8 +304,9 @@ func (h *Handler) location(bucket, key string) string {
 }
 
 // recorder keeps the HTTP door's answer for put to translate: its status (1xx dropped),
-// headers and the start of its body. Unwrap lets the door set the connection's
-// deadlines through it, as on any response.
+// headers and the start of its body. The door may set the connection's deadlines
+// through it, as on any response, and nothing else: no Unwrap, so that no flush or
+// hijack reaches the connection behind it.
 type recorder struct {
 	w    http.ResponseWriter
 	hd   http.Header
@@ -310,4 +332,10 @@ func (c *recorder) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func (c *recorder) Unwrap() http.ResponseWriter { return c.w }
+func (c *recorder) SetReadDeadline(t time.Time) error {
+	return http.NewResponseController(c.w).SetReadDeadline(t)
+}
+
+func (c *recorder) SetWriteDeadline(t time.Time) error {
+	return http.NewResponseController(c.w).SetWriteDeadline(t)
+}

@@ -117,3 +117,28 @@ func TestFormFile(t *testing.T) {
 		t.Fatalf("formFile of a body that is no form: %v, want an error of kind Invalid", err)
 	}
 }
+
+func TestOrigin(t *testing.T) {
+	for _, tc := range []struct {
+		name, public string
+		header       map[string]string
+		want         string
+	}{
+		{"the request's host", "", nil, "http://chunkup.test"},
+		{"configured", "https://up.example/", nil, "https://up.example"},
+		{"behind a proxy ending TLS", "", map[string]string{"X-Forwarded-Proto": "https"}, "https://chunkup.test"},
+		{"Forwarded", "", map[string]string{"Forwarded": `for=1.2.3.4;proto=https`}, "https://chunkup.test"},
+		{"a proxy of plain HTTP", "", map[string]string{"X-Forwarded-Proto": "http"}, "http://chunkup.test"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := New(nil, Config{PublicURL: tc.public})
+			r := httptest.NewRequest("GET", "http://chunkup.test/s3/params", nil)
+			for k, v := range tc.header {
+				r.Header.Set(k, v)
+			}
+			if got := h.origin(r); got != tc.want {
+				t.Fatalf("origin = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -294,16 +294,16 @@ func TestDirectSinglePutByCurl(t *testing.T) {
 	if _, err := conn.Write(randomBytes(1<<20, 1)); err != nil {
 		t.Fatal(err)
 	}
-	before, err := acme.API().ListUploads(ctx(t), &chunkupv1.ListUploadsRequest{PageSize: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = conn.Close()
-	waitFor(t, "no upload in progress after the cut PUT", func() bool {
+	inProgress := func() int {
 		open, err := acme.API().ListUploads(ctx(t), &chunkupv1.ListUploadsRequest{PageSize: 10})
-		return err == nil && len(open.Uploads) == 0
-	})
-	t.Logf("uploads in progress while the cut PUT was under way: %d", len(before.Uploads))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(open.Uploads)
+	}
+	waitFor(t, "the cut PUT's upload in progress", func() bool { return inProgress() == 1 })
+	_ = conn.Close()
+	waitFor(t, "no upload in progress after the cut PUT", func() bool { return inProgress() == 0 })
 	objs, err := e.s3.ListObjectsV2(ctx(t), &s3.ListObjectsV2Input{Bucket: aws.String(bucket)})
 	if err != nil || len(objs.Contents) != 2 {
 		t.Fatalf("objects %v %v, want only the two completed", objs, err)
