@@ -59,6 +59,21 @@ func uploadOnPage(t *testing.T, pageURL, protocol string, files map[string][]byt
 	return rows
 }
 
+// waitOneCompletedEach waits until Kafka has exactly one UploadCompleted for each of
+// the uploads ids (by file name).
+func waitOneCompletedEach(t *testing.T, k *testenv.Kafka, ids map[string]string) {
+	t.Helper()
+	waitFor(t, "one UploadCompleted for each upload on Kafka", func() bool {
+		evs := allEvents(t, k)
+		for _, id := range ids {
+			if len(eventsFor(evs, id, "chunkup.v1.UploadCompleted")) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // twoColourPNG re-encodes a PNG of black text on white in two colours, which keeps
 // the text readable and makes the file small (about 1 KB for two short lines).
 func twoColourPNG(t *testing.T, b []byte) []byte {
@@ -112,15 +127,7 @@ func TestDirectUppyInBrowser(t *testing.T) {
 		}
 		ids[row.Name] = row.ID
 	}
-	waitFor(t, "one UploadCompleted for each upload on Kafka", func() bool {
-		evs := allEvents(t, k)
-		for _, id := range ids {
-			if len(eventsFor(evs, id, "chunkup.v1.UploadCompleted")) != 1 {
-				return false
-			}
-		}
-		return true
-	})
+	waitOneCompletedEach(t, k, ids)
 	d := waitDecision(t, documents(t, a.GRPCAddr()), ids["scan.png"])
 	if d.Ocr == nil {
 		t.Fatalf("document %v: no OCR", d)
@@ -220,15 +227,7 @@ func TestUppyS3DefaultsInBrowser(t *testing.T) {
 				}
 				e.requireExact(t, up, files[name])
 			}
-			waitFor(t, "one UploadCompleted for each upload on Kafka", func() bool {
-				evs := allEvents(t, k)
-				for _, id := range ids {
-					if len(eventsFor(evs, id, "chunkup.v1.UploadCompleted")) != 1 {
-						return false
-					}
-				}
-				return true
-			})
+			waitOneCompletedEach(t, k, ids)
 			d := waitDecision(t, documents(t, a.GRPCAddr()), ids["scan.png"])
 			if d.Ocr == nil {
 				t.Fatalf("document %v: no OCR", d)
