@@ -50,6 +50,8 @@ func (h *Handler) params(w http.ResponseWriter, r *http.Request) {
 			out.Set(k, vs[0])
 		}
 	}
+	// What the upload's creation would refuse is refused here, before the client sends
+	// the file.
 	if _, err := wholeMetadata(out); err != nil {
 		h.fail(w, err)
 		return
@@ -196,6 +198,9 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 	write(w, code, map[string]string{"error": msg, "message": msg})
 }
 
+// maxMetadataKey is the HTTP door's bound on a metadata key.
+const maxMetadataKey = 256
+
 // maxFormFields bounds the form fields before the file, and formFieldMax each one.
 const maxFormFields, formFieldMax = 64, 8 << 10
 
@@ -230,7 +235,8 @@ func formFile(r *http.Request) (io.Reader, string, string, error) {
 
 // wholeMetadata is the tus Upload-Metadata of a single PUT's query: its filename, type
 // and metadata[k] (Uppy's own name, type and relativePath left out, as in a
-// multipart creation).
+// multipart creation), checked as the upload's creation checks them, so that a refusal
+// speaks of the query rather than of a header the client never sent.
 func wholeMetadata(q url.Values) (string, error) {
 	pairs := map[string]string{"filename": q.Get("filename"), "filetype": mediaOr(q.Get("type"))}
 	for k, vs := range q {
@@ -243,10 +249,14 @@ func wholeMetadata(q url.Values) (string, error) {
 		case "name", "type", "relativePath", "filename", "filetype":
 			continue
 		}
-		if name == "" || strings.ContainsAny(name, " ,\t") || !printable(name) {
-			return "", fault.Errorf(fault.Invalid, "metadata key %q must be non-empty printable ASCII without spaces or commas", clip(name))
+		if name == "" || len(name) > maxMetadataKey || strings.ContainsAny(name, " ,\t") || !printable(name) {
+			return "", fault.Errorf(fault.Invalid, "metadata key %q must be non-empty printable ASCII of at most %d bytes, without spaces or commas", clip(name), maxMetadataKey)
 		}
 		pairs[name] = vs[0]
+	}
+	req := upload.CreateRequest{Size: -1, Name: pairs["filename"], ContentType: pairs["filetype"], Metadata: pairs}
+	if err := req.Validate(); err != nil {
+		return "", fault.Wrap(err, fault.Invalid, "the query's filename, type or metadata: "+err.Error())
 	}
 	keys := make([]string, 0, len(pairs))
 	for k := range pairs {

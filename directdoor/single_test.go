@@ -3,6 +3,7 @@ package directdoor
 import (
 	"bytes"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http/httptest"
@@ -12,6 +13,15 @@ import (
 
 	"github.com/chunkup/chunkup/internal/fault"
 )
+
+// manyPairs is n query pairs metadata[kI]=v.
+func manyPairs(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "&metadata%%5Bk%d%%5D=v", i)
+	}
+	return b.String()
+}
 
 func TestWholeMetadata(t *testing.T) {
 	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
@@ -25,6 +35,10 @@ func TestWholeMetadata(t *testing.T) {
 			"filename " + b64("a") + ",filetype " + b64("t") + ",owner " + b64("bob"), false},
 		{"a key with a space", "filename=a&metadata%5Bbad+key%5D=v", "", true},
 		{"an empty key", "filename=a&metadata%5B%5D=v", "", true},
+		{"a key too long", "filename=a&metadata%5B" + strings.Repeat("k", maxMetadataKey+1) + "%5D=v", "", true},
+		{"a value the core refuses", "filename=a&metadata%5Bnote%5D=%07", "", true},
+		{"a name the core refuses", "filename=%E2%80%AEfdp.exe", "", true},
+		{"too many entries", "filename=a" + manyPairs(300), "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q, err := url.ParseQuery(tc.query)
