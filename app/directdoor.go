@@ -51,15 +51,17 @@ func (a *App) setupDirectDoor(mux *http.ServeMux, guard server.Guard) (err error
 	endpoint := cmp.Or(a.cfg.S3.PublicEndpoint, a.cfg.S3.Endpoint, "https://s3."+cmp.Or(a.cfg.S3.Region, "us-east-1")+".amazonaws.com")
 	var whole http.Handler
 	if a.doorHTTP != nil {
-		// Uppy's single PUT goes through the HTTP door as a tus creation; the direct
-		// door authenticated it already.
+		// Uppy's single PUT goes through the HTTP door as a creation at its creation
+		// URL; the direct door authenticated it already.
+		creation := strings.TrimSuffix(cmp.Or(a.cfg.HTTPDoor.Door.Prefix, "/files/"), "/")
 		whole = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			a.doorHTTP.ServeHTTP(w, r.WithContext(httpdoor.Authenticated(r.Context())))
+			r = r.WithContext(httpdoor.Authenticated(r.Context()))
+			r.URL.Path = creation
+			a.doorHTTP.ServeHTTP(w, r)
 		})
 	}
 	door := directdoor.New(a.core, directdoor.Config{
 		Whole:     whole,
-		WholePath: strings.TrimSuffix(cmp.Or(a.cfg.HTTPDoor.Door.Prefix, "/files/"), "/"),
 		PublicURL: a.cfg.HTTPDoor.Door.PublicURL,
 		Prefix:    prefix,
 		Authenticate: func(r *http.Request) (context.Context, error) {

@@ -70,11 +70,10 @@ type Config struct {
 	// only (an IP address or localhost naming the server, not a DNS-rebinding name).
 	Origins *webcors.Policy
 	// Whole takes a single PUT's whole file (Uppy's single-request upload, GET params):
-	// the HTTP door, which gets it as a tus creation with all its bytes at WholePath,
-	// with the context Authenticate returned (so Whole must take it as authenticated).
-	// Nil: params is 501.
-	Whole     http.Handler
-	WholePath string
+	// the HTTP door at its creation URL, which gets it as an IETF creation that ends
+	// with its body, with the context Authenticate returned (so Whole must take it as
+	// authenticated). Nil: params is 501.
+	Whole http.Handler
 	// PublicURL is scheme://host of the door as clients reach it, for the URL params
 	// answers; "" takes the request's Host.
 	PublicURL string

@@ -24,7 +24,7 @@ import (
 // less): GET params answers with where to PUT the whole file, and after that PUT the
 // client never calls back. A PUT straight into S3 would leave chunkup without the
 // upload's end, so the PUT is to the door itself, which hands its body to the HTTP door
-// as a tus creation with all its bytes (Config.Whole): the upload is then recorded,
+// as an IETF creation that ends with its body (Config.Whole): the upload is then recorded,
 // checked, completed, announced and read like any upload, under the same budget and
 // limits, and its bytes pass through chunkup (multipart uploads keep them off it).
 
@@ -56,7 +56,7 @@ func (h *Handler) params(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, err)
 		return
 	}
-	headers := map[string]string{"Content-Type": mediaOr(q.Get("type"))}
+	headers := map[string]string{"Content-Type": cmp.Or(q.Get("type"), "application/octet-stream")}
 	for _, k := range []string{"Authorization", "X-Api-Key"} {
 		if v := r.Header.Get(k); v != "" {
 			headers[k] = v
@@ -109,7 +109,7 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 	}
 	in := r.Clone(r.Context())
 	in.Method = http.MethodPost
-	in.URL = &url.URL{Path: h.cfg.WholePath}
+	in.URL = &url.URL{Path: "/"} // Whole knows its creation URL
 	in.RequestURI = ""
 	in.Body, in.ContentLength = io.NopCloser(body), length
 	for k := range in.Header {
@@ -134,9 +134,9 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 	rec := &recorder{w: w, hd: http.Header{}}
 	h.cfg.Whole.ServeHTTP(rec, in)
 
-	id := path.Base(rec.hd.Get("Location"))
-	if rec.hd.Get("Location") == "" {
-		id = ""
+	var id string // of the upload the request made, if it made one
+	if loc := rec.hd.Get("Location"); loc != "" {
+		id = path.Base(loc)
 	}
 	if rec.code == http.StatusCreated && rec.hd.Get("Upload-Complete") == "?1" && id != "" {
 		gctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
@@ -238,7 +238,7 @@ func formFile(r *http.Request) (io.Reader, string, string, error) {
 // multipart creation), checked as the upload's creation checks them, so that a refusal
 // speaks of the query rather than of a header the client never sent.
 func wholeMetadata(q url.Values) (string, error) {
-	pairs := map[string]string{"filename": q.Get("filename"), "filetype": mediaOr(q.Get("type"))}
+	pairs := map[string]string{"filename": q.Get("filename"), "filetype": cmp.Or(q.Get("type"), "application/octet-stream")}
 	for k, vs := range q {
 		name, ok := strings.CutPrefix(k, "metadata[")
 		if !ok || !strings.HasSuffix(name, "]") || len(vs) == 0 {
@@ -280,13 +280,6 @@ func printable(s string) bool {
 		}
 	}
 	return true
-}
-
-func mediaOr(t string) string {
-	if t == "" {
-		return "application/octet-stream"
-	}
-	return t
 }
 
 // origin is the door's scheme://host as the client reached it.

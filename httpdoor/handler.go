@@ -299,7 +299,7 @@ type authenticatedKey struct{}
 
 // Authenticated marks ctx, a context Config.Authenticate returned for a request, as the
 // context of a request that another door of the same process authenticated and hands
-// on to this one (the direct door's single PUT, a tus creation underneath): the door
+// on to this one (the direct door's single PUT, a creation underneath): the door
 // takes it as is, rather than authenticating the request, and charging its rate limit,
 // twice. A client cannot set it: it lives only in a request's context.
 func Authenticated(ctx context.Context) context.Context {
