@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/testdocs"
 	"github.com/chunkup/chunkup/internal/testenv"
@@ -57,6 +58,17 @@ func uploadOnPage(t *testing.T, pageURL, protocol string, files map[string][]byt
 		}
 	}
 	return rows
+}
+
+// pageServer starts a server with its upload page, Kafka and OCR, and a client of it.
+func pageServer(t *testing.T) (*env, *testenv.Kafka, *running, *client.Client) {
+	t.Helper()
+	e := newEnv(t)
+	k := testenv.StartKafka(t, topic)
+	cfg := withOCR(withKafka(e.config(), k))
+	cfg.HTTPDoor.Page = true
+	a := e.start(t, cfg)
+	return e, k, a, e.client(t, a)
 }
 
 // waitOneCompletedEach waits until Kafka has exactly one UploadCompleted for each of
@@ -100,12 +112,7 @@ func twoColourPNG(t *testing.T, b []byte) []byte {
 // are exact in MinIO, each has exactly one UploadCompleted on Kafka, OCR reads the
 // PNG's words, and no multipart upload is left open.
 func TestDirectUppyInBrowser(t *testing.T) {
-	e := newEnv(t)
-	k := testenv.StartKafka(t, topic)
-	cfg := withOCR(withKafka(e.config(), k))
-	cfg.HTTPDoor.Page = true
-	a := e.start(t, cfg)
-	c := e.client(t, a)
+	e, k, a, c := pageServer(t)
 
 	scan := twoColourPNG(t, testdocs.PNG("INVOICE 2828", "UPPY"))
 	if len(scan) > 1100 {
@@ -176,12 +183,7 @@ func TestUppyS3DefaultsInBrowser(t *testing.T) {
 		{"uppy 6, multipart", uppy6, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
-			k := testenv.StartKafka(t, topic)
-			cfg := withOCR(withKafka(e.config(), k))
-			cfg.HTTPDoor.Page = true
-			a := e.start(t, cfg)
-			c := e.client(t, a)
+			e, k, a, c := pageServer(t)
 
 			scan := twoColourPNG(t, testdocs.PNG("RECEIPT 4141", "SINGLE"))
 			files := map[string][]byte{"big.bin": randomBytes(20_000_000, 4141), "scan.png": scan}
