@@ -8,14 +8,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"path"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/chunkup/chunkup/httpdoor"
 	"github.com/chunkup/chunkup/internal/fault"
 	"github.com/chunkup/chunkup/upload"
 )
@@ -83,13 +86,17 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	body, length := io.Reader(r.Body), r.ContentLength
+	raw := &wholeBody{r: r.Body}
+	r.Body = raw
+	body, length := io.Reader(raw), r.ContentLength
+	var form *formBody
 	if r.Method == http.MethodPost {
 		file, name, ctype, err := formFile(r)
 		if err != nil {
 			h.fail(w, err)
 			return
 		}
+		form = file
 		body, length = file, -1
 		if !q.Has("filename") && name != "" {
 			q.Set("filename", name)
@@ -107,7 +114,19 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, err)
 		return
 	}
-	in := r.Clone(r.Context())
+	// net/http cancels a request's context when its client half-closes the connection,
+	// as some do once they have sent the whole body: from then on the upload is the
+	// server's to finish and to answer for, so only a client gone before the end of
+	// its body cancels the work done for it.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	defer cancel()
+	stop := context.AfterFunc(r.Context(), func() {
+		if !raw.ended.Load() {
+			cancel()
+		}
+	})
+	defer stop()
+	in := r.Clone(ctx)
 	in.Method = http.MethodPost
 	in.URL = &url.URL{Path: "/"} // Whole knows its creation URL
 	in.RequestURI = ""
@@ -133,15 +152,18 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := &recorder{w: w, hd: http.Header{}}
 	h.cfg.Whole.ServeHTTP(rec, in)
+	// The door's write deadlines were for answers that never reached the connection (a
+	// 104 the recorder dropped, set as the body began): this answer gets its own.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wholeAnswerTimeout))
 
 	var id string // of the upload the request made, if it made one
 	if loc := rec.hd.Get("Location"); loc != "" {
 		id = path.Base(loc)
 	}
 	if rec.code == http.StatusCreated && rec.hd.Get("Upload-Complete") == "?1" && id != "" {
-		gctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		gctx, gcancel := context.WithTimeout(ctx, 30*time.Second)
 		up, err := h.core.Get(gctx, id)
-		cancel()
+		gcancel()
 		if err != nil {
 			// The file is stored: a failure here must not make the client send it
 			// again (a second upload, a second object).
@@ -173,6 +195,15 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 	if i := strings.Index(msg, ". This request created the upload at"); i >= 0 {
 		msg = msg[:i]
 	}
+	msg = strings.ReplaceAll(msg, httpdoor.ResumeAdvice, "") // it is aborted below
+	code := rec.code
+	switch {
+	case form != nil && form.err != nil:
+		// The form, not the connection, is at fault: a retry would fail the same way.
+		msg, code = form.err.Error(), http.StatusBadRequest
+	case form != nil && raw.ended.Load() && code >= 500:
+		msg, code = "the form ends before its file does (no closing boundary after the \"file\" field): send the whole multipart/form-data form", http.StatusBadRequest
+	}
 	if id != "" {
 		// The client may be gone, and its request's context with it.
 		actx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
@@ -181,15 +212,16 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			h.cfg.Logger.Warn("direct door: aborting a failed single PUT's upload", "upload", id, "err", err)
 			msg += fmt.Sprintf("; upload %s was made and could not be aborted (%v): see its state before you send the file again", id, err)
+		} else if code == http.StatusBadRequest {
+			msg += "; nothing was stored"
 		} else {
 			msg += "; nothing was stored: send the whole file again"
 		}
 	}
-	code := rec.code
 	if code < 400 {
 		code = http.StatusInternalServerError
 	}
-	if ra := rec.hd.Get("Retry-After"); ra != "" {
+	if ra := rec.hd.Get("Retry-After"); ra != "" && (code >= 500 || code == http.StatusTooManyRequests) {
 		w.Header().Set("Retry-After", ra)
 	}
 	if msg == "" {
@@ -198,8 +230,9 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 	write(w, code, map[string]string{"error": msg, "message": msg})
 }
 
-// maxMetadataKey is the HTTP door's bound on a metadata key.
-const maxMetadataKey = 256
+// maxMetadataKey is the HTTP door's bound on a metadata key, maxMetadataPairs the
+// core's on an upload's metadata entries.
+const maxMetadataKey, maxMetadataPairs = 256, 64
 
 // maxFormFields bounds the form fields before the file, and formFieldMax each one.
 const maxFormFields, formFieldMax = 64, 8 << 10
@@ -208,7 +241,7 @@ const maxFormFields, formFieldMax = 64, 8 << 10
 // most maxFormFields others (read and dropped but its Content-Type), and returns it to
 // read with its file name and content type (the Content-Type field's, as S3 takes it,
 // else the file part's).
-func formFile(r *http.Request) (io.Reader, string, string, error) {
+func formFile(r *http.Request) (*formBody, string, string, error) {
 	mr, err := r.MultipartReader()
 	if err != nil {
 		return nil, "", "", fault.Errorf(fault.Invalid, "a POST of a single-request upload must be a multipart/form-data form with the file in its \"file\" field: %v", err)
@@ -220,7 +253,7 @@ func formFile(r *http.Request) (io.Reader, string, string, error) {
 			return nil, "", "", fault.Errorf(fault.Invalid, "the form has no \"file\" field (the file, after the other fields): %v", err)
 		}
 		if p.FormName() == "file" {
-			return p, p.FileName(), cmp.Or(ctype, p.Header.Get("Content-Type")), nil
+			return &formBody{mr: mr, file: p}, p.FileName(), cmp.Or(ctype, p.Header.Get("Content-Type")), nil
 		}
 		v, err := io.ReadAll(io.LimitReader(p, formFieldMax+1))
 		if err != nil || len(v) > formFieldMax {
@@ -232,6 +265,59 @@ func formFile(r *http.Request) (io.Reader, string, string, error) {
 	}
 	return nil, "", "", fault.Errorf(fault.Invalid, "the form has more than %d fields before its \"file\" field", maxFormFields)
 }
+
+// formBody is a form's file: it ends where the form does, which must be the file
+// field's end or fields that S3 too would ignore (any after the file), never a second
+// file.
+type formBody struct {
+	mr   *multipart.Reader
+	file *multipart.Part
+	err  error // the form's fault, once found
+}
+
+func (f *formBody) Read(p []byte) (int, error) {
+	if f.err != nil {
+		return 0, f.err
+	}
+	n, err := f.file.Read(p)
+	if err != io.EOF {
+		return n, err
+	}
+	for range maxFormFields + 1 {
+		next, err := f.mr.NextPart()
+		switch {
+		case err == io.EOF:
+			return n, io.EOF
+		case err != nil:
+			f.err = fault.Errorf(fault.Invalid, "the form after its \"file\" field is not multipart/form-data (%v): send the file as the form's last field", err)
+			return n, f.err
+		case next.FormName() == "file":
+			f.err = fault.New(fault.Invalid, "the form has a second \"file\" field: a single-request upload is one file, so send one form for each")
+			return n, f.err
+		}
+	}
+	f.err = fault.Errorf(fault.Invalid, "the form has more than %d fields after its \"file\" field", maxFormFields)
+	return n, f.err
+}
+
+// wholeBody is a single PUT's request body, which says whether it was read to its end.
+type wholeBody struct {
+	r     io.ReadCloser
+	ended atomic.Bool
+}
+
+func (b *wholeBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		b.ended.Store(true)
+	}
+	return n, err
+}
+
+func (b *wholeBody) Close() error { return b.r.Close() }
+
+// wholeAnswerTimeout bounds the writing of a single PUT's answer.
+const wholeAnswerTimeout = 30 * time.Second
 
 // wholeMetadata is the tus Upload-Metadata of a single PUT's query: its filename, type
 // and metadata[k] (Uppy's own name, type and relativePath left out, as in a
@@ -253,6 +339,12 @@ func wholeMetadata(q url.Values) (string, error) {
 			return "", fault.Errorf(fault.Invalid, "metadata key %q must be non-empty printable ASCII of at most %d bytes, without spaces or commas", clip(name), maxMetadataKey)
 		}
 		pairs[name] = vs[0]
+	}
+	// filename and filetype are entries too (the HTTP door reads them there): the
+	// caller's own count is what the caller can act on.
+	if own := len(pairs) - 2; own > maxMetadataPairs-2 {
+		return "", fault.Errorf(fault.Invalid, "metadata has %d entries; at most %d are allowed in a single-request upload, whose filename and type are metadata entries too (a multipart upload takes %d)",
+			own, maxMetadataPairs-2, maxMetadataPairs)
 	}
 	req := upload.CreateRequest{Size: -1, Name: pairs["filename"], ContentType: pairs["filetype"], Metadata: pairs}
 	if err := req.Validate(); err != nil {
@@ -339,6 +431,6 @@ func (c *recorder) SetReadDeadline(t time.Time) error {
 	return http.NewResponseController(c.w).SetReadDeadline(t)
 }
 
-func (c *recorder) SetWriteDeadline(t time.Time) error {
-	return http.NewResponseController(c.w).SetWriteDeadline(t)
-}
+// SetWriteDeadline does nothing: what is written to the recorder does not reach the
+// connection (put sets the deadline of what does).
+func (c *recorder) SetWriteDeadline(time.Time) error { return nil }

@@ -609,7 +609,7 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 			// The rate's deadline, not the idle timeout's, if the credit ran out (within
 			// the timer's slack).
 			if b.credit-b.rate*now.Sub(b.last).Seconds() <= b.rate/10 {
-				b.err = fmt.Errorf("%w: its body arrived slower than %d bytes per second over %s; what arrived is stored, resume from Upload-Offset", errTooSlow, int64(b.rate), b.window)
+				b.err = fmt.Errorf("%w: its body arrived slower than %d bytes per second over %s%s", errTooSlow, int64(b.rate), b.window, ResumeAdvice)
 				return 0, b.err
 			}
 		}
@@ -687,7 +687,7 @@ func (b *bodyReader) interrupted(err error) error {
 	case b.held != nil && b.held.Err() != nil:
 		return fmt.Errorf("%w: this request lost the upload's lock; what arrived in whole chunks is stored", ErrLocked)
 	case b.h != nil && b.h.draining():
-		return fmt.Errorf("%w: it stopped reading after %d bytes; what arrived is stored, resume from Upload-Offset", errDraining, b.n)
+		return fmt.Errorf("%w: it stopped reading after %d bytes%s", errDraining, b.n, ResumeAdvice)
 	}
-	return fmt.Errorf("%w after %d bytes (%v); what arrived is stored, resume from Upload-Offset", errInterrupted, b.n, err)
+	return fmt.Errorf("%w after %d bytes (%v)%s", errInterrupted, b.n, err, ResumeAdvice)
 }

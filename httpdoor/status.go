@@ -13,6 +13,11 @@ import (
 	"github.com/chunkup/chunkup/internal/fault"
 )
 
+// ResumeAdvice ends the message of a body cut short (or too slow) whose upload can be
+// resumed; a door that makes uploads which cannot (the direct door's single PUT) takes
+// it out.
+const ResumeAdvice = "; what arrived is stored, resume from Upload-Offset"
+
 // Errors of the protocol layer itself, beside the Core's sentinels.
 var (
 	// errInterrupted: the request body stopped before its end (the client went away, sent

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -210,6 +211,7 @@ func TestDirectSinglePutByCurl(t *testing.T) {
 	k := testenv.StartKafka(t, topic)
 	cfg := withKafka(e.config(), k)
 	cfg.Auth.APIKeys = map[string]string{server.HashAPIKey("acme-key"): "acme", server.HashAPIKey("rival-key"): "rival"}
+	cfg.HTTPDoor.Door.IdleTimeout = 2 * time.Second // the stalled PUT below
 	a := e.start(t, cfg)
 	acme := e.client(t, a, client.WithAPIKey("acme-key"))
 	rival := e.client(t, a, client.WithAPIKey("rival-key"))
@@ -280,12 +282,85 @@ func TestDirectSinglePutByCurl(t *testing.T) {
 		t.Fatalf("PUT without a length: %d %q, want 411", res.code, text)
 	}
 
-	// A PUT whose client goes away after part of the file: the upload it made is
-	// aborted (a single PUT cannot be resumed), so nothing is left in progress.
+	// Forms that can never succeed are 400, not a 5xx a client would retry, and leave
+	// nothing behind: a second file, and a form without its closing boundary.
+	res, _, text = curl(t, "-H", key, "-F", "file=@"+writeFile(t, "one.txt", []byte("one"))+";filename=one.txt",
+		"-F", "file=@"+writeFile(t, "two.txt", []byte("two"))+";filename=two.txt", params.URL)
+	if res.code != http.StatusBadRequest || !strings.Contains(text, `second \"file\"`) || !strings.Contains(text, "nothing was stored") {
+		t.Fatalf("a form with two files: %d %q, want 400 naming the second file", res.code, text)
+	}
+	unclosed := "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"u.txt\"\r\n\r\nno end in sight"
+	res, _, text = curl(t, "-H", key, "-H", "Content-Type: multipart/form-data; boundary=XyZ", "--data-binary", unclosed, params.URL)
+	if res.code != http.StatusBadRequest || !strings.Contains(text, "closing boundary") || strings.Contains(text, "Upload-Offset") {
+		t.Fatalf("a form without its closing boundary: %d %q, want 400 saying so", res.code, text)
+	}
+
+	// Metadata: the caller's own entries are counted (filename and type are entries too).
+	many := func(n int) string {
+		q := url.Values{"filename": {"m.txt"}, "type": {"text/plain"}}
+		for i := range n {
+			q.Set(fmt.Sprintf("metadata[k%d]", i), "v")
+		}
+		return base + "params?" + q.Encode()
+	}
+	if code := directCall(t, "GET", many(63), nil, &refused, key); code != http.StatusBadRequest || !strings.Contains(refused.Error, "metadata has 63 entries; at most 62") {
+		t.Fatalf("params with 63 metadata entries: %d %q, want 400 counting the caller's", code, refused.Error)
+	}
+	if code := directCall(t, "GET", many(62), nil, &params, key); code != http.StatusOK {
+		t.Fatalf("params with 62 metadata entries: %d", code)
+	}
+
 	u, err := url.Parse(params.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rawPut := func(length int, body []byte) *net.TCPConn {
+		t.Helper()
+		conn, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		_ = conn.SetDeadline(time.Now().Add(time.Minute))
+		fmt.Fprintf(conn, "PUT %s HTTP/1.1\r\nHost: %s\r\nX-Api-Key: acme-key\r\nContent-Length: %d\r\n\r\n", u.RequestURI(), u.Host, length)
+		if _, err := conn.Write(body); err != nil {
+			t.Fatal(err)
+		}
+		return conn.(*net.TCPConn)
+	}
+	answer := func(conn *net.TCPConn) (int, http.Header, string) {
+		t.Helper()
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header, string(b)
+	}
+	// A client that half-closes its side once the whole body is sent still gets the
+	// whole answer (net/http cancels such a request's context).
+	half := rawPut(5, []byte("hello"))
+	if err := half.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	code, hdr, text := answer(half)
+	var halfPut struct {
+		UploadID, Key, Location, Status string
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(text), &halfPut) != nil || halfPut.Key == "" || hdr.Get("Location") == "" {
+		t.Fatalf("a half-closed PUT: %d %v %q, want 200 with the object's key and Location", code, hdr, text)
+	}
+	e.requireExact(t, waitCompleted(t, acme, halfPut.UploadID), []byte("hello"))
+	// A body that stalls gets an answer once the door gives up on it, which does not
+	// say to resume (a single PUT cannot be), and its upload is aborted.
+	code, _, text = answer(rawPut(100, []byte("twelve bytes")))
+	if code < 400 || !strings.Contains(text, "nothing was stored") || strings.Contains(text, "Upload-Offset") {
+		t.Fatalf("a stalled PUT: %d %q, want an error saying nothing was stored", code, text)
+	}
+
+	// A PUT whose client goes away after part of the file: the upload it made is
+	// aborted (a single PUT cannot be resumed), so nothing is left in progress.
 	conn, err := net.Dial("tcp", u.Host)
 	if err != nil {
 		t.Fatal(err)
@@ -305,8 +380,8 @@ func TestDirectSinglePutByCurl(t *testing.T) {
 	_ = conn.Close()
 	waitFor(t, "no upload in progress after the cut PUT", func() bool { return inProgress() == 0 })
 	objs, err := e.s3.ListObjectsV2(ctx(t), &s3.ListObjectsV2Input{Bucket: aws.String(bucket)})
-	if err != nil || len(objs.Contents) != 2 {
-		t.Fatalf("objects %v %v, want only the two completed", objs, err)
+	if err != nil || len(objs.Contents) != 3 {
+		t.Fatalf("objects %v %v, want only the three completed", objs, err)
 	}
 }
 
