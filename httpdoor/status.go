@@ -249,7 +249,11 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rq *request, err 
 	} else {
 		hd.Del("Location") // a 104 may have set it; an error is no resource of its own
 	}
-	if rq.offsetKnown {
+	// tus: a HEAD answered 403, 404 or 410 "SHOULD" go without Upload-Offset (there is
+	// no upload to resume there).
+	headGone := rq.proto == protoTus && rq.method == http.MethodHead &&
+		(code == http.StatusForbidden || code == http.StatusNotFound || code == http.StatusGone)
+	if rq.offsetKnown && !headGone {
 		hd.Set("Upload-Offset", strconv.FormatInt(rq.offset, 10))
 	}
 	// Upload-Complete describes an upload: a response about none (a 412 for the

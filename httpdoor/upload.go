@@ -403,10 +403,16 @@ func (h *Handler) patch(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			if size >= 0 {
 				known = "the upload's length is " + strconv.FormatInt(size, 10)
 			}
+			// What to do: with a length recorded, that one; with none yet, one no
+			// shorter than what arrived.
+			todo := "send the upload's length as it was given, or none"
+			if size < 0 {
+				todo = "the length cannot be less than what the upload holds: send the file's true length"
+			}
 			if rq.proto == protoTus {
-				h.fail(w, r, rq, fmt.Errorf("%w: Upload-Length %d, but %s (the length cannot change)", ErrInvalid, hd.length, known))
+				h.fail(w, r, rq, fmt.Errorf("%w: Upload-Length %d, but %s; %s", ErrInvalid, hd.length, known, todo))
 			} else {
-				h.fail(w, r, rq, fmt.Errorf("%w: the request says the length is %d, but %s", errLength, hd.length, known))
+				h.fail(w, r, rq, fmt.Errorf("%w: the request says the length is %d, but %s; %s", errLength, hd.length, known, todo))
 			}
 			return
 		case h.cfg.MaxSize > 0 && hd.length > h.cfg.MaxSize:

@@ -45,7 +45,7 @@ func ChunkSizeFor(expected, def, max int64) (int64, error) {
 			need++
 		}
 		if need > max {
-			return 0, invalidf("expected_size %d needs chunks of %d bytes, over this server's maximum chunk size %d", expected, need, max)
+			return 0, invalidf("expected_size %d needs chunks of %d bytes, over this server's maximum chunk size %d: the largest upload it takes is %d bytes (10,000 chunks of that size); split the file", expected, need, max, max*MaxParts)
 		}
 		size = (need + (1<<20 - 1)) &^ (1<<20 - 1)
 	}
