@@ -141,8 +141,11 @@ func (c *Core) signParts(ctx context.Context, id string, parts []PartToSign) ([]
 		if p.N < 1 || p.N > MaxParts {
 			return nil, &RangeError{Msg: fmt.Sprintf("part number %d is outside 1 to %d (S3's limit)", p.N, MaxParts)}
 		}
-		if p.Size < 0 || p.Size > MaxPartSize {
-			return nil, invalidf("part %d's size %d is outside S3's limit of 5 GiB", p.N, p.Size)
+		if p.Size < 0 {
+			return nil, invalidf("part %d's size %d is negative: give its size in bytes, or 0 to leave it unbound", p.N, p.Size)
+		}
+		if p.Size > MaxPartSize {
+			return nil, invalidf("part %d's size %d is over S3's limit of 5 GiB a part", p.N, p.Size)
 		}
 	}
 	if err := c.directID(id); err != nil {
@@ -171,14 +174,27 @@ func (c *Core) signParts(ctx context.Context, id string, parts []PartToSign) ([]
 	case !u.Direct:
 		return nil, invalidf("upload %s is not a direct upload: send its chunks to chunkup", id)
 	}
+	// An upload of a known size has every part's: a URL for another size would take
+	// bytes the completion must then refuse, failing the upload.
+	sizeOf := func(n uint32) int64 {
+		if n == u.Total {
+			return u.Expected - int64(u.Total-1)*u.ChunkSize
+		}
+		return u.ChunkSize
+	}
+	if u.Total > 0 {
+		for _, p := range parts {
+			if want := sizeOf(p.N); p.Size != 0 && p.Size != want {
+				return nil, invalidf("part %d must have %d bytes (every part but the last has the upload's chunk size, %d, and the last the rest of its %d bytes), not %d: give that size, or 0 to have it bound for you",
+					p.N, want, u.ChunkSize, u.Expected, p.Size)
+			}
+		}
+	}
 	expires := c.store.Now().Add(c.cfg.DirectURLTTL)
 	out := make([]SignedPart, len(parts))
 	for i, p := range parts {
-		if u.Total > 0 && p.Size == 0 { // a known size binds every part's
-			p.Size = u.ChunkSize
-			if p.N == u.Total {
-				p.Size = u.Expected - int64(u.Total-1)*u.ChunkSize
-			}
+		if u.Total > 0 { // a known size binds every part's
+			p.Size = sizeOf(p.N)
 		}
 		if !u.Checksummed {
 			p.CRC32C = nil // a multipart upload without checksums refuses parts with one
@@ -238,8 +254,11 @@ func (c *Core) completeDirect(ctx context.Context, id string, reported []Reporte
 	parts := slices.Clone(reported)
 	slices.SortFunc(parts, func(a, b ReportedPart) int { return cmp.Compare(a.N, b.N) })
 	for i, p := range parts {
+		if i > 0 && p.N == parts[i-1].N {
+			return nil, invalidf("part %d is reported twice: report each part once, with the ETag of its last PUT", p.N)
+		}
 		if p.N != uint32(i+1) {
-			return nil, invalidf("the parts must be numbered 1 to %d, each once; part %d is missing or repeated", len(parts), i+1)
+			return nil, invalidf("part %d is not reported: report the parts numbered 1 to %d, each once", i+1, parts[len(parts)-1].N)
 		}
 		if strings.Trim(p.ETag, `"`) == "" {
 			return nil, invalidf("part %d has no ETag: report the ETag S3 answered its PUT with", p.N)
@@ -369,7 +388,7 @@ func matchParts(reported []ReportedPart, held []s3store.ListedPart, checksummed 
 		chosen[i] = h
 		switch {
 		case !ok:
-			return nil, nil, fmt.Sprintf("part %d was reported, but S3 does not hold it: put it before completing", r.N)
+			return nil, nil, fmt.Sprintf("part %d was reported, but S3 does not hold it", r.N)
 		case !s3store.SameETag(h.ETag, r.ETag):
 			return nil, nil, fmt.Sprintf("part %d was reported with ETag %s, but S3 holds it with %s: the part was replaced, or the report is wrong", r.N, r.ETag, h.ETag)
 		case r.Size > 0 && r.Size != h.Size:
@@ -402,7 +421,7 @@ func matchParts(reported []ReportedPart, held []s3store.ListedPart, checksummed 
 			extra = append(extra, n)
 		}
 		slices.Sort(extra)
-		return nil, nil, fmt.Sprintf("S3 holds part %d, which was not reported: report every part put, and only those", extra[0])
+		return nil, nil, fmt.Sprintf("S3 holds part %d, which was not reported", extra[0])
 	}
 	return chosen, sums, ""
 }
@@ -420,7 +439,7 @@ func (c *Core) failDirect(ctx context.Context, u *staging.Upload, why string) er
 	if err != nil && !errors.As(err, &se) {
 		return err
 	}
-	return &MismatchError{Reason: fmt.Sprintf("upload %s failed: %s; nothing was written", u.ID, why)}
+	return &MismatchError{Reason: fmt.Sprintf("upload %s failed: %s; nothing was written, and it takes no more parts: create a new upload to send the file again", u.ID, why)}
 }
 
 // ParseCRCHeader reads an x-amz-checksum-crc32c value (base64 of 4 big-endian bytes).

@@ -69,6 +69,27 @@ func TestDevMode(t *testing.T) {
 		t.Fatalf("event %v does not describe upload %v", &ev, up)
 	}
 
+	// Direct uploads: the embedded store checks no checksum, so the object's CRC32C is
+	// read from the object, not taken from the client; an empty file (one empty part,
+	// which gofakes3 alone refuses) works too.
+	empty := filepath.Join(t.TempDir(), "empty.bin")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		file string
+		data []byte
+	}{{file, content}, {empty, nil}} {
+		d := cliUpload(t, ctx, bin, "upload", "--server", grpcAddr, "--json", "--direct", tc.file)
+		if d.State != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED || !d.Direct || d.GetCrc32C() != crc.Checksum(tc.data) {
+			t.Fatalf("direct upload of %d bytes: %v, want a COMPLETED direct upload with the file's CRC32C", len(tc.data), d)
+		}
+		stored, err := os.ReadFile(filepath.Join(data, "s3", "buckets", d.Bucket, d.Key))
+		if err != nil || !bytes.Equal(stored, tc.data) {
+			t.Fatalf("the direct upload's object differs from the file (%v)", err)
+		}
+	}
+
 	// A half-sent upload, finished by `upload --resume`.
 	c, err := client.Dial(grpcAddr)
 	if err != nil {

@@ -283,7 +283,7 @@ func (e *Env) startS3(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("embedded s3: %w", err)
 	}
-	srv := &http.Server{Handler: browserCORS(etags.handler(faker.Server())), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: browserCORS(emptyParts(parts, etags.handler(faker.Server()))), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	e.closers = append(e.closers, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -395,4 +396,35 @@ func (d *diskMultipart) CompleteMultipartUpload(bucket, object string, id gofake
 		return "", "", err
 	}
 	return res.VersionID, fmt.Sprintf(`"%s-%d"`, hex.EncodeToString(whole.Sum(nil)), len(in.Parts)), nil
+}
+
+// emptyParts takes a multipart upload's empty part (a PUT of partNumber with
+// Content-Length: 0), which gofakes3 refuses as MissingContentLength, although S3
+// takes a last part of any size: an empty file sent as a multipart upload (Uppy, the
+// SDK's direct uploads) has one. Every other request goes to next.
+func emptyParts(parts *diskMultipart, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if r.Method != http.MethodPut || r.ContentLength != 0 || !q.Has("partNumber") || !q.Has("uploadId") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		bucket, object, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		n, err := strconv.Atoi(q.Get("partNumber"))
+		if !ok || object == "" || err != nil {
+			next.ServeHTTP(w, r) // gofakes3's own answer to a request it cannot take
+			return
+		}
+		etag, err := parts.UploadPart(bucket, object, gofakes3.UploadID(q.Get("uploadId")), n, 0, http.NoBody)
+		if err != nil {
+			var code gofakes3.ErrorCode
+			if !errors.As(err, &code) {
+				code = gofakes3.ErrInternal
+			}
+			http.Error(w, string(code), code.Status())
+			return
+		}
+		w.Header().Set("ETag", etag)
+		w.WriteHeader(http.StatusOK)
+	})
 }

@@ -424,8 +424,9 @@ func TestDirectRefusals(t *testing.T) {
 	failed := func(t *testing.T, d *direct, parts []directPart, reason string) {
 		t.Helper()
 		var answer directError
-		if code := d.complete(parts, &answer); code != http.StatusConflict || !strings.Contains(answer.Error, reason) || !strings.Contains(answer.Error, "nothing was written") {
-			t.Fatalf("complete: %d %q, want 409 saying %q", code, answer.Error, reason)
+		if code := d.complete(parts, &answer); code != http.StatusConflict || !strings.Contains(answer.Error, reason) || !strings.Contains(answer.Error, "nothing was written") ||
+			!strings.Contains(answer.Error, "create a new upload") {
+			t.Fatalf("complete: %d %q, want 409 saying %q, and to create a new upload", code, answer.Error, reason)
 		}
 		up := getUpload(t, c, d.created.UploadID)
 		if up.State != chunkupv1.UploadState_UPLOAD_STATE_FAILED || !strings.Contains(up.Error, reason) {
@@ -509,7 +510,8 @@ func TestDirectRefusals(t *testing.T) {
 			want  string
 		}{
 			{"no parts", nil, "report 1 to 10000 parts"},
-			{"a gap", []directPart{parts[0], parts[2]}, "part 2 is missing or repeated"},
+			{"a gap", []directPart{parts[0], parts[2]}, "part 2 is not reported"},
+			{"a part twice", []directPart{parts[0], parts[0], parts[1], parts[2]}, "part 1 is reported twice"},
 			{"no ETag", []directPart{parts[0], parts[1], {PartNumber: 3}}, "part 3 has no ETag"},
 		} {
 			var answer directError
@@ -716,30 +718,33 @@ func TestDirectSDKAndCLI(t *testing.T) {
 	if code := directCall(t, "DELETE", "http://"+a.HTTPAddr()+"/s3/multipart/"+plain.UploadId, nil, &answer); code != http.StatusBadRequest || !strings.Contains(answer.Error, "not a direct upload") {
 		t.Fatalf("the direct door's DELETE of another upload: %d %q, want 400", code, answer.Error)
 	}
-	// Parts of another size than the upload's chunk size fail an upload of a known size.
+	// An upload of a known size has every part's: URLs for other sizes are refused at
+	// signing (they could only take bytes the completion would refuse), and the
+	// refusal leaves the upload as it was.
 	sized, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Name: "sized.bin", ExpectedSize: proto.Int64(int64(chunk) + 10), Direct: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reported []*chunkupv1.DirectPart
-	for n, b := range [][]byte{data[:chunk-1024], data[chunk-1024 : chunk+10]} {
-		resp, err := c.API().SignParts(ctx(t), &chunkupv1.SignPartsRequest{UploadId: sized.Upload.UploadId, Parts: []*chunkupv1.PartToSign{{PartNumber: uint32(n + 1), Size: int64(len(b))}}})
-		if err != nil {
-			t.Fatal(err)
+	for _, p := range []*chunkupv1.PartToSign{{PartNumber: 1, Size: int64(chunk) - 1024}, {PartNumber: 2, Size: 11}} {
+		_, err := c.API().SignParts(ctx(t), &chunkupv1.SignPartsRequest{UploadId: sized.Upload.UploadId, Parts: []*chunkupv1.PartToSign{p}})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), fmt.Sprintf("part %d must have", p.PartNumber)) {
+			t.Fatalf("signing part %d of %d bytes: %v, want INVALID_ARGUMENT naming its size", p.PartNumber, p.Size, err)
 		}
-		req, _ := http.NewRequestWithContext(ctx(t), http.MethodPut, resp.Parts[0].Url, bytes.NewReader(b))
-		for k, v := range resp.Parts[0].Headers {
-			req.Header.Set(k, v)
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		reported = append(reported, &chunkupv1.DirectPart{PartNumber: uint32(n + 1), Etag: res.Header.Get("ETag")})
 	}
-	if _, err := c.API().CompleteDirect(ctx(t), &chunkupv1.CompleteDirectRequest{UploadId: sized.Upload.UploadId, Parts: reported}); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "chunk size") {
-		t.Fatalf("parts of another size than the chunk size: %v, want FAILED_PRECONDITION naming the chunk size", err)
+	if up := getUpload(t, c, sized.Upload.UploadId); up.State != chunkupv1.UploadState_UPLOAD_STATE_ACTIVE {
+		t.Fatalf("after refused signatures: %v, want it ACTIVE", up)
+	}
+	bound, err := c.API().SignParts(ctx(t), &chunkupv1.SignPartsRequest{UploadId: sized.Upload.UploadId, Parts: []*chunkupv1.PartToSign{{PartNumber: 2}}})
+	boundSize := func() string {
+		for k, v := range bound.GetParts()[0].GetHeaders() {
+			if strings.EqualFold(k, "Content-Length") {
+				return v
+			}
+		}
+		return ""
+	}
+	if err != nil || boundSize() != "10" {
+		t.Fatalf("signing the last part without a size: %v %v, want its size, 10, bound", bound, err)
 	}
 
 	// Resumed by the CLI without --direct: it goes on as it began, direct to S3 (the SDK
