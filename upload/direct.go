@@ -91,7 +91,7 @@ func (c *Core) directUpload(ctx context.Context, id string) (*staging.Upload, er
 		return nil, err
 	}
 	if !u.Direct {
-		return nil, invalidf("upload %s is not a direct upload: send its chunks to chunkup", id)
+		return nil, invalidf("not a direct upload: send its chunks to chunkup")
 	}
 	return u, nil
 }
@@ -172,7 +172,7 @@ func (c *Core) signParts(ctx context.Context, id string, parts []PartToSign) ([]
 	case err != nil:
 		return nil, err
 	case !u.Direct:
-		return nil, invalidf("upload %s is not a direct upload: send its chunks to chunkup", id)
+		return nil, invalidf("not a direct upload: send its chunks to chunkup")
 	}
 	// An upload of a known size has every part's: a URL for another size would take
 	// bytes the completion must then refuse, failing the upload.
