@@ -115,10 +115,7 @@ func StartSeaweedFS(t TB) *SeaweedFS {
 		t.Fatalf("testenv: %v", err)
 	}
 	base := t.TempDir()
-	s := &SeaweedFS{bin: bin, Dir: filepath.Join(base, "data"), LogFile: filepath.Join(base, "weed.log")}
-	if err := os.Mkdir(s.Dir, 0o755); err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
+	s := &SeaweedFS{bin: bin}
 	conf := filepath.Join(base, "s3.json")
 	identities := `{"identities":[{"name":"chunkup","credentials":[{"accessKey":"` + SeaweedFSAccessKey +
 		`","secretKey":"` + SeaweedFSSecretKey + `"}],"actions":["Admin","Read","Write","List","Tagging"]}]}`
@@ -132,18 +129,36 @@ func StartSeaweedFS(t TB) *SeaweedFS {
 		s.Stop()
 	})
 	port := func() string { return strconv.Itoa(FreePort(t)) }
-	s3Port := port()
-	s.Endpoint = "http://" + net.JoinHostPort("127.0.0.1", s3Port)
-	s.args = []string{"mini", "-dir=" + s.Dir, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-		"-master.port=" + port(), "-master.port.grpc=" + port(), "-master.telemetry=false",
-		"-volume.port=" + port(), "-volume.port.grpc=" + port(),
-		"-filer.port=" + port(), "-filer.port.grpc=" + port(), "-filer.localSocket=" + filepath.Join(base, "filer.sock"),
-		"-s3.port=" + s3Port, "-s3.port.grpc=" + port(), "-s3.port.iceberg=0", "-s3.port.lance=0",
-		"-s3.config=" + conf, "-webdav=false", "-admin.ui=false"}
-	if err := s.launch(s.run); err != nil {
-		t.Fatalf("testenv: seaweedfs on %s: %v\nlog:\n%s", s.Endpoint, err, tailFile(s.LogFile, 40))
+	// Its nine ports are free when chosen, but its servers bind them one after another
+	// over a second or two, and another process may take one meanwhile: SeaweedFS then
+	// exits ("address already in use"), and is started again on other ports, in a
+	// directory and log of its own.
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		run := filepath.Join(base, strconv.Itoa(attempt))
+		s.Dir, s.LogFile = filepath.Join(run, "data"), filepath.Join(run, "weed.log")
+		if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		s3Port := port()
+		s.Endpoint = "http://" + net.JoinHostPort("127.0.0.1", s3Port)
+		s.args = []string{"mini", "-dir=" + s.Dir, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+			"-master.port=" + port(), "-master.port.grpc=" + port(), "-master.telemetry=false",
+			"-volume.port=" + port(), "-volume.port.grpc=" + port(),
+			"-filer.port=" + port(), "-filer.port.grpc=" + port(), "-filer.localSocket=" + filepath.Join(run, "filer.sock"),
+			"-s3.port=" + s3Port, "-s3.port.grpc=" + port(), "-s3.port.iceberg=0", "-s3.port.lance=0",
+			"-s3.config=" + conf, "-webdav=false", "-admin.ui=false"}
+		err := s.launch(s.run)
+		if err == nil {
+			return s
+		}
+		log := tailFile(s.LogFile, 40)
+		if attempt < attempts && strings.Contains(log, "address already in use") {
+			t.Logf("testenv: seaweedfs: a port was taken while it started (attempt %d of %d); starting it on other ports", attempt, attempts)
+			continue
+		}
+		t.Fatalf("testenv: seaweedfs on %s: %v\nlog:\n%s", s.Endpoint, err, log)
 	}
-	return s
 }
 
 func (s *SeaweedFS) run() (*proc, error) {
