@@ -230,9 +230,8 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 	write(w, code, map[string]string{"error": msg, "message": msg})
 }
 
-// maxMetadataKey is the HTTP door's bound on a metadata key, maxMetadataPairs the
-// core's on an upload's metadata entries.
-const maxMetadataKey, maxMetadataPairs = 256, 64
+// maxMetadataKey is the HTTP door's bound on a metadata key.
+const maxMetadataKey = 256
 
 // maxFormFields bounds the form fields before the file, and formFieldMax each one.
 const maxFormFields, formFieldMax = 64, 8 << 10
@@ -342,9 +341,9 @@ func wholeMetadata(q url.Values) (string, error) {
 	}
 	// filename and filetype are entries too (the HTTP door reads them there): the
 	// caller's own count is what the caller can act on.
-	if own := len(pairs) - 2; own > maxMetadataPairs-2 {
+	if own := len(pairs) - 2; own > upload.MaxMetadataPairs-2 {
 		return "", fault.Errorf(fault.Invalid, "metadata has %d entries; at most %d are allowed in a single-request upload, whose filename and type are metadata entries too (a multipart upload takes %d)",
-			own, maxMetadataPairs-2, maxMetadataPairs)
+			own, upload.MaxMetadataPairs-2, upload.MaxMetadataPairs)
 	}
 	req := upload.CreateRequest{Size: -1, Name: pairs["filename"], ContentType: pairs["filetype"], Metadata: pairs}
 	if err := req.Validate(); err != nil {

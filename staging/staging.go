@@ -75,6 +75,15 @@ func TotalChunks(size, chunkSize int64) uint32 {
 	return uint32((size + chunkSize - 1) / chunkSize)
 }
 
+// ChunkLen is the length of chunk n of an upload of size bytes (size >= 0) in chunks of
+// chunkSize: chunkSize for every chunk but the last, which holds the rest.
+func ChunkLen(n uint32, size, chunkSize int64) int64 {
+	if n < TotalChunks(size, chunkSize) {
+		return chunkSize
+	}
+	return size - int64(n-1)*chunkSize
+}
+
 // Config tunes the stores. Zero values mean the documented defaults.
 type Config struct {
 	// ChunkTTL bounds how long staged bytes live in Redis. Zero means 1 h.

@@ -176,15 +176,9 @@ func (c *Core) signParts(ctx context.Context, id string, parts []PartToSign) ([]
 	}
 	// An upload of a known size has every part's: a URL for another size would take
 	// bytes the completion must then refuse, failing the upload.
-	sizeOf := func(n uint32) int64 {
-		if n == u.Total {
-			return u.Expected - int64(u.Total-1)*u.ChunkSize
-		}
-		return u.ChunkSize
-	}
 	if u.Total > 0 {
 		for _, p := range parts {
-			if want := sizeOf(p.N); p.Size != 0 && p.Size != want {
+			if want := staging.ChunkLen(p.N, u.Expected, u.ChunkSize); p.Size != 0 && p.Size != want {
 				return nil, invalidf("part %d must have %d bytes (every part but the last has the upload's chunk size, %d, and the last the rest of its %d bytes), not %d: give that size, or 0 to have it bound for you",
 					p.N, want, u.ChunkSize, u.Expected, p.Size)
 			}
@@ -194,7 +188,7 @@ func (c *Core) signParts(ctx context.Context, id string, parts []PartToSign) ([]
 	out := make([]SignedPart, len(parts))
 	for i, p := range parts {
 		if u.Total > 0 { // a known size binds every part's
-			p.Size = sizeOf(p.N)
+			p.Size = staging.ChunkLen(p.N, u.Expected, u.ChunkSize)
 		}
 		if !u.Checksummed {
 			p.CRC32C = nil // a multipart upload without checksums refuses parts with one

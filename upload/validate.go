@@ -20,7 +20,7 @@ const (
 	maxNameLen       = 255
 	maxClientNodeID  = 128
 	maxContentType   = 255
-	maxMetadataPairs = 64
+	MaxMetadataPairs = 64
 	maxMetadataBytes = 8 << 10
 	// The document's identity and place.
 	MaxPlaceField = 256
@@ -104,8 +104,8 @@ func (r *CreateRequest) Validate() error {
 			return err
 		}
 	}
-	if len(r.Metadata) > maxMetadataPairs {
-		return invalidf("metadata has %d entries; at most %d are allowed", len(r.Metadata), maxMetadataPairs)
+	if len(r.Metadata) > MaxMetadataPairs {
+		return invalidf("metadata has %d entries; at most %d are allowed", len(r.Metadata), MaxMetadataPairs)
 	}
 	total := 0
 	for k, v := range r.Metadata {
@@ -274,7 +274,7 @@ func ValidateChunk(p staging.Params, n uint32, size int64, isLast bool) error {
 			}
 			return nil
 		}
-		want := p.ExpectedSize - int64(p.Total-1)*p.ChunkSize
+		want := staging.ChunkLen(n, p.ExpectedSize, p.ChunkSize)
 		if size != want {
 			return invalidf("chunk %d is the last and must have %d bytes to make the expected_size of %d, not %d", n, want, p.ExpectedSize, size)
 		}

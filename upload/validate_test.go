@@ -300,11 +300,11 @@ func TestValidateChunkWholeFiles(t *testing.T) {
 func TestValidateCreate(t *testing.T) {
 	long := func(n int) string { return strings.Repeat("a", n) }
 	bigMeta := map[string]string{}
-	for i := range maxMetadataPairs + 1 {
+	for i := range MaxMetadataPairs + 1 {
 		bigMeta[long(i+1)] = "v"
 	}
 	okMeta := map[string]string{}
-	for i := range maxMetadataPairs {
+	for i := range MaxMetadataPairs {
 		okMeta[long(i+1)] = "v"
 	}
 	for _, tc := range []struct {
