@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkup/chunkup/client"
@@ -169,7 +171,21 @@ func TestClusterFailover(t *testing.T) {
 	t.Logf("killed master %s of upload %s (chunks %v acknowledged)", master, victim, before)
 	cluster.WaitFailover(t, master)
 
-	after := getUpload(t, c, victim)
+	// The cluster has a new master; chunkup's Redis client learns it on its next
+	// refresh of the cluster's slots (within a second or so), and until then answers
+	// UNAVAILABLE, "retry later", as a caller would.
+	var after *chunkupv1.Upload
+	harness.Poll(t, "GetUpload after the failover", 30*time.Second, func() error {
+		r, err := c.API().GetUpload(ctx(t), &chunkupv1.GetUploadRequest{UploadId: victim})
+		if status.Code(err) == codes.Unavailable {
+			return err
+		}
+		if err != nil {
+			t.Fatalf("get upload %s: %v", victim, err)
+		}
+		after = r.Upload
+		return nil
+	})
 	kept := map[uint32]bool{}
 	for _, n := range after.ReceivedChunks {
 		kept[n] = true
