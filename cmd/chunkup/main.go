@@ -488,12 +488,11 @@ const serveGOGC = 40
 // serveGCFloor is the size of gcFloor.
 const serveGCFloor = 24 << 20
 
-// gcFloor is a heap object that is never used. With a heap of a few MiB and a GOGC of
-// 40, the collector ran every 2 MiB or so allocated: for a direct upload, whose bytes
-// never reach the server, a fifth of the server's CPU was collections, mostly scanning
-// the same goroutine stacks again. Counted as live, gcFloor puts off the next collection
-// by 40 % of its size more, where a chunk's bytes, held and freed, put them off by
-// little more than nothing; it is never written, so its pages are not resident.
+// gcFloor is never read or written: it only counts as live heap. With a heap of a few
+// MiB and GOGC 40 the collector ran after every 2 MiB or so allocated, and for a direct
+// upload, whose bytes never reach the server, collections were a fifth of the server's
+// CPU (docs/performance.md, Run M). It moves each collection 40 % of its size later;
+// never written, its pages are never resident.
 var gcFloor []byte
 
 func usageErr(err error) error {
