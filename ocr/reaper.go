@@ -15,8 +15,7 @@ import (
 // ReaperJobs is the part of the job queue the reaper uses.
 type ReaperJobs interface {
 	Now() time.Time
-	Promote(ctx context.Context, limit int) (int, error)
-	Reclaim(ctx context.Context, lease time.Duration, maxReclaims, limit int) ([]ocrqueue.Reclaimed, error)
+	Reap(ctx context.Context, promote int, lease time.Duration, maxReclaims, reclaim int) (int, []ocrqueue.Reclaimed, error)
 	UnmarkProcessing(ctx context.Context, docID string) error
 	ProcessingDocuments(ctx context.Context, start, count int64) ([]string, error)
 	DocumentJob(ctx context.Context, docID string) (string, bool, error)
@@ -78,19 +77,12 @@ func (r *Reaper) Run(ctx context.Context) error {
 	}
 }
 
-// Tick promotes due retries and reclaims expired leases once.
+// Tick promotes due retries and reclaims expired leases once: one round trip to Redis
+// while nothing is due.
 func (r *Reaper) Tick(ctx context.Context) error {
+	const batch = 100
 	for {
-		n, err := r.store.Promote(ctx, 100)
-		if err != nil {
-			return err
-		}
-		if n < 100 {
-			break
-		}
-	}
-	for {
-		got, err := r.store.Reclaim(ctx, r.cfg.Lease, r.cfg.MaxReclaims, 100)
+		n, got, err := r.store.Reap(ctx, batch, r.cfg.Lease, r.cfg.MaxReclaims, batch)
 		for _, j := range got {
 			log := r.cfg.Logger.With("job_id", j.JobID, "document_id", j.DocumentID, "reclaims", j.Reclaims)
 			if !j.Dead {
@@ -103,7 +95,7 @@ func (r *Reaper) Tick(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if len(got) < 100 {
+		if n < batch && len(got) < batch {
 			return nil
 		}
 	}

@@ -373,26 +373,84 @@ func (s *Queue) Fail(ctx context.Context, id string, token int64, msg string, mo
 	return o, nil
 }
 
-// jobPromoteScript moves delayed jobs whose time has come to the pending list.
+// jobReapScript is the reaper's sweep in one round trip: it moves delayed jobs whose
+// time has come to the pending list, gives every active job without a lease one,
+// starting now (a job has none when its worker died between BLMOVE and taking the
+// lease; once that lease expires it is reclaimed like any other), and lists the jobs
+// whose lease has expired, for jobReclaimScript to take back one by one. An idle
+// server runs it every ReapInterval: one round trip instead of three is most of what
+// the OCR pipeline costs it (docs/performance.md, run N).
 //
 //	KEYS[1] delayed zset
 //	KEYS[2] pending list
+//	KEYS[3] active list
+//	KEYS[4] lease zset
 //	ARGV[1] now (unix ms)
-//	ARGV[2] most jobs to move
+//	ARGV[2] most delayed jobs to move (0: none)
+//	ARGV[3] lease (ms)
+//	ARGV[4] most active entries to look at (0: none)
+//	ARGV[5] most expired leases to list (0: none)
 //
-// Returns the number moved.
-var jobPromoteScript = rdb.NewScript(`
-local ids = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
-for _, id in ipairs(ids) do
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('LPUSH', KEYS[2], id)
+// Returns {number of jobs moved, expired job id…}.
+var jobReapScript = rdb.NewScript(`
+local now = tonumber(ARGV[1])
+local moved = 0
+if tonumber(ARGV[2]) > 0 then
+  local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('LPUSH', KEYS[2], id)
+  end
+  moved = #ids
 end
-return #ids
+if tonumber(ARGV[4]) > 0 then
+  for _, id in ipairs(redis.call('LRANGE', KEYS[3], 0, tonumber(ARGV[4]) - 1)) do
+    if not redis.call('ZSCORE', KEYS[4], id) then
+      redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), id)
+    end
+  end
+end
+local out = {moved}
+if tonumber(ARGV[5]) > 0 then
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[4], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[5]))) do
+    out[#out+1] = id
+  end
+end
+return out
 `)
+
+// reap runs jobReapScript at now and returns the jobs moved and the expired leases.
+func (s *Queue) reap(ctx context.Context, now int64, promote int, lease time.Duration, reclaim int) (int, []string, error) {
+	orphans := 0
+	if reclaim > 0 {
+		orphans = 1000
+	}
+	vals, err := jobReapScript.Run(ctx, s.c, []string{rdb.OCRDelayed, rdb.OCRPending, rdb.OCRActive, rdb.OCRLease},
+		now, promote, lease.Milliseconds(), orphans, reclaim).Slice()
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(vals) == 0 {
+		return 0, nil, fmt.Errorf("job-reap: empty reply")
+	}
+	moved, ok := vals[0].(int64)
+	if !ok {
+		return 0, nil, fmt.Errorf("job-reap: reply %v does not start with a count", vals[0])
+	}
+	ids := make([]string, 0, len(vals)-1)
+	for _, v := range vals[1:] {
+		id, ok := v.(string)
+		if !ok {
+			return 0, nil, fmt.Errorf("job-reap: job id %v is not a string", v)
+		}
+		ids = append(ids, id)
+	}
+	return int(moved), ids, nil
+}
 
 // Promote moves up to limit delayed jobs that are due to the pending list.
 func (s *Queue) Promote(ctx context.Context, limit int) (int, error) {
-	n, err := jobPromoteScript.Run(ctx, s.c, []string{rdb.OCRDelayed, rdb.OCRPending}, s.c.NowMs(), limit).Int()
+	n, _, err := s.reap(ctx, s.c.NowMs(), limit, 0, 0)
 	return n, err
 }
 
@@ -404,29 +462,6 @@ type Reclaimed struct {
 	// Dead is true when that reached the bound and the job was dead-lettered.
 	Dead bool
 }
-
-// jobOrphansScript gives every active job without a lease one, starting now. A job has
-// none when its worker died between BLMOVE and taking the lease; once that lease
-// expires the reaper reclaims it like any other.
-//
-//	KEYS[1] active list
-//	KEYS[2] lease zset
-//	ARGV[1] now (unix ms)
-//	ARGV[2] lease (ms)
-//	ARGV[3] most active entries to look at
-//
-// Returns the number of leases added.
-var jobOrphansScript = rdb.NewScript(`
-local ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[3]) - 1)
-local n = 0
-for _, id in ipairs(ids) do
-  if not redis.call('ZSCORE', KEYS[2], id) then
-    redis.call('ZADD', KEYS[2], tonumber(ARGV[1]) + tonumber(ARGV[2]), id)
-    n = n + 1
-  end
-end
-return n
-`)
 
 // jobReclaimScript takes back a job whose lease expired (its worker died or stalled).
 // That is not a failure of the job: its attempts stay as they are, and a separate
@@ -477,13 +512,19 @@ return {'requeued', n, doc}
 // taken back maxReclaims times. Active jobs without a lease (their worker died right
 // after fetching them) first get one of lease, so they are reclaimed when it expires.
 func (s *Queue) Reclaim(ctx context.Context, lease time.Duration, maxReclaims, limit int) ([]Reclaimed, error) {
+	_, got, err := s.Reap(ctx, 0, lease, maxReclaims, limit)
+	return got, err
+}
+
+// Reap is Promote and Reclaim in one round trip while nothing is due: it moves up to
+// promote delayed jobs that are due to the pending list and takes back up to reclaim
+// jobs whose lease expired (as Reclaim does). It returns the number of jobs moved and
+// the jobs taken back.
+func (s *Queue) Reap(ctx context.Context, promote int, lease time.Duration, maxReclaims, reclaim int) (int, []Reclaimed, error) {
 	now := s.c.NowMs()
-	if err := jobOrphansScript.Run(ctx, s.c, []string{rdb.OCRActive, rdb.OCRLease}, now, lease.Milliseconds(), 1000).Err(); err != nil {
-		return nil, err
-	}
-	ids, err := s.c.Client.ZRangeByScore(ctx, rdb.OCRLease, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now, 10), Count: int64(limit)}).Result()
+	moved, ids, err := s.reap(ctx, now, promote, lease, reclaim)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	var out []Reclaimed
 	for _, id := range ids {
@@ -491,14 +532,14 @@ func (s *Queue) Reclaim(ctx context.Context, lease time.Duration, maxReclaims, l
 			[]string{rdb.OCRActive, rdb.OCRLease, rdb.OCRJobKey(id), rdb.OCRJobErrorsKey(id), rdb.OCRPending, rdb.OCRDead},
 			id, now, maxReclaims, "lease expired: the worker died or stalled"))
 		if err != nil {
-			return out, err
+			return moved, out, err
 		}
 		switch res.Code {
 		case rdb.CodeRequeued, rdb.CodeDead:
 			out = append(out, Reclaimed{JobID: id, DocumentID: res.Str(1), Reclaims: int(res.I64(0)), Dead: res.Code == rdb.CodeDead})
 		}
 	}
-	return out, nil
+	return moved, out, nil
 }
 
 // RecoverOutcome says what Recover found of a job.

@@ -74,3 +74,85 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// TestReap: the reaper's one sweep moves a retry that is due (and not one that is not),
+// gives a job whose worker died between BLMOVE and its lease a lease from now instead
+// of reclaiming it at once, and takes back a job whose lease expired, counting a
+// reclaim and no attempt.
+func TestReap(t *testing.T) {
+	ctx := testenv.Context(t, 30*time.Second)
+	client := testenv.StartRedis(t).Client(t)
+	now := time.UnixMilli(1_800_000_000_000)
+	s, err := New(client, staging.Config{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lease = 10 * time.Second
+	enqueue := func(doc string) string {
+		t.Helper()
+		id, _, err := s.Enqueue(ctx, NewJob{DocumentID: doc, Bucket: "b", Key: doc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	fetch := func() *Job {
+		t.Helper()
+		j, err := s.Fetch(ctx, time.Second, lease)
+		if err != nil || j == nil {
+			t.Fatalf("fetch: %+v %v", j, err)
+		}
+		return j
+	}
+	// due and later: failed jobs waiting for their retry, at now+1s and now+1h.
+	due, later := enqueue("due"), enqueue("later")
+	for _, w := range []struct {
+		id string
+		at time.Duration
+	}{{due, time.Second}, {later, time.Hour}} {
+		j := fetch()
+		if j.ID != w.id {
+			t.Fatalf("fetched %s, want %s", j.ID, w.id)
+		}
+		if _, err := s.Fail(ctx, j.ID, j.Token, "try again", FailRetry, now.Add(w.at), 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// expired: fetched and leased by a worker that then stopped.
+	expired := enqueue("expired")
+	if j := fetch(); j.ID != expired {
+		t.Fatalf("fetched %s, want %s", j.ID, expired)
+	}
+	// orphan: moved to active by a worker that died before taking the lease.
+	orphan := enqueue("orphan")
+	if err := client.LMove(ctx, rdb.OCRPending, rdb.OCRActive, "RIGHT", "LEFT").Err(); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(lease + 2*time.Second)
+	moved, got, err := s.Reap(ctx, 100, lease, 3, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if moved != 1 || len(got) != 1 || got[0].JobID != expired || got[0].Dead || got[0].Reclaims != 1 || got[0].DocumentID != "expired" {
+		t.Fatalf("reap: moved %d, took back %+v; want the due retry moved and the expired lease (only) taken back", moved, got)
+	}
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pending: due and expired; active: the orphan, now leased; delayed: later.
+	if st.Pending != 2 || st.InFlight != 1 || st.Delayed != 1 {
+		t.Fatalf("after the reap: %+v, want 2 pending, 1 in flight, 1 delayed", st)
+	}
+	if score, err := client.ZScore(ctx, rdb.OCRLease, orphan).Result(); err != nil || int64(score) != now.Add(lease).UnixMilli() {
+		t.Fatalf("orphan's lease ends at %v (%v), want %v", int64(score), err, now.Add(lease).UnixMilli())
+	}
+	// Nothing more is due until the orphan's lease expires; then it is taken back.
+	if moved, got, err := s.Reap(ctx, 100, lease, 3, 100); err != nil || moved != 0 || len(got) != 0 {
+		t.Fatalf("second reap: moved %d, took back %+v, %v; want nothing", moved, got, err)
+	}
+	now = now.Add(lease + time.Millisecond)
+	if _, got, err := s.Reap(ctx, 100, lease, 3, 100); err != nil || len(got) != 1 || got[0].JobID != orphan {
+		t.Fatalf("reap after the orphan's lease: %+v %v, want the orphan taken back", got, err)
+	}
+}
