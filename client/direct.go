@@ -162,18 +162,22 @@ func (d *directUpload) run(ctx context.Context, fresh bool) (*chunkupv1.Upload, 
 	})
 	g.Go(func() error {
 		defer close(signed)
+		// want is the least a batch waits for: the first part goes alone, so the first
+		// PUT starts at once, and each batch after may wait for twice as many as the one
+		// before (the summer reads ahead much faster than S3 takes parts).
+		want := 1
 		for {
 			p, ok := <-summed
 			if !ok {
 				return nil
 			}
-			// While more parts are signed and waiting than the putters take at once, the
-			// batch waits for the summer's next part (it is faster than S3); else it
-			// goes with what is summed already, so that the reader never waits long.
+			// While fewer than want, or more parts are signed and waiting than the putters
+			// take at once, the batch waits for the summer's next part; else it goes with
+			// what is summed already, so that the reader never waits long.
 			batch := []*directPiece{p}
 		more:
 			for len(batch) < signBatch {
-				if len(signed) > workers {
+				if len(batch) < want || len(signed) > workers {
 					if p, ok = <-summed; !ok {
 						break more
 					}
@@ -193,6 +197,7 @@ func (d *directUpload) run(ctx context.Context, fresh bool) (*chunkupv1.Upload, 
 			if err := d.sign(gctx, batch); err != nil {
 				return err
 			}
+			want = min(signBatch, 2*want)
 			for _, p := range batch {
 				select {
 				case signed <- p:
@@ -302,8 +307,10 @@ func (d *directUpload) checksum(scratch []byte, off, size int64) (uint32, error)
 	return h.Sum32(), nil
 }
 
-// signBatch is the most parts signed in one call.
-const signBatch = 16
+// signBatch is the most parts signed in one call. Each call costs the server a round
+// trip to Redis and its gRPC handling whatever its size; at 64, 1 GiB in 8 MiB parts
+// is signed in a handful of calls (docs/performance.md, run N).
+const signBatch = 64
 
 // sign has the URLs of the pieces' parts signed, in one call.
 func (d *directUpload) sign(ctx context.Context, ps []*directPiece) error {
