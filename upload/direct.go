@@ -210,7 +210,15 @@ func (c *Core) DirectParts(ctx context.Context, id string) ([]s3store.ListedPart
 		return nil, Explain(id, err)
 	}
 	if u.Status != staging.StatusActive {
-		return nil, Explain(id, &staging.StateError{Status: u.Status})
+		// Not Explain's message for a state error, which speaks of sending chunks.
+		se := &staging.StateError{Status: u.Status}
+		where := "its object holds them"
+		if k := se.Kind(); k == fault.Ended {
+			where = "they were discarded when it ended"
+		} else if u.Status == staging.StatusCompleting {
+			where = "it is being completed"
+		}
+		return nil, fault.Wrap(se, se.Kind(), fmt.Sprintf("upload %s is %s: its parts are listed only while it is ACTIVE (%s); GetUpload shows its state", id, u.Status, where))
 	}
 	parts, err := c.direct.ListParts(ctx, u.Bucket, u.Key, u.MultipartID)
 	if err != nil {

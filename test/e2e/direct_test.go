@@ -709,6 +709,14 @@ func TestDirectSDKAndCLI(t *testing.T) {
 	if _, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Name: "x.bin", ClientNodeId: "same-node"}); status.Code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), "direct") {
 		t.Fatalf("the same create without direct: %v, want ALREADY_EXISTS naming direct", err)
 	}
+	// An aborted upload's parts are not listed, and the answer says why.
+	if _, err := c.API().AbortUpload(ctx(t), &chunkupv1.AbortUploadRequest{UploadId: same.Upload.UploadId}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.API().ListDirectParts(ctx(t), &chunkupv1.ListDirectPartsRequest{UploadId: same.Upload.UploadId}); status.Code(err) != codes.FailedPrecondition ||
+		!strings.Contains(err.Error(), "ABORTED: its parts are listed only while it is ACTIVE (they were discarded when it ended)") {
+		t.Fatalf("listing an aborted upload's parts: %v, want FAILED_PRECONDITION saying they were discarded", err)
+	}
 	// The direct door serves direct uploads only.
 	plain, err := c.Upload(ctx(t), strings.NewReader("plain"), client.WithName("plain.txt"))
 	if err != nil {
