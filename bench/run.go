@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/testenv"
+	"github.com/chunkup/chunkup/upload"
 )
 
 const (
@@ -100,6 +102,15 @@ func (b *bench) startContender(name string, kafka *testenv.Kafka, bin string, ex
 	if cfg.Budget > 0 {
 		args = append(args, "--staged-bytes-budget", human(cfg.Budget))
 	}
+	// The bench is one tenant running up to its largest concurrency at once (128 in the
+	// rows of many uploads), past the default cap of 64 streams a tenant: a user running
+	// that many raises the cap, and the rows measure uploads, not RESOURCE_EXHAUSTED and
+	// the client's backoff.
+	streams := upload.DefaultMaxStreamsPerTenant
+	for _, c := range cfg.Concurrent {
+		streams = max(streams, c.Conc)
+	}
+	args = append(args, "--max-streams-per-tenant", strconv.Itoa(max(streams, cfg.SmallConc)))
 	if cfg.CPUProfile != "" {
 		args = append(args, "--pprof")
 	}

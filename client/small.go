@@ -22,13 +22,35 @@ import (
 // the client need not learn the server's choice first.
 const oneMessageMax = 5 << 20
 
-// smallBuffers holds the buffers small inputs are read into: a program that uploads
-// many small files reuses a few buffers instead of allocating (and the kernel zeroing)
-// one per file.
-var smallBuffers = sync.Pool{New: func() any {
-	b := make([]byte, oneMessageMax)
-	return &b
-}}
+// smallBuffers hold the buffers small inputs are read into, one pool per power of two
+// from 64 KiB to oneMessageMax: a program that uploads many small files reuses a few
+// buffers instead of allocating (and zeroing) one per file, and a buffer is at most
+// twice its input, so that 128 uploads of 256 KiB at once do not each take and zero
+// 5 MiB (a third of the SDK's CPU in that bench row, docs/performance.md run N).
+var smallBuffers = func() (ps []*sync.Pool) {
+	for size := minSmallBuffer; ; size *= 2 {
+		size := min(size, oneMessageMax)
+		ps = append(ps, &sync.Pool{New: func() any {
+			b := make([]byte, size)
+			return &b
+		}})
+		if size == oneMessageMax {
+			return ps
+		}
+	}
+}()
+
+// minSmallBuffer is the smallest of smallBuffers' buffers.
+const minSmallBuffer = 64 << 10
+
+// smallBuffer is the pool of the smallest buffers that hold size bytes.
+func smallBuffer(size int64) *sync.Pool {
+	i := 0
+	for c := int64(minSmallBuffer); c < size && i < len(smallBuffers)-1; c *= 2 {
+		i++
+	}
+	return smallBuffers[i]
+}
 
 // uploadOneMessage uploads a small input of declared size in one round trip: the
 // create request and the whole input as chunk 1 in the first message of a stream. A
@@ -38,8 +60,9 @@ var smallBuffers = sync.Pool{New: func() any {
 // first attempt made.
 func (c *Client) uploadOneMessage(ctx context.Context, r io.Reader, cfg *uploadConfig) (*chunkupv1.Upload, error) {
 	size := *cfg.create.ExpectedSize
-	buf := smallBuffers.Get().(*[]byte)
-	defer smallBuffers.Put(buf) // gRPC copies what it sends; nothing keeps data after this call
+	pool := smallBuffer(size)
+	buf := pool.Get().(*[]byte)
+	defer pool.Put(buf) // gRPC copies what it sends; nothing keeps data after this call
 	data := (*buf)[:size]
 	if _, err := io.ReadFull(r, data); err != nil {
 		return nil, fmt.Errorf("chunkup: read the input: input ended before the declared size: %w", err)
