@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/metadata"
@@ -312,6 +313,18 @@ func (d *directUpload) checksum(scratch []byte, off, size int64) (uint32, error)
 // is signed in a handful of calls (docs/performance.md, run N).
 const signBatch = 64
 
+// resignWithin is how close to its expiry a URL signed ahead is signed again before
+// its PUT instead of being sent: a part may wait long after its batch was signed (on a
+// link of a few Mbit/s, the parts signed and read ahead take longer than
+// --direct-url-ttl's default 15 minutes to send), and S3 refuses an expired URL only
+// once the part's bytes are on their way.
+const resignWithin = time.Minute
+
+// stale says whether signed part sp, signed ahead, should be signed again at now.
+func stale(sp *chunkupv1.SignedPart, now time.Time) bool {
+	return sp.ExpireTime != nil && sp.ExpireTime.AsTime().Sub(now) < resignWithin
+}
+
 // sign has the URLs of the pieces' parts signed, in one call.
 func (d *directUpload) sign(ctx context.Context, ps []*directPiece) error {
 	req := &chunkupv1.SignPartsRequest{UploadId: d.up.UploadId}
@@ -346,6 +359,9 @@ func (d *directUpload) sign(ctx context.Context, ps []*directPiece) error {
 func (d *directUpload) put(ctx context.Context, p *directPiece) (string, error) {
 	var etag string
 	n := p.part.PartNumber
+	if p.signed != nil && stale(p.signed, time.Now()) {
+		p.signed = nil
+	}
 	err := d.c.retrying(ctx, func() error {
 		if p.signed == nil {
 			if err := d.sign(ctx, []*directPiece{p}); err != nil {

@@ -487,6 +487,16 @@ func TestDirectRefusals(t *testing.T) {
 			t.Fatalf("PUT with the part number changed: %d, want 403", code)
 		}
 	})
+	t.Run("the SDK with URLs that expire within its margin", func(t *testing.T) {
+		// Every URL lives 2 s, less than the SDK's margin: it signs each part again
+		// right before its PUT instead of sending one signed ahead.
+		data := randomBytes(11<<20+5, 291)
+		up, err := c.UploadDirect(ctx(t), bytes.NewReader(data), int64(len(data)), client.WithName("short-lived.bin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.requireExact(t, up, data)
+	})
 	t.Run("an expired URL", func(t *testing.T) {
 		d := newDirect(t, base, "f.bin", "application/octet-stream")
 		u := d.sign(1)
