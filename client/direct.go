@@ -35,7 +35,7 @@ var directHTTP = &http.Client{Transport: func() http.RoundTripper {
 // itself refuses other bytes; the server then checks what S3 holds against the parts
 // and completes the upload. Parts go parallel × window at a time (WithParallel,
 // WithWindow: 4 by default); the input is read twice, once ahead for the parts' CRC32Cs
-// (so that up to 16 parts' URLs are signed in one call) and once into a buffer per part
+// (so that up to 32 parts' URLs are signed in one call) and once into a buffer per part
 // in flight: it holds parallel × window + 2 chunks in memory. A part whose bytes changed
 // between the two reads fails the upload.
 // WithResume resumes a direct upload: parts S3 holds with the input's size and CRC32C
@@ -133,7 +133,9 @@ func (d *directUpload) run(ctx context.Context, fresh bool) (*chunkupv1.Upload, 
 	bufs := make(chan []byte, nbuf)
 	made := 0
 	summed := make(chan *directPiece, signBatch)
-	signed := make(chan *directPiece, signBatch)
+	// signed holds few parts: what is signed ahead of the putters is a batch and this,
+	// and the further ahead a URL is signed, the likelier it expires on a slow link.
+	signed := make(chan *directPiece, signedAhead)
 	ready := make(chan *directPiece, workers)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -163,22 +165,25 @@ func (d *directUpload) run(ctx context.Context, fresh bool) (*chunkupv1.Upload, 
 	})
 	g.Go(func() error {
 		defer close(signed)
-		// want is the least a batch waits for: the first part goes alone, so the first
-		// PUT starts at once, and each batch after may wait for twice as many as the one
-		// before (the summer reads ahead much faster than S3 takes parts).
+		// want is the least a batch waits for while the putters have signed parts to
+		// take: the first part goes alone, so the first PUT starts at once, and each
+		// batch after may wait for twice as many as the one before (the summer reads
+		// ahead much faster than S3 takes parts).
 		want := 1
 		for {
 			p, ok := <-summed
 			if !ok {
 				return nil
 			}
-			// While fewer than want, or more parts are signed and waiting than the putters
-			// take at once, the batch waits for the summer's next part; else it goes with
-			// what is summed already, so that the reader never waits long.
+			// While more parts are signed and waiting than the putters take at once, or
+			// some are and the batch has fewer than want, the batch waits for the
+			// summer's next part; else it goes with what is summed already, so that the
+			// putters never wait for a batch to fill (an input slower to read than S3
+			// takes it would keep them idle).
 			batch := []*directPiece{p}
 		more:
 			for len(batch) < signBatch {
-				if len(batch) < want || len(signed) > workers {
+				if len(signed) > workers || len(batch) < want && len(signed) > 0 {
 					if p, ok = <-summed; !ok {
 						break more
 					}
@@ -294,9 +299,10 @@ func (d *directUpload) run(ctx context.Context, fresh bool) (*chunkupv1.Upload, 
 // directPiece is one part on its way: once signed, its URL; once read, its bytes (in
 // buf).
 type directPiece struct {
-	part   *chunkupv1.DirectPart
-	b, buf []byte
-	signed *chunkupv1.SignedPart
+	part     *chunkupv1.DirectPart
+	b, buf   []byte
+	signed   *chunkupv1.SignedPart
+	signedAt time.Time
 }
 
 // checksum is the CRC32C of the size bytes of the input at off, read through scratch.
@@ -309,20 +315,29 @@ func (d *directUpload) checksum(scratch []byte, off, size int64) (uint32, error)
 }
 
 // signBatch is the most parts signed in one call. Each call costs the server a round
-// trip to Redis and its gRPC handling whatever its size; at 64, 1 GiB in 8 MiB parts
-// is signed in a handful of calls (docs/performance.md, run N).
-const signBatch = 64
+// trip to Redis and its gRPC handling whatever its size; at 32, 1 GiB in 8 MiB parts
+// is signed in about seven calls (docs/performance.md, run N), and the URLs signed
+// ahead of the putters stay within a batch and signedAhead.
+const signBatch = 32
+
+// signedAhead is the most signed parts waiting for the reader.
+const signedAhead = 16
 
 // resignWithin is how close to its expiry a URL signed ahead is signed again before
-// its PUT instead of being sent: a part may wait long after its batch was signed (on a
-// link of a few Mbit/s, the parts signed and read ahead take longer than
-// --direct-url-ttl's default 15 minutes to send), and S3 refuses an expired URL only
-// once the part's bytes are on their way.
+// its PUT instead of being sent (or a quarter of its life, when that is shorter): a
+// part may wait long after its batch was signed (on a link of a few Mbit/s, the parts
+// signed and read ahead can take longer than --direct-url-ttl's default 15 minutes to
+// send), and S3 refuses an expired URL only once the part's bytes are on their way.
 const resignWithin = time.Minute
 
-// stale says whether signed part sp, signed ahead, should be signed again at now.
-func stale(sp *chunkupv1.SignedPart, now time.Time) bool {
-	return sp.ExpireTime != nil && sp.ExpireTime.AsTime().Sub(now) < resignWithin
+// stale says whether part sp, signed at signedAt, should be signed again at now (both
+// on this machine's clock, so that its age does not depend on the server's).
+func stale(sp *chunkupv1.SignedPart, signedAt, now time.Time) bool {
+	if sp.ExpireTime == nil {
+		return false
+	}
+	life := sp.ExpireTime.AsTime().Sub(signedAt)
+	return now.Sub(signedAt) > life-min(resignWithin, life/4)
 }
 
 // sign has the URLs of the pieces' parts signed, in one call.
@@ -343,7 +358,7 @@ func (d *directUpload) sign(ctx context.Context, ps []*directPiece) error {
 			if sp.PartNumber != ps[i].part.PartNumber {
 				return &retry.PermanentError{Err: fmt.Errorf("the server signed part %d for part %d", sp.PartNumber, ps[i].part.PartNumber)}
 			}
-			ps[i].signed = sp
+			ps[i].signed, ps[i].signedAt = sp, time.Now()
 		}
 		return nil
 	})
@@ -359,7 +374,7 @@ func (d *directUpload) sign(ctx context.Context, ps []*directPiece) error {
 func (d *directUpload) put(ctx context.Context, p *directPiece) (string, error) {
 	var etag string
 	n := p.part.PartNumber
-	if p.signed != nil && stale(p.signed, time.Now()) {
+	if p.signed != nil && stale(p.signed, p.signedAt, time.Now()) {
 		p.signed = nil
 	}
 	err := d.c.retrying(ctx, func() error {

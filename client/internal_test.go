@@ -20,22 +20,30 @@ func TestSmallBufferClasses(t *testing.T) {
 	}
 }
 
-// TestStaleSignedURL: a URL signed ahead is signed again before its PUT when it
-// expires within resignWithin; one without an expiry is used as it is.
+// TestStaleSignedURL: a URL signed ahead is signed again before its PUT once it is
+// within a minute of its expiry, or within a quarter of its life when that is shorter;
+// one without an expiry is used as it is.
 func TestStaleSignedURL(t *testing.T) {
-	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	at := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	expires := func(d time.Duration) *chunkupv1.SignedPart {
+		return &chunkupv1.SignedPart{ExpireTime: timestamppb.New(at.Add(d))}
+	}
 	for _, tc := range []struct {
 		name string
 		sp   *chunkupv1.SignedPart
+		age  time.Duration
 		want bool
 	}{
-		{"fresh", &chunkupv1.SignedPart{ExpireTime: timestamppb.New(now.Add(15 * time.Minute))}, false},
-		{"just outside the margin", &chunkupv1.SignedPart{ExpireTime: timestamppb.New(now.Add(resignWithin))}, false},
-		{"within the margin", &chunkupv1.SignedPart{ExpireTime: timestamppb.New(now.Add(resignWithin - time.Second))}, true},
-		{"expired", &chunkupv1.SignedPart{ExpireTime: timestamppb.New(now.Add(-time.Second))}, true},
-		{"no expiry", &chunkupv1.SignedPart{}, false},
+		{"15 min, just signed", expires(15 * time.Minute), 0, false},
+		{"15 min, a minute left", expires(15 * time.Minute), 14 * time.Minute, false},
+		{"15 min, less than a minute left", expires(15 * time.Minute), 14*time.Minute + time.Second, true},
+		{"15 min, expired", expires(15 * time.Minute), 16 * time.Minute, true},
+		{"2 s, just signed", expires(2 * time.Second), 0, false},
+		{"2 s, a quarter left", expires(2 * time.Second), 1500 * time.Millisecond, false},
+		{"2 s, less than a quarter left", expires(2 * time.Second), 1600 * time.Millisecond, true},
+		{"no expiry", &chunkupv1.SignedPart{}, time.Hour, false},
 	} {
-		if got := stale(tc.sp, now); got != tc.want {
+		if got := stale(tc.sp, at, at.Add(tc.age)); got != tc.want {
 			t.Errorf("%s: stale %v, want %v", tc.name, got, tc.want)
 		}
 	}

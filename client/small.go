@@ -25,7 +25,7 @@ const oneMessageMax = 5 << 20
 // smallBuffers hold the buffers small inputs are read into, one pool per power of two
 // from 64 KiB to oneMessageMax: a program that uploads many small files reuses a few
 // buffers instead of allocating (and zeroing) one per file, and a buffer is at most
-// twice its input, so that 128 uploads of 256 KiB at once do not each take and zero
+// twice its input (or 64 KiB), so that 128 uploads of 256 KiB at once do not each take and zero
 // 5 MiB (a third of the SDK's CPU in that bench row, docs/performance.md run N).
 var smallBuffers = func() (ps []*sync.Pool) {
 	for size := minSmallBuffer; ; size *= 2 {

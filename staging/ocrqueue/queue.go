@@ -448,8 +448,11 @@ func (s *Queue) reap(ctx context.Context, now int64, promote int, lease time.Dur
 	return int(moved), ids, nil
 }
 
-// Promote moves up to limit delayed jobs that are due to the pending list.
+// Promote moves up to limit (at least 1) delayed jobs that are due to the pending list.
 func (s *Queue) Promote(ctx context.Context, limit int) (int, error) {
+	if limit < 1 {
+		return 0, fmt.Errorf("ocrqueue: promote at least 1 job, not %d", limit)
+	}
 	n, _, err := s.reap(ctx, s.c.NowMs(), limit, 0, 0)
 	return n, err
 }
@@ -507,19 +510,22 @@ redis.call('RPUSH', KEYS[5], ARGV[1])
 return {'requeued', n, doc}
 `)
 
-// Reclaim takes back up to limit jobs whose lease expired: back to pending (to run
+// Reclaim takes back up to limit (at least 1) jobs whose lease expired: back to pending (to run
 // next) without counting a failed attempt, or to the dead-letter store once a job was
 // taken back maxReclaims times. Active jobs without a lease (their worker died right
 // after fetching them) first get one of lease, so they are reclaimed when it expires.
 func (s *Queue) Reclaim(ctx context.Context, lease time.Duration, maxReclaims, limit int) ([]Reclaimed, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("ocrqueue: reclaim at least 1 job, not %d", limit)
+	}
 	_, got, err := s.Reap(ctx, 0, lease, maxReclaims, limit)
 	return got, err
 }
 
 // Reap is Promote and Reclaim in one round trip while nothing is due: it moves up to
 // promote delayed jobs that are due to the pending list and takes back up to reclaim
-// jobs whose lease expired (as Reclaim does). It returns the number of jobs moved and
-// the jobs taken back.
+// jobs whose lease expired (as Reclaim does); 0 (or less) leaves that half out. It
+// returns the number of jobs moved and the jobs taken back.
 func (s *Queue) Reap(ctx context.Context, promote int, lease time.Duration, maxReclaims, reclaim int) (int, []Reclaimed, error) {
 	now := s.c.NowMs()
 	moved, ids, err := s.reap(ctx, now, promote, lease, reclaim)
