@@ -9,14 +9,15 @@ import (
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 )
 
-// TestSmallBufferClasses: a small input is read into a buffer of at most twice its size
-// (at least 64 KiB), never more than one message holds.
+// TestSmallBufferClasses: a small input is read into a buffer at most a quarter larger
+// than it (at least 64 KiB), never more than one message holds.
 func TestSmallBufferClasses(t *testing.T) {
-	for _, tc := range []struct{ size, want int64 }{{0, 64 << 10}, {1, 64 << 10}, {64 << 10, 64 << 10}, {64<<10 + 1, 128 << 10}, {256 << 10, 256 << 10}, {1 << 20, 1 << 20}, {4<<20 + 1, oneMessageMax}, {oneMessageMax, oneMessageMax}} {
-		b := smallBuffer(tc.size).Get().(*[]byte)
-		if int64(len(*b)) != tc.want {
-			t.Errorf("size %d: buffer of %d, want %d", tc.size, len(*b), tc.want)
+	for _, tc := range []struct{ size, want int }{{64 << 10, 64 << 10}, {64<<10 + 1, 80 << 10}, {256 << 10, 256 << 10}, {1 << 20, 1 << 20}, {4<<20 + 1, oneMessageMax}, {oneMessageMax, oneMessageMax}} {
+		b := smallBuffers.Get(tc.size)
+		if len(b) != tc.size || cap(b) != tc.want {
+			t.Errorf("size %d: buffer of len %d cap %d, want cap %d", tc.size, len(b), cap(b), tc.want)
 		}
+		smallBuffers.Put(b)
 	}
 }
 

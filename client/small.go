@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/bufpool"
 	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/ids"
 )
@@ -22,35 +22,12 @@ import (
 // the client need not learn the server's choice first.
 const oneMessageMax = 5 << 20
 
-// smallBuffers hold the buffers small inputs are read into, one pool per power of two
-// from 64 KiB to oneMessageMax: a program that uploads many small files reuses a few
-// buffers instead of allocating (and zeroing) one per file, and a buffer is at most
-// twice its input (or 64 KiB), so that 128 uploads of 256 KiB at once do not each take and zero
-// 5 MiB (a third of the SDK's CPU in that bench row, docs/performance.md run N).
-var smallBuffers = func() (ps []*sync.Pool) {
-	for size := minSmallBuffer; ; size *= 2 {
-		size := min(size, oneMessageMax)
-		ps = append(ps, &sync.Pool{New: func() any {
-			b := make([]byte, size)
-			return &b
-		}})
-		if size == oneMessageMax {
-			return ps
-		}
-	}
-}()
-
-// minSmallBuffer is the smallest of smallBuffers' buffers.
-const minSmallBuffer = 64 << 10
-
-// smallBuffer is the pool of the smallest buffers that hold size bytes.
-func smallBuffer(size int64) *sync.Pool {
-	i := 0
-	for c := int64(minSmallBuffer); c < size && i < len(smallBuffers)-1; c *= 2 {
-		i++
-	}
-	return smallBuffers[i]
-}
+// smallBuffers pools the buffers small inputs are read into, by size class as the
+// server pools chunks: a program that uploads many small files reuses a few buffers
+// instead of allocating (and zeroing) one per file, and a buffer is at most a quarter
+// larger than its input, so that 128 uploads of 256 KiB at once do not each take and
+// zero 5 MiB (a third of the SDK's CPU in that bench row, docs/performance.md run N).
+var smallBuffers = bufpool.New(16, 23)
 
 // uploadOneMessage uploads a small input of declared size in one round trip: the
 // create request and the whole input as chunk 1 in the first message of a stream. A
@@ -60,10 +37,8 @@ func smallBuffer(size int64) *sync.Pool {
 // first attempt made.
 func (c *Client) uploadOneMessage(ctx context.Context, r io.Reader, cfg *uploadConfig) (*chunkupv1.Upload, error) {
 	size := *cfg.create.ExpectedSize
-	pool := smallBuffer(size)
-	buf := pool.Get().(*[]byte)
-	defer pool.Put(buf) // gRPC copies what it sends; nothing keeps data after this call
-	data := (*buf)[:size]
+	data := smallBuffers.Get(int(size))
+	defer smallBuffers.Put(data) // gRPC copies what it sends; nothing keeps data after this call
 	if _, err := io.ReadFull(r, data); err != nil {
 		return nil, fmt.Errorf("chunkup: read the input: input ended before the declared size: %w", err)
 	}

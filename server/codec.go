@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/bits"
-	"sync"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/encoding"
@@ -16,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/internal/bufpool"
 )
 
 // chunkCodec is the server's gRPC codec (grpc.ForceServerCodecV2). It decodes an
@@ -78,9 +77,9 @@ func (c chunkCodec) decodeChunk(data mem.BufferSlice, m *chunkupv1.UploadChunkRe
 		// A bytes field repeated: the earlier copy went back to the pool (the last one
 		// wins); holding its count while waiting for the next could deadlock two decodes.
 		c.decode.release(held)
-		held = int64(chunkBuffers.sizeFor(n, c.largest))
+		held = int64(chunkBuffers.SizeFor(n, c.largest))
 		c.decode.acquire(held)
-		return chunkBuffers.getWithin(n, c.largest)
+		return chunkBuffers.GetWithin(n, c.largest)
 	})
 }
 
@@ -139,7 +138,7 @@ func decodeChunkRequest(data mem.BufferSlice, m *chunkupv1.UploadChunkRequest, g
 			// Like protobuf: the last occurrence wins. The buffer is the pool's; the
 			// service gives it back once the chunk is staged or stored (releaseData).
 			if m.Data != nil {
-				chunkBuffers.put(m.Data)
+				chunkBuffers.Put(m.Data)
 			}
 			m.Data = get(int(n))
 			if _, err := io.ReadFull(r, m.Data); err != nil {
@@ -176,82 +175,4 @@ func decodeChunkRequest(data mem.BufferSlice, m *chunkupv1.UploadChunkRequest, g
 // that receiving a chunk does not allocate one. A buffer comes back only when the bytes
 // are known to be no longer in use (see releaseData); one that is handed on (to a
 // worker in this process) is left to the garbage collector.
-var chunkBuffers = newBufferPool(16, 30)
-
-type bufferPool struct {
-	minShift, maxShift int
-	classes            []sync.Pool
-}
-
-func newBufferPool(minShift, maxShift int) *bufferPool {
-	return &bufferPool{minShift: minShift, maxShift: maxShift, classes: make([]sync.Pool, 1+4*(maxShift-minShift))}
-}
-
-// class is the index of the smallest class holding n bytes, or -1 when n is outside
-// the pooled sizes. Class 0 is 1<<minShift; above it, n in (2^k, 2^(k+1)] rounds up to
-// a multiple of 2^(k-2), as sizeClass does (up to a quarter more than n).
-func (p *bufferPool) class(n int) int {
-	if n <= 1<<p.minShift {
-		return 0
-	}
-	if n > 1<<p.maxShift {
-		return -1
-	}
-	k := bits.Len(uint(n-1)) - 1
-	step := 1 << (k - 2)
-	return 4*(k-p.minShift) + (n-1<<k+step-1)/step
-}
-
-// size is class c's capacity.
-func (p *bufferPool) size(c int) int {
-	if c == 0 {
-		return 1 << p.minShift
-	}
-	k := p.minShift + (c-1)/4
-	return 1<<k + ((c-1)%4+1)<<(k-2)
-}
-
-// get returns a buffer of length n.
-func (p *bufferPool) get(n int) []byte { return p.getWithin(n, 0) }
-
-// getWithin returns a buffer of length n and capacity sizeFor(n, most).
-func (p *bufferPool) getWithin(n, most int) []byte {
-	c := p.pooled(n, most)
-	if c < 0 {
-		return make([]byte, n)
-	}
-	if b, ok := p.classes[c].Get().(*[]byte); ok {
-		return (*b)[:n]
-	}
-	return make([]byte, n, p.size(c))
-}
-
-// sizeFor is the capacity of the buffer getWithin(n, most) returns, the memory it
-// holds: its pool class (at most a quarter more than n), or n when n is not worth
-// pooling (small, huge) or when the class is larger than most (when most > 0), so that
-// a buffer never holds more than the largest message.
-func (p *bufferPool) sizeFor(n, most int) int {
-	if c := p.pooled(n, most); c >= 0 {
-		return p.size(c)
-	}
-	return n
-}
-
-// pooled is the class getWithin(n, most) takes a buffer from, or -1 (allocated to size).
-func (p *bufferPool) pooled(n, most int) int {
-	c := p.class(n)
-	if c < 0 || n < 1<<p.minShift/2 || most > 0 && p.size(c) > most {
-		return -1
-	}
-	return c
-}
-
-// put takes back a buffer from get (others are ignored).
-func (p *bufferPool) put(b []byte) {
-	c := p.class(cap(b))
-	if c < 0 || cap(b) != p.size(c) {
-		return
-	}
-	b = b[:0]
-	p.classes[c].Put(&b)
-}
+var chunkBuffers = bufpool.New(16, 30)

@@ -236,7 +236,7 @@ func (cs *chunkStream) receive(msgs chan<- message, recvErr chan<- error) {
 		case msgs <- m:
 		case <-cs.ctx.Done():
 			cs.release(m, 0)
-			chunkBuffers.put(req.Data)
+			chunkBuffers.Put(req.Data)
 			return
 		}
 	}
@@ -277,7 +277,7 @@ func (cs *chunkStream) handle(m message, first bool) error {
 		r, err := cs.chunk(m)
 		cs.release(m, r.redisCost)
 		if !r.keep {
-			chunkBuffers.put(req.Data)
+			chunkBuffers.Put(req.Data)
 		}
 		if err != nil {
 			cs.fail(toStatus(req.UploadId, err))
