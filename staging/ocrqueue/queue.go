@@ -391,7 +391,7 @@ func (s *Queue) Fail(ctx context.Context, id string, token int64, msg string, mo
 //	ARGV[4] most active entries to look at (0: none)
 //	ARGV[5] most expired leases to list (0: none)
 //
-// Returns {number of jobs moved, expired job id…}.
+// Returns {"ok", number of jobs moved, expired job id…}.
 var jobReapScript = rdb.NewScript(`
 local now = tonumber(ARGV[1])
 local moved = 0
@@ -410,7 +410,7 @@ if tonumber(ARGV[4]) > 0 then
     end
   end
 end
-local out = {moved}
+local out = {'ok', moved}
 if tonumber(ARGV[5]) > 0 then
   for _, id in ipairs(redis.call('ZRANGE', KEYS[4], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[5]))) do
     out[#out+1] = id
@@ -425,27 +425,16 @@ func (s *Queue) reap(ctx context.Context, now int64, promote int, lease time.Dur
 	if reclaim > 0 {
 		orphans = 1000
 	}
-	vals, err := jobReapScript.Run(ctx, s.c, []string{rdb.OCRDelayed, rdb.OCRPending, rdb.OCRActive, rdb.OCRLease},
-		now, promote, lease.Milliseconds(), orphans, reclaim).Slice()
+	res, err := rdb.Decode("job-reap", jobReapScript.Run(ctx, s.c, []string{rdb.OCRDelayed, rdb.OCRPending, rdb.OCRActive, rdb.OCRLease},
+		now, promote, lease.Milliseconds(), orphans, reclaim))
 	if err != nil {
 		return 0, nil, err
 	}
-	if len(vals) == 0 {
-		return 0, nil, fmt.Errorf("job-reap: empty reply")
+	ids := make([]string, 0, res.Len()-1)
+	for i := 1; i < res.Len(); i++ {
+		ids = append(ids, res.Str(i))
 	}
-	moved, ok := vals[0].(int64)
-	if !ok {
-		return 0, nil, fmt.Errorf("job-reap: reply %v does not start with a count", vals[0])
-	}
-	ids := make([]string, 0, len(vals)-1)
-	for _, v := range vals[1:] {
-		id, ok := v.(string)
-		if !ok {
-			return 0, nil, fmt.Errorf("job-reap: job id %v is not a string", v)
-		}
-		ids = append(ids, id)
-	}
-	return int(moved), ids, nil
+	return int(res.I64(0)), ids, nil
 }
 
 // Promote moves up to limit (at least 1) delayed jobs that are due to the pending list.
