@@ -115,17 +115,13 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// net/http cancels a request's context when its client half-closes the connection,
-	// as some do once they have sent the whole body: from then on the upload is the
-	// server's to finish and to answer for, so only a client gone before the end of
-	// its body cancels the work done for it.
+	// as some do once they have sent the whole body, and it may do so before the
+	// handler has read the body's last bytes from its buffer: the upload is the
+	// server's to finish and to answer for, so only a body that fails before its end
+	// (its client gone) cancels the work done for it.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
-	stop := context.AfterFunc(r.Context(), func() {
-		if !raw.ended.Load() {
-			cancel()
-		}
-	})
-	defer stop()
+	raw.failed = cancel
 	in := r.Clone(ctx)
 	in.Method = http.MethodPost
 	in.URL = &url.URL{Path: "/"} // Whole knows its creation URL
@@ -299,16 +295,21 @@ func (f *formBody) Read(p []byte) (int, error) {
 	return n, f.err
 }
 
-// wholeBody is a single PUT's request body, which says whether it was read to its end.
+// wholeBody is a single PUT's request body, which says whether it was read to its end,
+// and calls failed (when set) if it fails before.
 type wholeBody struct {
-	r     io.ReadCloser
-	ended atomic.Bool
+	r      io.ReadCloser
+	ended  atomic.Bool
+	failed func()
 }
 
 func (b *wholeBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
-	if err == io.EOF {
+	switch {
+	case err == io.EOF:
 		b.ended.Store(true)
+	case err != nil && b.failed != nil:
+		b.failed()
 	}
 	return n, err
 }
