@@ -38,7 +38,7 @@ var _ Objects = (*s3store.Store)(nil)
 type Store interface {
 	Now() time.Time
 	Listen(ctx context.Context) *staging.Subscription
-	Due(ctx context.Context, limit int64) ([]staging.ChunkRef, error)
+	DueNext(ctx context.Context, limit int64) ([]staging.ChunkRef, time.Duration, error)
 	Claim(ctx context.Context, ref staging.ChunkRef, token string, lease time.Duration) (uploads.Claim, error)
 	Data(ctx context.Context, ref staging.ChunkRef, lease time.Duration) ([]byte, error)
 	Hold(ctx context.Context, ref staging.ChunkRef, lease time.Duration) error
@@ -70,7 +70,10 @@ type Config struct {
 	// chunks this long. It is renewed every third of it. Zero means 30 s.
 	Lease time.Duration
 	// SweepInterval is how often the pending index is swept for chunks whose wake-up
-	// was lost or whose worker died. Zero means 1 s.
+	// was lost, whose worker died or whose retry is due. Zero means 1 s. A sweep that
+	// finds nothing due sleeps until the index's next entry falls due, up to ten
+	// intervals (an idle server polls Redis a tenth as often), and the first chunk this
+	// worker takes meanwhile brings the next sweep back to one interval.
 	SweepInterval time.Duration
 	// RetryBase and RetryMax bound the backoff (exponential, full jitter) before a chunk
 	// whose upload failed transiently is tried again. The S3 client's own retries
@@ -163,6 +166,9 @@ type Worker struct {
 	// dropped is set when an offer found the queue full: the next goroutine to go idle
 	// sweeps at once instead of waiting up to SweepInterval with work in Redis.
 	dropped atomic.Bool
+	// busy is nudged by every chunk this worker takes: a sweep sleeping past an idle
+	// index wakes within SweepInterval once there is work (whose retries it must find).
+	busy chan struct{}
 	// slots are the Concurrency upload slots, shared by the chunks this worker drains
 	// from Redis and the chunks the API writes through (a write-through takes a slot
 	// only when one is free).
@@ -191,6 +197,7 @@ func New(store Store, s3c Objects, ender Ender, cfg Config) (*Worker, error) {
 		work:     make(chan staging.ChunkRef, cfg.Concurrency*4),
 		local:    make(chan localChunk, max(1, cfg.Concurrency/4)),
 		slots:    make(chan struct{}, cfg.Concurrency),
+		busy:     make(chan struct{}, 1),
 		pace:     &pace{slow: cfg.SlowPart, now: time.Now},
 		failures: map[staging.ChunkRef]failing{}, notBefore: map[staging.ChunkRef]time.Time{},
 	}, nil
@@ -311,18 +318,50 @@ func (w *Worker) processLocal(ctx context.Context, lc localChunk) {
 }
 
 func (w *Worker) sweepLoop(ctx context.Context) {
-	pace := retry.Pacer{What: "sweeping pending chunks", Interval: w.cfg.SweepInterval, Logger: w.cfg.Logger}
+	pace := retry.Pacer{What: "sweeping pending chunks", Interval: w.cfg.SweepInterval, Idle: 10 * w.cfg.SweepInterval, Logger: w.cfg.Logger}
 	for {
-		err := w.Sweep(ctx)
+		select { // work taken before this sweep is in what it reads
+		case <-w.busy:
+		default:
+		}
+		n, next, err := w.sweep(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		t := time.NewTimer(pace.Next(err))
+		if !sleep(ctx, pace.Swept(err, n, next), w.cfg.SweepInterval, w.busy) {
+			return
+		}
+	}
+}
+
+// nudge tells a sleeping sweep there is work, without waiting.
+func nudge(busy chan<- struct{}) {
+	select {
+	case busy <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits d, or returns false when ctx ends first. While more than interval of it
+// is left, a nudge on busy cuts the rest to interval.
+func sleep(ctx context.Context, d, interval time.Duration, busy <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	end := time.Now().Add(d)
+	if d <= interval {
+		busy = nil
+	}
+	for {
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return
+			return false
 		case <-t.C:
+			return true
+		case <-busy:
+			if time.Until(end) > interval {
+				t.Reset(interval)
+			}
+			busy = nil
 		}
 	}
 }
@@ -330,16 +369,23 @@ func (w *Worker) sweepLoop(ctx context.Context) {
 // Sweep offers every chunk whose sweep time has come: chunks whose wake-up was lost,
 // whose worker died, or whose retry is due.
 func (w *Worker) Sweep(ctx context.Context) error {
-	refs, err := w.store.Due(ctx, int64(cap(w.work)))
+	_, _, err := w.sweep(ctx)
+	return err
+}
+
+// sweep is Sweep; it says how many chunks were due and when the next falls due (see
+// uploads.Chunks.DueNext).
+func (w *Worker) sweep(ctx context.Context) (int, time.Duration, error) {
+	refs, next, err := w.store.DueNext(ctx, int64(cap(w.work)))
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	for _, ref := range refs {
 		if _, mine := w.expected.Load(ref); !mine { // queued here with its bytes
 			w.offer(ref)
 		}
 	}
-	return nil
+	return len(refs), next, nil
 }
 
 // Process claims ref and, if the claim is won, uploads it and records the part.
@@ -347,6 +393,7 @@ func (w *Worker) Process(ctx context.Context, ref staging.ChunkRef) { w.process(
 
 // process is Process with, for a chunk staged by this process, its bytes.
 func (w *Worker) process(ctx context.Context, ref staging.ChunkRef, local *localChunk) {
+	defer nudge(w.busy) // after a retry's due time is written, for the sweep to see
 	log := w.cfg.Logger.With("upload_id", ref.UploadID, "chunk", ref.N)
 	if w.backingOff(ref) {
 		return

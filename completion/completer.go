@@ -48,7 +48,7 @@ type Store interface {
 	Retry(ctx context.Context, id string, at time.Time) error
 	Drop(ctx context.Context, id string) error
 	Get(ctx context.Context, id string) (*staging.Upload, error)
-	Due(ctx context.Context, limit int64) ([]string, error)
+	DueNext(ctx context.Context, limit int64) ([]string, time.Duration, error)
 }
 
 // Ender fails an upload that cannot be completed (see cleanup.Ender); the completer
@@ -72,7 +72,10 @@ type Config struct {
 	// Lease is how long the completion guard is held; a completer that dies blocks the
 	// upload's completion this long. Zero means 60 s.
 	Lease time.Duration
-	// SweepInterval is how often the completion index is swept for due work. Zero means 1 s.
+	// SweepInterval is how often the completion index is swept for due work. Zero means
+	// 1 s. A sweep that finds nothing due sleeps until the index's next entry falls due,
+	// up to ten intervals, and the first upload this completer takes meanwhile brings
+	// the next sweep back to one interval (its retries are due again soon).
 	SweepInterval time.Duration
 	// Concurrency is how many uploads are completed at once. Zero means 2.
 	Concurrency int
@@ -120,6 +123,9 @@ type Completer struct {
 	// so a retry after a transient error does not wait for its own guard to expire.
 	token string
 	ready <-chan string
+	// busy is nudged by every completion attempt: a sweep sleeping past an idle index
+	// wakes within SweepInterval once there is work (whose retries it must find).
+	busy chan struct{}
 
 	mu       sync.Mutex
 	inflight map[string]bool
@@ -155,7 +161,7 @@ func New(store Store, s3c Objects, ender Ender, ready <-chan string, cfg Config)
 	}
 	return &Completer{
 		cfg: cfg, store: store, s3: s3c, ender: ender, token: ids.NewToken(),
-		ready: ready, inflight: map[string]bool{}, failures: map[string]int{},
+		ready: ready, busy: make(chan struct{}, 1), inflight: map[string]bool{}, failures: map[string]int{},
 	}, nil
 }
 
@@ -175,8 +181,10 @@ func (c *Completer) Run(ctx context.Context) error {
 			}
 		})
 	}
-	pace := retry.Pacer{What: "sweeping completions", Interval: c.cfg.SweepInterval, Logger: c.cfg.Logger}
-	t := time.NewTimer(c.cfg.SweepInterval)
+	interval := c.cfg.SweepInterval
+	pace := retry.Pacer{What: "sweeping completions", Interval: interval, Idle: 10 * interval, Logger: c.cfg.Logger}
+	t := time.NewTimer(interval)
+	end := time.Now().Add(interval)
 	defer t.Stop()
 	defer wg.Wait()
 	defer close(work)
@@ -186,15 +194,26 @@ func (c *Completer) Run(ctx context.Context) error {
 			return nil
 		case id := <-c.ready:
 			send(ctx, work, id)
+		case <-c.busy:
+			if time.Until(end) > interval { // asleep past an idle index: there is work now
+				t.Reset(interval)
+				end = time.Now().Add(interval)
+			}
 		case <-t.C:
-			ids, err := c.store.Due(ctx, 100)
+			select { // work done before this sweep is in what it reads
+			case <-c.busy:
+			default:
+			}
+			ids, next, err := c.store.DueNext(ctx, 100)
 			if ctx.Err() != nil {
 				return nil
 			}
 			for _, id := range ids {
 				send(ctx, work, id)
 			}
-			t.Reset(pace.Next(err))
+			d := pace.Swept(err, len(ids), next)
+			t.Reset(d)
+			end = time.Now().Add(d)
 		}
 	}
 }
@@ -229,6 +248,12 @@ func (c *Completer) CompleteUpload(ctx context.Context, id string, head []byte) 
 }
 
 func (c *Completer) complete(ctx context.Context, id string, head []byte) (*staging.Upload, error) {
+	defer func() { // after a retry's due time is written, for the sweep to see
+		select {
+		case c.busy <- struct{}{}:
+		default:
+		}
+	}()
 	c.mu.Lock()
 	if c.inflight[id] {
 		c.mu.Unlock()

@@ -43,7 +43,11 @@ type Pacer struct {
 	What     string // e.g. "sweep pending chunks"
 	Interval time.Duration
 	Max      time.Duration // zero means 30 s
-	Logger   interface {
+	// Idle, when longer than Interval, is the longest a sweep waits after a round that
+	// found nothing due: it sleeps until the next entry it knows of falls due, within
+	// [Interval, Idle], instead of polling an idle index every Interval (see Swept).
+	Idle   time.Duration
+	Logger interface {
 		Warn(string, ...any)
 		Info(string, ...any)
 	}
@@ -72,4 +76,21 @@ func (p *Pacer) Next(err error) time.Duration {
 		max = 30 * time.Second
 	}
 	return Backoff(p.Interval, max, p.failures)
+}
+
+// Swept returns how long to wait after a sweep that ended with err and found n items
+// due, when the next item it knows of falls due in next (negative: it knows of none).
+// A sweep that found work, or failed, is paced as by Next. One that found nothing waits
+// until next, at least Interval and at most Idle: an entry added meanwhile whose
+// notice was lost waits up to Idle for its sweep, so the loop should cut a long wait
+// short when its process takes work (the work it fails is due again soon).
+func (p *Pacer) Swept(err error, n int, next time.Duration) time.Duration {
+	d := p.Next(err)
+	if err != nil || n > 0 || p.Idle <= p.Interval {
+		return d
+	}
+	if next < 0 {
+		return p.Idle
+	}
+	return min(max(next, p.Interval), p.Idle)
 }

@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -17,5 +18,43 @@ func TestBackoffGrowsAndIsCapped(t *testing.T) {
 				t.Fatalf("Backoff(n=%d) = %v, want in (0, %v]", n, d, limit)
 			}
 		}
+	}
+}
+
+func TestSweptSleepsPastAnIdleIndex(t *testing.T) {
+	const interval, idle = time.Second, 10 * time.Second
+	for _, tc := range []struct {
+		name string
+		err  error
+		n    int
+		next time.Duration
+		want time.Duration // -1: a backoff in (0, 2 s]
+	}{
+		{"found work", nil, 3, 8 * time.Second, interval},
+		{"more due now", nil, 0, 0, interval},
+		{"next due soon", nil, 0, 300 * time.Millisecond, interval},
+		{"next due in 4 s", nil, 0, 4 * time.Second, 4 * time.Second},
+		{"next due in a minute", nil, 0, time.Minute, idle},
+		{"empty index", nil, 0, -1, idle},
+		{"failed", errors.New("redis down"), 0, -1, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Pacer{Interval: interval, Idle: idle}
+			got := p.Swept(tc.err, tc.n, tc.next)
+			if tc.want < 0 {
+				if got <= 0 || got > 2*interval {
+					t.Fatalf("Swept = %v, want a first backoff in (0, %v]", got, 2*interval)
+				}
+				return
+			}
+			if got != tc.want {
+				t.Fatalf("Swept = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// Without Idle, a sweep is paced by Interval alone.
+	p := Pacer{Interval: interval}
+	if got := p.Swept(nil, 0, -1); got != interval {
+		t.Fatalf("Swept without Idle = %v, want %v", got, interval)
 	}
 }

@@ -414,9 +414,16 @@ func (c *Chunks) Record(ctx context.Context, ref staging.ChunkRef, token, etag s
 // Due returns up to limit chunks whose sweep time has come: chunks whose wake-up was
 // lost, whose worker died, or whose retry is due.
 func (c *Chunks) Due(ctx context.Context, limit int64) ([]staging.ChunkRef, error) {
-	ms, err := c.s.pending.Due(ctx, limit)
+	refs, _, err := c.DueNext(ctx, limit)
+	return refs, err
+}
+
+// DueNext is Due, and how long until the next chunk falls due (see rdb.Index.DueNext:
+// zero when more are due now, negative when none is pending).
+func (c *Chunks) DueNext(ctx context.Context, limit int64) ([]staging.ChunkRef, time.Duration, error) {
+	ms, next, err := c.s.pending.DueNext(ctx, limit)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	refs := make([]staging.ChunkRef, 0, len(ms))
 	for _, m := range ms {
@@ -426,7 +433,7 @@ func (c *Chunks) Due(ctx context.Context, limit int64) ([]staging.ChunkRef, erro
 			c.s.pending.DropStray(ctx, m) // not ours; never offer it again
 		}
 	}
-	return refs, nil
+	return refs, next, nil
 }
 
 // Pending is the number of chunks staged and not yet recorded as parts.

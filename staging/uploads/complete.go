@@ -346,6 +346,12 @@ func (c *Completions) Due(ctx context.Context, limit int64) ([]string, error) {
 	return c.s.completions.Due(ctx, limit)
 }
 
+// DueNext is Due, and how long until the next upload's completion falls due (see
+// rdb.Index.DueNext: zero when more are due now, negative when none is indexed).
+func (c *Completions) DueNext(ctx context.Context, limit int64) ([]string, time.Duration, error) {
+	return c.s.completions.DueNext(ctx, limit)
+}
+
 // Get reads an upload (see Store.Get).
 func (c *Completions) Get(ctx context.Context, id string) (*staging.Upload, error) {
 	return c.s.Get(ctx, id)

@@ -236,6 +236,56 @@ func TestPendingIndexFindsChunksWithoutWakeUps(t *testing.T) {
 	}
 }
 
+// A sweeper sleeps past an idle index on what DueNext says of the next entry, so it
+// must be the earliest over every shard, and zero when more are due than were asked for.
+func TestDueNextSaysWhenTheNextChunkFallsDue(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T) redis.UniversalClient
+	}{
+		{"one Redis", func(t *testing.T) redis.UniversalClient { return testenv.StartRedis(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return testenv.StartRedisCluster(t).Client(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := testenv.NewClock(time.Unix(1_800_000_000, 0))
+			s := openStore(t, tc.client(t), staging.Config{Now: clk.Now})
+			ctx := ctxT(t)
+			if refs, next, err := s.Chunks().DueNext(ctx, 10); err != nil || len(refs) != 0 || next >= 0 {
+				t.Fatalf("empty index: %v next %v, %v; want none and a negative next", refs, next, err)
+			}
+			// Four uploads (over several shards on a cluster), staged a second apart: due
+			// 2 s (the wake-up grace) after each.
+			var ids []string
+			for range 4 {
+				id := newUpload(t, s, 4, 1)
+				if _, err := stage(t, s, id, 1, []byte("abcd"), true); err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, id)
+				clk.Add(time.Second)
+			}
+			// Now is 4 s after the first: three are due, the fourth in 1 s.
+			refs, next, err := s.Chunks().DueNext(ctx, 10)
+			if err != nil || len(refs) != 3 || next != time.Second {
+				t.Fatalf("DueNext(10) = %v next %v, %v; want the first three uploads' chunks and 1s", refs, next, err)
+			}
+			for i, ref := range refs {
+				if ref.UploadID != ids[i] {
+					t.Fatalf("DueNext(10) = %v; want the uploads in the order they fell due: %v", refs, ids[:3])
+				}
+			}
+			refs, next, err = s.Chunks().DueNext(ctx, 1)
+			if err != nil || len(refs) != 1 || refs[0].UploadID != ids[0] || next != 0 {
+				t.Fatalf("DueNext(1) = %v next %v, %v; want the first upload's chunk and 0 (more are due)", refs, next, err)
+			}
+			clk.Add(time.Minute)
+			if refs, next, err = s.Chunks().DueNext(ctx, 10); err != nil || len(refs) != 4 || next >= 0 {
+				t.Fatalf("all due: %v next %v, %v; want 4 and a negative next", refs, next, err)
+			}
+		})
+	}
+}
+
 func TestCompletionGuardIsTakenOnce(t *testing.T) {
 	s, clk := newStore(t)
 	ctx := ctxT(t)

@@ -95,31 +95,57 @@ func (x *Index) DoneIn(ctx context.Context, p redis.Pipeliner, id, member string
 // Due returns up to limit members due at or before now, earliest first, across the
 // shards (one round trip per node).
 func (x *Index) Due(ctx context.Context, limit int64) ([]string, error) {
+	due, _, err := x.DueNext(ctx, limit)
+	return due, err
+}
+
+// DueNext is Due, and how long from now until the earliest member it did not return
+// falls due: zero when more than limit are due, negative when the index holds nothing
+// else. A sweeper uses it to sleep past an idle index instead of polling it (in the
+// same round trip: the second range costs Redis a lookup, not a reply of any size).
+func (x *Index) DueNext(ctx context.Context, limit int64) ([]string, time.Duration, error) {
+	now := x.c.NowMs()
+	by := &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now, 10), Count: limit}
+	after := &redis.ZRangeBy{Min: "(" + strconv.FormatInt(now, 10), Max: "+inf", Count: 1}
 	keys := x.keys()
-	by := &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(x.c.NowMs(), 10), Count: limit}
-	if len(keys) == 1 {
-		return x.c.Client.ZRangeByScore(ctx, keys[0], by).Result()
-	}
-	cmds := make([]*redis.ZSliceCmd, len(keys))
+	due := make([]*redis.ZSliceCmd, len(keys))
+	next := make([]*redis.ZSliceCmd, len(keys))
 	_, err := x.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
-			cmds[i] = p.ZRangeByScoreWithScores(ctx, k, by)
+			due[i] = p.ZRangeByScoreWithScores(ctx, k, by)
+			next[i] = p.ZRangeByScoreWithScores(ctx, k, after)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var all []redis.Z
-	for _, c := range cmds {
+	for _, c := range due {
 		all = append(all, c.Val()...)
 	}
-	slices.SortFunc(all, func(a, b redis.Z) int { return cmp.Compare(a.Score, b.Score) })
-	out := make([]string, 0, min(int64(len(all)), limit))
-	for _, z := range all[:min(int64(len(all)), limit)] {
-		out = append(out, z.Member.(string))
+	if len(keys) > 1 {
+		slices.SortFunc(all, func(a, b redis.Z) int { return cmp.Compare(a.Score, b.Score) })
 	}
-	return out, nil
+	wait := time.Duration(-1)
+	if int64(len(all)) >= limit {
+		// As many due as asked for (or more): the rest are due now.
+		wait, all = 0, all[:limit]
+	} else {
+		for _, c := range next {
+			if zs := c.Val(); len(zs) > 0 {
+				d := time.Duration(int64(zs[0].Score)-now) * time.Millisecond
+				if wait < 0 || d < wait {
+					wait = d
+				}
+			}
+		}
+	}
+	out := make([]string, len(all))
+	for i, z := range all {
+		out[i] = z.Member.(string)
+	}
+	return out, wait, nil
 }
 
 // DropStray removes member from whichever shard holds it: for a member that does not
