@@ -95,6 +95,11 @@ func (x *Index) DoneIn(ctx context.Context, p redis.Pipeliner, id, member string
 // Due returns up to limit members due at or before now, earliest first, across the
 // shards (one round trip per node).
 func (x *Index) Due(ctx context.Context, limit int64) ([]string, error) {
+	keys := x.keys()
+	by := &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(x.c.NowMs(), 10), Count: limit}
+	if len(keys) == 1 {
+		return x.c.Client.ZRangeByScore(ctx, keys[0], by).Result()
+	}
 	due, _, err := x.DueNext(ctx, limit)
 	return due, err
 }
