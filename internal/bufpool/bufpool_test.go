@@ -35,3 +35,33 @@ func TestBufferPoolClasses(t *testing.T) {
 	}
 	p.Put(make([]byte, 100<<10)) // not a class's capacity: ignored
 }
+
+// TestPointers checks that buffers lent by pointer have the length asked for and their
+// class's capacity, and that a buffer given back is lent again as it is (not cleared:
+// its borrower overwrites it) with the length asked for the next time.
+func TestPointers(t *testing.T) {
+	q := New(8, 16).Pointers()
+	for _, c := range []struct{ n, want int }{{16 << 10, 16 << 10}, {5000, 5120}, {100, 100}, {70 << 10, 70 << 10}} {
+		b := q.Get(c.n)
+		if len(*b) != c.n || cap(*b) != c.want {
+			t.Errorf("Get(%d): len %d cap %d, want cap %d", c.n, len(*b), cap(*b), c.want)
+		}
+		q.Put(b)
+	}
+	// sync.Pool may drop what it holds at any time (and does at random under -race), so
+	// a buffer is looked for over a few rounds.
+	for range 100 {
+		b := q.Get(16 << 10)
+		(*b)[0] = 0xAB
+		q.Put(b)
+		again := q.Get(16<<10 - 100) // the same class
+		if again == b {
+			if len(*again) != 16<<10-100 || (*again)[0] != 0xAB {
+				t.Fatalf("a buffer lent again has len %d and first byte %#x, want %d and 0xab", len(*again), (*again)[0], 16<<10-100)
+			}
+			return
+		}
+		q.Put(again)
+	}
+	t.Fatal("no buffer given back was lent again in 100 rounds")
+}
