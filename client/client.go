@@ -77,10 +77,8 @@ func newOptions(opts []Option) options {
 // credentials it uses plaintext. It does not wait for the server: the first call does.
 func Dial(target string, opts ...Option) (*Client, error) {
 	o := newOptions(opts)
-	dial := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
-	}, o.dialOpts...)
+	dial := append(append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		DialDefaults()...), o.dialOpts...)
 	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("chunkup: dial %s: %w", target, err)

@@ -79,9 +79,7 @@ func (fs *flagSet) conn(ctx context.Context, target string) (*grpc.ClientConn, e
 	if cfg != nil {
 		transport = credentials.NewTLS(cfg)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(transport),
-		// As client.Dial: an upload's state lists up to 10,000 chunks.
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20))}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(transport)}, client.DialDefaults()...)
 	if *c.apiKey != "" && *c.token != "" {
 		return nil, usageError{errors.New("use --api-key or --token, not both")}
 	}
