@@ -88,7 +88,8 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// New returns a Client on an existing connection.
+// New returns a Client on an existing connection. A connection dialled for it should
+// carry DialDefaults, as Dial's does.
 func New(conn grpc.ClientConnInterface, opts ...Option) *Client {
 	return &Client{api: chunkupv1.NewUploadServiceClient(conn), opts: newOptions(opts)}
 }
