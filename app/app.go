@@ -311,6 +311,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if cc.Metrics == nil {
 			cc.Metrics = a.metrics
 		}
+		// Uploads made ready in this process are announced to its completer; those made
+		// ready by an API or workers apart are found by the sweep alone.
+		cc.LocalReady = cfg.has(RoleAPI) && cfg.has(RoleWorker)
 		if a.completer, err = completion.New(a.uploads.Completions(), a.s3, ender, a.hub.Ready(), cc); err != nil {
 			return nil, err
 		}

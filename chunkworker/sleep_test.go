@@ -24,7 +24,7 @@ func TestSleepIsCutShortByWork(t *testing.T) {
 		t.Fatal("an hour's sleep was not cut short by work")
 	}
 
-	// A wait no longer than the interval is not stretched, and ends with its context.
+	// A sleep ends with its context.
 	short, stop := context.WithCancel(ctx)
 	stop()
 	if sleep(short, time.Hour, time.Hour, busy) {

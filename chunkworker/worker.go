@@ -328,7 +328,11 @@ func (w *Worker) sweepLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if !sleep(ctx, pace.Swept(err, n, next), w.cfg.SweepInterval, w.busy) {
+		busy := w.busy
+		if err != nil {
+			busy = nil // a backoff from a failing Redis is not cut short by work
+		}
+		if !sleep(ctx, pace.Swept(err, n, next), w.cfg.SweepInterval, busy) {
 			return
 		}
 	}

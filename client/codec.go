@@ -1,6 +1,8 @@
 package client
 
 import (
+	"fmt"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
@@ -43,7 +45,11 @@ func (c sendCodec) Marshal(v any) (mem.BufferSlice, error) {
 		return c.CodecV2.Marshal(v)
 	}
 	buf := sendBuffers.Get(size)
-	if _, err := (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend((*buf)[:0], m); err != nil {
+	out, err := (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend((*buf)[:0], m)
+	if err == nil && len(out) != size {
+		err = fmt.Errorf("proto: marshalled %d bytes of a message of %d (changed while being sent?)", len(out), size)
+	}
+	if err != nil {
 		sendBuffers.Put(buf)
 		return nil, err
 	}

@@ -73,10 +73,17 @@ type Config struct {
 	// upload's completion this long. Zero means 60 s.
 	Lease time.Duration
 	// SweepInterval is how often the completion index is swept for due work. Zero means
-	// 1 s. A sweep that finds nothing due sleeps until the index's next entry falls due,
-	// up to ten intervals, and the first upload this completer takes meanwhile brings
-	// the next sweep back to one interval (its retries are due again soon).
+	// 1 s.
 	SweepInterval time.Duration
+	// LocalReady says that every upload made ready for completion is announced on the
+	// ready channel: this process runs the API and the workers too, and a completer
+	// elsewhere finds the uploads they make ready by its own process's announcements.
+	// Its sweep is then a safety net, and one that finds nothing due sleeps until the
+	// index's next entry falls due, up to ten intervals; the first upload this completer
+	// takes meanwhile brings the next sweep back to one interval (its retries are due
+	// again soon). False: uploads made ready by another process (an API or worker role
+	// apart) are found by the sweep alone, every SweepInterval.
+	LocalReady bool
 	// Concurrency is how many uploads are completed at once. Zero means 2.
 	Concurrency int
 	// RetryBase and RetryMax bound the backoff after a transient S3 error. Zero means
@@ -182,7 +189,11 @@ func (c *Completer) Run(ctx context.Context) error {
 		})
 	}
 	interval := c.cfg.SweepInterval
-	pace := retry.Pacer{What: "sweeping completions", Interval: interval, Idle: 10 * interval, Logger: c.cfg.Logger}
+	pace := retry.Pacer{What: "sweeping completions", Interval: interval, Logger: c.cfg.Logger}
+	if c.cfg.LocalReady {
+		pace.Idle = 10 * interval
+	}
+	stretched := false // asleep past an idle index (not backing off from a failure)
 	t := time.NewTimer(interval)
 	end := time.Now().Add(interval)
 	defer t.Stop()
@@ -195,7 +206,7 @@ func (c *Completer) Run(ctx context.Context) error {
 		case id := <-c.ready:
 			send(ctx, work, id)
 		case <-c.busy:
-			if time.Until(end) > interval { // asleep past an idle index: there is work now
+			if stretched && time.Until(end) > interval { // there is work now
 				t.Reset(interval)
 				end = time.Now().Add(interval)
 			}
@@ -214,6 +225,7 @@ func (c *Completer) Run(ctx context.Context) error {
 			d := pace.Swept(err, len(ids), next)
 			t.Reset(d)
 			end = time.Now().Add(d)
+			stretched = err == nil && d > interval
 		}
 	}
 }

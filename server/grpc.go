@@ -39,8 +39,7 @@ func codeToLevel(code codes.Code) logging.Level {
 // streamWorkers is the size of the gRPC server's pool of call goroutines.
 const streamWorkers = 32
 
-// frameBuffers pools the buffers gRPC reads HTTP/2 frames (16 KiB at most) and marshals
-// small responses into.
+// frameBuffers pools the buffers gRPC reads HTTP/2 frames into (16 KiB at most).
 var frameBuffers = bufpool.New(8, 16).Pointers()
 
 // NewGRPCServer returns a gRPC server serving svc, the standard health service (which

@@ -347,7 +347,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	reconcileEvery := fs.Duration("reconcile-interval", "CHUNKUP_RECONCILE_INTERVAL", 0, "how often every active upload is checked for work a Redis failover or restart took out of the indexes (default 30s)")
 	workers := fs.Int("worker-concurrency", "CHUNKUP_WORKER_CONCURRENCY", 8, "chunks uploaded to S3 at once")
 	lease := fs.Duration("lease", "CHUNKUP_LEASE", 0, "chunk claim lease; a dead worker's chunks wait this long (default 30s)")
-	sweep := fs.Duration("sweep-interval", "CHUNKUP_SWEEP_INTERVAL", 0, "how often lost wake-ups, expired leases and due retries are swept while there is work; an index with nothing due is swept when its next entry falls due, up to ten times less often (default 1s)")
+	sweep := fs.Duration("sweep-interval", "CHUNKUP_SWEEP_INTERVAL", 0, "how often lost wake-ups, expired leases and due retries are swept while there is work; an index with nothing due is swept when its next entry falls due, up to ten times less often (the completions index so only in a process that runs the api and worker roles too) (default 1s)")
 	complLease := fs.Duration("completer-lease", "CHUNKUP_COMPLETER_LEASE", 0, "completion guard lease (default 60s)")
 	s3Conditional := fs.Bool("s3-conditional-writes", "CHUNKUP_S3_CONDITIONAL_WRITES", true, "write the objects of uploads made with if_absent with If-None-Match: * (false: look at the key just before writing, for stores that ignore the header)")
 	s3Checksums := fs.Bool("s3-checksums", "CHUNKUP_S3_CHECKSUMS", true, "send chunks with UNSIGNED-PAYLOAD and their CRC32C, and complete multipart uploads with the object's CRC32C (false: SigV4-signed payloads, no checksums, for stores that refuse them)")

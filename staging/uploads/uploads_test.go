@@ -247,8 +247,10 @@ func TestDueNextSaysWhenTheNextChunkFallsDue(t *testing.T) {
 		{"cluster", func(t *testing.T) redis.UniversalClient { return testenv.StartRedisCluster(t).Client(t) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := testenv.NewClock(time.Unix(1_800_000_000, 0))
-			s := openStore(t, tc.client(t), staging.Config{Now: clk.Now})
+			start := time.Unix(1_800_000_000, 0)
+			clk := testenv.NewClock(start)
+			client := tc.client(t)
+			s := openStore(t, client, staging.Config{Now: clk.Now})
 			ctx := ctxT(t)
 			if refs, next, err := s.Chunks().DueNext(ctx, 10); err != nil || len(refs) != 0 || next >= 0 {
 				t.Fatalf("empty index: %v next %v, %v; want none and a negative next", refs, next, err)
@@ -263,6 +265,12 @@ func TestDueNextSaysWhenTheNextChunkFallsDue(t *testing.T) {
 				}
 				ids = append(ids, id)
 				clk.Add(time.Second)
+			}
+			// Seen 2.5 s after the first: one is due, the next (of three not due, on other
+			// shards on a cluster) in 0.5 s.
+			early := openStore(t, client, staging.Config{Now: testenv.NewClock(start.Add(2500 * time.Millisecond)).Now})
+			if refs, next, err := early.Chunks().DueNext(ctx, 10); err != nil || len(refs) != 1 || refs[0].UploadID != ids[0] || next != 500*time.Millisecond {
+				t.Fatalf("DueNext at 2.5 s = %v next %v, %v; want the first upload's chunk and 500ms", refs, next, err)
 			}
 			// Now is 4 s after the first: three are due, the fourth in 1 s.
 			refs, next, err := s.Chunks().DueNext(ctx, 10)
