@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -69,6 +70,16 @@ type interim struct {
 // whole response.
 func (e *env) do(method, path string, body io.Reader, kv ...string) reply {
 	e.t.Helper()
+	r, err := e.try(method, path, body, kv...)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// try is do, returning the error of a request that got no response.
+func (e *env) try(method, path string, body io.Reader, kv ...string) (reply, error) {
+	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var mu sync.Mutex
@@ -95,16 +106,16 @@ func (e *env) do(method, path string, body io.Reader, kv ...string) reply {
 	}
 	res, err := e.srv.Client().Do(req)
 	if err != nil {
-		e.t.Fatalf("%s %s: %v", method, path, err)
+		return reply{}, err
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
 	if err != nil {
-		e.t.Fatal(err)
+		return reply{}, err
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return reply{Response: res, body: b, interim: infos}
+	return reply{Response: res, body: b, interim: infos}, nil
 }
 
 func (r reply) offset(t *testing.T) int64 {
@@ -907,9 +918,16 @@ func TestDrain(t *testing.T) {
 	if r.Header.Get("Retry-After") == "" || off < C {
 		t.Fatalf("drained request: Retry-After %q, offset %s; want one, and at least %d", r.Header.Get("Retry-After"), r.Header.Get("Upload-Offset"), C)
 	}
-	// A body that starts while draining stops at once, with nothing staged.
-	r = e.do("PATCH", "/files/"+id, bytes.NewReader(data[off:]), "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", strconv.FormatInt(off, 10))
-	expectStatus(t, r, http.StatusServiceUnavailable)
+	// A body that starts while draining stops at once, with nothing staged. The server
+	// answers 503 and closes the connection without reading the rest of the body, so an
+	// HTTP/1.1 client still sending it may see the connection reset before the answer
+	// (a CI run did): either way it has no acknowledgement, and resumes from HEAD.
+	r, err := e.try("PATCH", "/files/"+id, bytes.NewReader(data[off:]), "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", strconv.FormatInt(off, 10))
+	if err == nil {
+		expectStatus(t, r, http.StatusServiceUnavailable)
+	} else if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("PATCH while draining: %v; want 503 or the connection reset", err)
+	}
 	if got, _ := e.core.object(id); len(got) != C {
 		t.Fatalf("%d bytes staged, want %d", len(got), C)
 	}
