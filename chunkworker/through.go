@@ -148,7 +148,7 @@ func (w *Worker) continueThrough(bg context.Context, c uploads.Claim, done <-cha
 			}
 			go func() {
 				defer w.expected.Delete(c.Ref)
-				defer nudge(w.busy) // finishPart may set a retry's due time, as process does
+				defer w.busy.Work() // finishPart may set a retry's due time, as process does
 				r := <-done
 				w.freeSlot()
 				took := time.Since(began)

@@ -168,7 +168,7 @@ type Worker struct {
 	dropped atomic.Bool
 	// busy is nudged by every chunk this worker takes: a sweep sleeping past an idle
 	// index wakes within SweepInterval once there is work (whose retries it must find).
-	busy chan struct{}
+	busy retry.Nudge
 	// slots are the Concurrency upload slots, shared by the chunks this worker drains
 	// from Redis and the chunks the API writes through (a write-through takes a slot
 	// only when one is free).
@@ -197,7 +197,7 @@ func New(store Store, s3c Objects, ender Ender, cfg Config) (*Worker, error) {
 		work:     make(chan staging.ChunkRef, cfg.Concurrency*4),
 		local:    make(chan localChunk, max(1, cfg.Concurrency/4)),
 		slots:    make(chan struct{}, cfg.Concurrency),
-		busy:     make(chan struct{}, 1),
+		busy:     retry.NewNudge(),
 		pace:     &pace{slow: cfg.SlowPart, now: time.Now},
 		failures: map[staging.ChunkRef]failing{}, notBefore: map[staging.ChunkRef]time.Time{},
 	}, nil
@@ -319,55 +319,7 @@ func (w *Worker) processLocal(ctx context.Context, lc localChunk) {
 
 func (w *Worker) sweepLoop(ctx context.Context) {
 	pace := retry.Pacer{What: "sweeping pending chunks", Interval: w.cfg.SweepInterval, Idle: 10 * w.cfg.SweepInterval, Logger: w.cfg.Logger}
-	for {
-		select { // work taken before this sweep is in what it reads
-		case <-w.busy:
-		default:
-		}
-		n, next, err := w.sweep(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		busy := w.busy
-		if err != nil {
-			busy = nil // a backoff from a failing Redis is not cut short by work
-		}
-		if !sleep(ctx, pace.Swept(err, n, next), w.cfg.SweepInterval, busy) {
-			return
-		}
-	}
-}
-
-// nudge tells a sleeping sweep there is work, without waiting.
-func nudge(busy chan<- struct{}) {
-	select {
-	case busy <- struct{}{}:
-	default:
-	}
-}
-
-// sleep waits d, or returns false when ctx ends first. While more than interval of it
-// is left, a nudge on busy cuts the rest to interval.
-func sleep(ctx context.Context, d, interval time.Duration, busy <-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	end := time.Now().Add(d)
-	if d <= interval {
-		busy = nil
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		case <-busy:
-			if time.Until(end) > interval {
-				t.Reset(interval)
-			}
-			busy = nil
-		}
-	}
+	pace.Sweep(ctx, w.busy, w.sweep)
 }
 
 // Sweep offers every chunk whose sweep time has come: chunks whose wake-up was lost,
@@ -397,7 +349,7 @@ func (w *Worker) Process(ctx context.Context, ref staging.ChunkRef) { w.process(
 
 // process is Process with, for a chunk staged by this process, its bytes.
 func (w *Worker) process(ctx context.Context, ref staging.ChunkRef, local *localChunk) {
-	defer nudge(w.busy) // after a retry's due time is written, for the sweep to see
+	defer w.busy.Work() // after a retry's due time is written, for the sweep to see
 	log := w.cfg.Logger.With("upload_id", ref.UploadID, "chunk", ref.N)
 	if w.backingOff(ref) {
 		return

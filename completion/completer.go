@@ -132,7 +132,7 @@ type Completer struct {
 	ready <-chan string
 	// busy is nudged by every completion attempt: a sweep sleeping past an idle index
 	// wakes within SweepInterval once there is work (whose retries it must find).
-	busy chan struct{}
+	busy retry.Nudge
 
 	mu       sync.Mutex
 	inflight map[string]bool
@@ -168,7 +168,7 @@ func New(store Store, s3c Objects, ender Ender, ready <-chan string, cfg Config)
 	}
 	return &Completer{
 		cfg: cfg, store: store, s3: s3c, ender: ender, token: ids.NewToken(),
-		ready: ready, busy: make(chan struct{}, 1), inflight: map[string]bool{}, failures: map[string]int{},
+		ready: ready, busy: retry.NewNudge(), inflight: map[string]bool{}, failures: map[string]int{},
 	}, nil
 }
 
@@ -188,44 +188,29 @@ func (c *Completer) Run(ctx context.Context) error {
 			}
 		})
 	}
-	interval := c.cfg.SweepInterval
-	pace := retry.Pacer{What: "sweeping completions", Interval: interval, Logger: c.cfg.Logger}
+	pace := retry.Pacer{What: "sweeping completions", Interval: c.cfg.SweepInterval, Logger: c.cfg.Logger}
 	if c.cfg.LocalReady {
-		pace.Idle = 10 * interval
+		pace.Idle = 10 * c.cfg.SweepInterval
 	}
-	stretched := false // asleep past an idle index (not backing off from a failure)
-	t := time.NewTimer(interval)
-	end := time.Now().Add(interval)
-	defer t.Stop()
+	var sweeper sync.WaitGroup
 	defer wg.Wait()
 	defer close(work)
+	defer sweeper.Wait() // it sends work: done before work closes
+	sweeper.Go(func() {
+		pace.Sweep(ctx, c.busy, func(ctx context.Context) (int, time.Duration, error) {
+			ids, next, err := c.store.DueNext(ctx, 100)
+			for _, id := range ids {
+				send(ctx, work, id)
+			}
+			return len(ids), next, err
+		})
+	})
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case id := <-c.ready:
 			send(ctx, work, id)
-		case <-c.busy:
-			if stretched && time.Until(end) > interval { // there is work now
-				t.Reset(interval)
-				end = time.Now().Add(interval)
-			}
-		case <-t.C:
-			select { // work done before this sweep is in what it reads
-			case <-c.busy:
-			default:
-			}
-			ids, next, err := c.store.DueNext(ctx, 100)
-			if ctx.Err() != nil {
-				return nil
-			}
-			for _, id := range ids {
-				send(ctx, work, id)
-			}
-			d := pace.Swept(err, len(ids), next)
-			t.Reset(d)
-			end = time.Now().Add(d)
-			stretched = err == nil && d > interval
 		}
 	}
 }
@@ -260,12 +245,7 @@ func (c *Completer) CompleteUpload(ctx context.Context, id string, head []byte) 
 }
 
 func (c *Completer) complete(ctx context.Context, id string, head []byte) (*staging.Upload, error) {
-	defer func() { // after a retry's due time is written, for the sweep to see
-		select {
-		case c.busy <- struct{}{}:
-		default:
-		}
-	}()
+	defer c.busy.Work() // after a retry's due time is written, for the sweep to see
 	c.mu.Lock()
 	if c.inflight[id] {
 		c.mu.Unlock()

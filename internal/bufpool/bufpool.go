@@ -53,10 +53,24 @@ func (p *Pool) GetWithin(n, most int) []byte {
 	if c < 0 {
 		return make([]byte, n)
 	}
+	return *p.take(c, n)
+}
+
+// take lends a buffer of class c with length n.
+func (p *Pool) take(c, n int) *[]byte {
 	if b, ok := p.classes[c].Get().(*[]byte); ok {
-		return (*b)[:n]
+		*b = (*b)[:n]
+		return b
 	}
-	return make([]byte, n, p.size(c))
+	b := make([]byte, n, p.size(c))
+	return &b
+}
+
+// give takes back a buffer lent by take (others are ignored).
+func (p *Pool) give(b *[]byte) {
+	if c := p.class(cap(*b)); c >= 0 && cap(*b) == p.size(c) {
+		p.classes[c].Put(b)
+	}
 }
 
 // SizeFor is the capacity of the buffer GetWithin(n, most) returns, the memory it
@@ -80,14 +94,7 @@ func (p *Pool) pooled(n, most int) int {
 }
 
 // Put takes back a buffer from Get or GetWithin (others are ignored).
-func (p *Pool) Put(b []byte) {
-	c := p.class(cap(b))
-	if c < 0 || cap(b) != p.size(c) {
-		return
-	}
-	b = b[:0]
-	p.classes[c].Put(&b)
-}
+func (p *Pool) Put(b []byte) { p.give(&b) }
 
 // Pointers lends p's buffers by pointer, as grpc's mem.BufferPool does (a buffer that
 // goes back through its pointer costs no allocation). Unlike grpc's own pools it does
@@ -102,26 +109,13 @@ func (p *Pool) Pointers() Pointers { return Pointers{p} }
 
 // Get returns a buffer of length n (its bytes are whatever was in it).
 func (q Pointers) Get(n int) *[]byte {
-	p := q.p
-	c := p.pooled(n, 0)
+	c := q.p.pooled(n, 0)
 	if c < 0 {
 		b := make([]byte, n)
 		return &b
 	}
-	if b, ok := p.classes[c].Get().(*[]byte); ok {
-		*b = (*b)[:n]
-		return b
-	}
-	b := make([]byte, n, p.size(c))
-	return &b
+	return q.p.take(c, n)
 }
 
 // Put takes back a buffer from Get (others are ignored).
-func (q Pointers) Put(b *[]byte) {
-	p := q.p
-	c := p.class(cap(*b))
-	if c < 0 || cap(*b) != p.size(c) {
-		return
-	}
-	p.classes[c].Put(b)
-}
+func (q Pointers) Put(b *[]byte) { q.p.give(b) }

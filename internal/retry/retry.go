@@ -6,6 +6,7 @@
 package retry
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -93,4 +94,64 @@ func (p *Pacer) Swept(err error, n int, next time.Duration) time.Duration {
 		return p.Idle
 	}
 	return min(max(next, p.Interval), p.Idle)
+}
+
+// Nudge tells a sweep asleep past an idle index that its process took work.
+type Nudge chan struct{}
+
+// NewNudge returns a Nudge.
+func NewNudge() Nudge { return make(Nudge, 1) }
+
+// Work says the process took work: call it after writing any due time the work sets
+// (a retry's), so that the sweep it wakes reads it. It never blocks.
+func (n Nudge) Work() {
+	select {
+	case n <- struct{}{}:
+	default:
+	}
+}
+
+// Sweep runs sweep until ctx ends, waiting after each round as Swept says. Work on n
+// meanwhile cuts a wait past an idle index (not a failure's backoff) to one Interval:
+// work this process takes may set due times, which only a sweep finds.
+func (p *Pacer) Sweep(ctx context.Context, n Nudge, sweep func(context.Context) (found int, next time.Duration, err error)) {
+	for {
+		select { // work taken before this round is in what it reads
+		case <-n:
+		default:
+		}
+		found, next, err := sweep(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		d := p.Swept(err, found, next)
+		wake := n
+		if err != nil || d <= p.Interval {
+			wake = nil
+		}
+		if !sleep(ctx, d, p.Interval, wake) {
+			return
+		}
+	}
+}
+
+// sleep waits d, or returns false when ctx ends first. A receive on wake while more
+// than interval is left cuts the rest to interval.
+func sleep(ctx context.Context, d, interval time.Duration, wake <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	end := time.Now().Add(d)
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-wake:
+			if time.Until(end) > interval {
+				t.Reset(interval)
+			}
+			wake = nil
+		}
+	}
 }

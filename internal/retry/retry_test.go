@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -57,4 +58,36 @@ func TestSweptSleepsPastAnIdleIndex(t *testing.T) {
 	if got := p.Swept(nil, 0, -1); got != interval {
 		t.Fatalf("Swept without Idle = %v, want %v", got, interval)
 	}
+}
+
+// A sweep asleep past an idle index sweeps again within one interval once its process
+// takes work (a chunk it fails is due again soon, and only a sweep finds it), and the
+// loop ends with its context.
+func TestSweepWakesOnWork(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	p := Pacer{Interval: 10 * time.Millisecond, Idle: time.Hour}
+	n := NewNudge()
+	rounds := make(chan int, 10)
+	done := make(chan struct{})
+	round := 0
+	go func() {
+		defer close(done)
+		p.Sweep(ctx, n, func(context.Context) (int, time.Duration, error) {
+			round++
+			rounds <- round
+			return 0, -1, nil // an empty index: the next wait is Idle, an hour
+		})
+	}()
+	if r := <-rounds; r != 1 {
+		t.Fatalf("first round %d", r)
+	}
+	n.Work()
+	select {
+	case <-rounds:
+	case <-ctx.Done():
+		t.Fatal("an hour's wait past an empty index was not cut short by work")
+	}
+	cancel()
+	<-done
 }
