@@ -210,12 +210,12 @@ func (b *bench) smallDirectFiles(count, conc int) float64 {
 	return float64(count) / took.Seconds()
 }
 
-// smallCLI uploads count small files with one `chunkup upload --jobs conc FILES…` and
-// returns the files per second and the CLI's CPU seconds per GiB.
-func (b *bench) smallCLI(count, conc int) (float64, float64) {
+// smallCLI uploads count small files with one `chunkup upload --jobs conc [extra] FILES…`
+// and returns the files per second and the CLI's CPU seconds per GiB.
+func (b *bench) smallCLI(count, conc int, extra ...string) (float64, float64) {
 	objs, files, index, dir := b.smallFiles(count, "")
 	defer os.RemoveAll(dir)
-	took, cpu, ups := b.runCLI(files, "--jobs", fmt.Sprint(conc))
+	took, cpu, ups := b.runCLI(files, append([]string{"--jobs", fmt.Sprint(conc)}, extra...)...)
 	for _, up := range ups {
 		i, ok := index[up.Name]
 		if !ok || up.State != "UPLOAD_STATE_COMPLETED" {

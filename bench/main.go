@@ -184,8 +184,10 @@ type report struct {
 	// CLILarge and CLISmall are the chunkup binary\'s rows (nil: skipped).
 	CLILarge *cliRow `json:"cli_large,omitempty"`
 	// CLIDirectLarge is `chunkup upload --direct FILE` of the large size (nil: skipped).
-	CLIDirectLarge *cliRow     `json:"cli_direct_large,omitempty"`
-	CLISmall       *cliRow     `json:"cli_small,omitempty"`
+	CLIDirectLarge *cliRow `json:"cli_direct_large,omitempty"`
+	CLISmall       *cliRow `json:"cli_small,omitempty"`
+	// CLIDirectSmall is `chunkup upload --direct --jobs N FILES…` of the small files.
+	CLIDirectSmall *cliRow     `json:"cli_direct_small,omitempty"`
 	Pause          pauseResult `json:"minio_paused"`
 	Targets        []target    `json:"targets"`
 }
@@ -294,6 +296,10 @@ func (r *report) print(w io.Writer) {
 	if c := r.CLISmall; c != nil {
 		fmt.Fprintf(w, "CLI, chunkup upload --jobs %d FILES… (small %d × %s): %.1f files/s = %.3f × PutObject (%.3f × PutObject of the same files, %.1f files/s), %.3f × the SDK; CLI CPU %.2f s/GiB\n",
 			r.Config.SmallConc, r.Config.SmallCount, human(r.Config.SmallSize), c.CLI, c.Ratio, c.RatioFiles, c.DirectFiles, c.ToSDK, c.ClientCPUPerGiB)
+	}
+	if c := r.CLIDirectSmall; c != nil {
+		fmt.Fprintf(w, "CLI, chunkup upload --direct --jobs %d FILES… (small %d × %s): %.1f files/s = %.3f × PutObject (%.3f × PutObject of the same files), %.3f × the SDK; CLI CPU %.2f s/GiB\n",
+			r.Config.SmallConc, r.Config.SmallCount, human(r.Config.SmallSize), c.CLI, c.Ratio, c.RatioFiles, c.ToSDK, c.ClientCPUPerGiB)
 	}
 	if p := r.TusdLarge; p != nil {
 		fmt.Fprintln(w, "peer "+p.line("large "+human(r.Config.Large)+" in one PATCH"))

@@ -178,7 +178,7 @@ func run(tb testenv.TB, cfg config) *report {
 		rep.Large, rep.LargeAlways, rep.HTTP, rep.TusdLarge, rep.CLILarge, rep.CLIDirectLarge = b.compareLarge(!slices.Contains(skip, "http"), !slices.Contains(skip, "cli"))
 	}
 	if !slices.Contains(skip, "small") {
-		rep.Small, rep.SmallAlways, rep.TusdSmall, rep.CLISmall = b.compareSmall(!slices.Contains(skip, "cli"))
+		rep.Small, rep.SmallAlways, rep.TusdSmall, rep.CLISmall, rep.CLIDirectSmall = b.compareSmall(!slices.Contains(skip, "cli"))
 	}
 	if !slices.Contains(skip, "scaling") {
 		for _, n := range cfg.Sizes {
@@ -672,19 +672,19 @@ func (b *bench) failOn(errs []error, who string) {
 
 // compareSmall alternates the small uploads through each contender and direct, SmallRounds
 // times.
-func (b *bench) compareSmall(withCLI bool) (adaptive, always comparison, tusd *peer, cli *cliRow) {
+func (b *bench) compareSmall(withCLI bool) (adaptive, always comparison, tusd *peer, cli, cliDirect *cliRow) {
 	var di []float64
 	var directCPU [][2]float64
 	speeds := map[*contender][]float64{}
 	costs := map[*contender][]cost{}
 	var extra []*contender
-	var tusdCPU, cliCPU []float64
+	var tusdCPU, cliCPU, cliDirectCPU []float64
 	if b.tusd != nil {
 		extra = append(extra, tusdTurn)
 	}
 	var files []float64
 	if withCLI {
-		extra = append(extra, cliTurn, filesTurn)
+		extra = append(extra, cliTurn, cliDirectTurn, filesTurn)
 	}
 	for r := range b.cfg.SmallRounds {
 		for _, ct := range b.order(r, extra...) {
@@ -705,6 +705,10 @@ func (b *bench) compareSmall(withCLI bool) (adaptive, always comparison, tusd *p
 				fps, cpu := b.smallCLI(b.cfg.SmallCount, b.cfg.SmallConc)
 				speeds[ct], cliCPU = append(speeds[ct], fps), append(cliCPU, cpu)
 				continue
+			case cliDirectTurn:
+				fps, cpu := b.smallCLI(b.cfg.SmallCount, b.cfg.SmallConc, "--direct")
+				speeds[ct], cliDirectCPU = append(speeds[ct], fps), append(cliDirectCPU, cpu)
+				continue
 			}
 			fps, c := b.smallChunkup(ct, b.cfg.SmallCount, b.cfg.SmallConc)
 			speeds[ct], costs[ct] = append(speeds[ct], fps), append(costs[ct], c)
@@ -721,8 +725,9 @@ func (b *bench) compareSmall(withCLI bool) (adaptive, always comparison, tusd *p
 	}
 	if withCLI {
 		cli = summarizeCLI("files/s", speeds[cliTurn], cliCPU, di, files, adaptive)
+		cliDirect = summarizeCLI("files/s", speeds[cliDirectTurn], cliDirectCPU, di, files, adaptive)
 	}
-	return adaptive, always, tusd, cli
+	return adaptive, always, tusd, cli, cliDirect
 }
 
 // scale uploads n bytes through chunkup (adaptive; Rounds times up to 1 GiB, once above) and

@@ -66,7 +66,7 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	ifAbsent := fs.Bool("if-absent", "", false, "fail instead of replacing an object that exists at the key (S3's conditional write; an object that appears there meanwhile fails the upload and stays)")
 	resume := fs.String("resume", "", "", "continue upload ID with FILE (one file only); chunks the server has are not sent again")
 	noResume := fs.Bool("no-resume", "", false, "start new uploads, even where an upload of the same file to the same place was interrupted")
-	direct := fs.Bool("direct", "", false, "put the bytes straight into S3 with URLs the server signs (a direct upload: each part's CRC32C checked by S3, the upload still recorded, checked and completed by the server); not for standard input")
+	direct := fs.Bool("direct", "", false, "put the bytes straight into S3 with URLs the server signs (a direct upload: each part's CRC32C checked by S3, the upload still recorded, checked and completed by the server); not for standard input, and slower than an upload through the server for files of a few MiB or less (docs/direct-uploads.md)")
 	keepStale := fs.Bool("keep-stale", "", false, "keep the interrupted upload of a file that changed since it began (by default it is aborted, so its bytes do not wait on the server until it expires)")
 	parallel := fs.Int("parallel", "CHUNKUP_PARALLEL", 1, "streams per upload")
 	window := fs.Int("window", "CHUNKUP_WINDOW", 4, "unacknowledged chunks per stream (memory: parallel × window × chunk size)")
