@@ -135,6 +135,17 @@ func (c *Client) oneMessage(ctx context.Context, create *chunkupv1.CreateUploadR
 	if err != nil {
 		return up, nil, noEOF(err)
 	}
+	// Read the stream to its end before going on: the server counts it against the
+	// tenant's open streams until its handler returns, which comes just before the
+	// status. A caller that starts the next upload at once with as many uploads in
+	// flight as the tenant may open streams would otherwise race that release and
+	// be refused (RESOURCE_EXHAUSTED) now and then. The chunk is acknowledged
+	// already, so what the status says changes nothing for this upload.
+	for {
+		if _, err := stream.Recv(); err != nil {
+			break
+		}
+	}
 	return up, ack.Completed, nil
 }
 
