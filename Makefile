@@ -19,6 +19,7 @@ BIN := $(CACHE)/bin
 # which testenv (the tests' own build of MinIO) reads too.
 MINIO_VERSION := $(shell cat internal/testenv/minio.version)
 TUSD_VERSION := $(shell cat internal/testenv/tusd.version)
+VERSITYGW_VERSION := $(shell cat internal/testenv/versitygw.version)
 BUF_VERSION := v1.73.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
@@ -42,13 +43,13 @@ GO_TEST_FLAGS ?=
 NODE_PACKAGES := internal/testenv/node
 NODE_DIR = $(CACHE)/node/$(shell sha256sum $(NODE_PACKAGES)/package-lock.json | cut -c1-16)
 
-.PHONY: all deps deps-apt deps-minio deps-tusd deps-seaweedfs deps-node test chaos bench bench-go tools generate docs lint check-generate ci clean-cache
+.PHONY: all deps deps-apt deps-minio deps-tusd deps-seaweedfs deps-versitygw deps-node test chaos bench bench-go tools generate docs lint check-generate ci clean-cache
 
 all: test
 
-## deps: install redis-server, chromium, Node (apt), MinIO and tusd (go install), SeaweedFS (built) and the tests'
-## Node packages (npm ci into the cache) when missing
-deps: deps-apt deps-minio deps-tusd deps-node deps-seaweedfs
+## deps: install redis-server, chromium, Node (apt), MinIO, tusd and versitygw (go install), SeaweedFS (built)
+## and the tests' Node packages (npm ci into the cache) when missing
+deps: deps-apt deps-minio deps-tusd deps-versitygw deps-node deps-seaweedfs
 
 deps-apt:
 	@missing=""; \
@@ -100,6 +101,10 @@ deps-minio:
 deps-tusd:
 	$(call go_install,tusd,github.com/tus/tusd/v2/cmd/tusd,$(TUSD_VERSION))
 
+# versitygw: the third store (its subset in make test).
+deps-versitygw:
+	$(call go_install,versitygw,github.com/versity/versitygw/cmd/versitygw,$(VERSITYGW_VERSION))
+
 # SeaweedFS cannot be `go install`ed (replace directives in its go.mod): testenv builds
 # it into the cache (SeaweedFSBinary, under its lock), here by starting it once, before
 # the suites, so that its build does not compete with them for the cores.
@@ -124,11 +129,17 @@ deps-node: deps-apt
 SEAWEEDFS_TESTS := ./s3store/ ./test/e2e/ ./upload/ ./bench/
 SEAWEEDFS_RUN := ^(TestIfAbsent|TestAbortStraysPages|TestChunkChecksums|TestCompleteAfterCutOffCompletion|TestReason|TestUploadSizes|TestCompletersRace|TestAbandonedUploadExpires|TestReadObject|TestHTTPCurl|TestHTTPSmallPatches|TestHTTPAppendsOfAnySize|TestHTTPIETFVersions|TestHTTPParallelUploads|TestWorkerKilledHoldingClaim|TestObjects|TestRunSmall|TestDirectContractByCurl|TestDirectRefusals|TestDirectUploadExpires|TestDirectSDKAndCLI|TestDirectUppyInBrowser|TestUppyTusInBrowser)$$
 
+# The same tests but the bench's small run, a third time on versitygw (CHUNKUP_TEST_S3=versitygw,
+# its POSIX backend).
+VERSITYGW_TESTS := ./s3store/ ./test/e2e/ ./upload/
+VERSITYGW_RUN := $(subst |TestRunSmall|,|,$(SEAWEEDFS_RUN))
+
 ## test: run every test, with the race detector, on MinIO; then the S3 subset on
-## SeaweedFS
+## SeaweedFS and on versitygw
 test: deps
 	$(GO) test -race -timeout 30m $(GO_TEST_FLAGS) ./...
 	CHUNKUP_TEST_S3=seaweedfs $(GO) test -race -timeout 30m -run '$(SEAWEEDFS_RUN)' $(GO_TEST_FLAGS) $(SEAWEEDFS_TESTS)
+	CHUNKUP_TEST_S3=versitygw $(GO) test -race -timeout 30m -run '$(VERSITYGW_RUN)' $(GO_TEST_FLAGS) $(VERSITYGW_TESTS)
 
 ## chaos: the fault-injection suite (test/chaos, build tag chaos): kill -9 of
 ## server, worker and completer processes, Redis restarted, MinIO and Kafka stopped

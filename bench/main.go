@@ -9,7 +9,7 @@
 // GiB of each component as SVG beside it.
 //
 // Redis and MinIO are real servers started through internal/testenv (as in the tests;
-// CHUNKUP_TEST_S3=seaweedfs runs it on SeaweedFS instead, and the report names the store);
+// CHUNKUP_TEST_S3=seaweedfs or versitygw runs it on that store instead, and the report names it);
 // each chunkup server runs as its own process, with its own Redis, so that its CPU time,
 // peak RSS and Redis costs are its own. Objects are verified byte for byte after each
 // timed upload, outside the timing.

@@ -259,10 +259,20 @@ func (s *Store) Complete(ctx context.Context, bucket, key, uploadID string, chec
 			}
 			return "", err
 		}
-		// A store that completes a completed upload again (SeaweedFS) does not check the
-		// whole-object CRC32C a second time; its answer still says the object's.
-		if got := aws.ToString(out.ChecksumCRC32C); checksummed && got != "" && !strings.Contains(got, "-") &&
-			out.ChecksumType != types.ChecksumTypeComposite && got != CRC32CHeader(sum) {
+		// A store that completes a completed upload again (SeaweedFS, versitygw) does not
+		// check the whole-object CRC32C a second time. SeaweedFS's answer still says the
+		// object's; where the answer says none (versitygw), the object is looked at.
+		got, kind := aws.ToString(out.ChecksumCRC32C), out.ChecksumType
+		if checksummed && got == "" {
+			head, herr := s.api.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), ChecksumMode: types.ChecksumModeEnabled})
+			if herr != nil {
+				return "", &retry.TransientError{Err: fmt.Errorf("complete multipart upload: its answer gave no CRC32C, and looking at the object failed: %w", herr)}
+			}
+			if got, kind = aws.ToString(head.ChecksumCRC32C), head.ChecksumType; kind != types.ChecksumTypeFullObject {
+				got = "" // a composite checksum is not the whole object's
+			}
+		}
+		if checksummed && got != "" && !strings.Contains(got, "-") && kind != types.ChecksumTypeComposite && got != CRC32CHeader(sum) {
 			return "", &retry.PermanentError{Err: fmt.Errorf("complete multipart upload: the object has CRC32C %s, want %s", got, CRC32CHeader(sum))}
 		}
 		return aws.ToString(out.ETag), nil
@@ -386,42 +396,87 @@ const strayMaxPages = 100
 // had a multipart upload) finds none: there is nothing to abort, which is no error. It
 // stops at the first other error, returning what it aborted before.
 func (s *Store) AbortStrays(ctx context.Context, bucket, key, keep string) ([]string, error) {
-	var stray []string
+	var aborted []string
+	seen := map[string]bool{}
+	// abort aborts the strays among uploads not seen before and says how many it found.
+	abort := func(uploads []types.MultipartUpload) (int, error) {
+		found := 0
+		for _, u := range uploads {
+			// The prefix also matches longer keys; only this exact key is the upload's.
+			id := aws.ToString(u.UploadId)
+			if aws.ToString(u.Key) != key || id == "" || id == keep || seen[id] {
+				continue
+			}
+			seen[id] = true
+			found++
+			if err := s.Abort(ctx, bucket, key, id); err != nil {
+				return found, fmt.Errorf("abort stray multipart upload %s of %s: %w", id, key, err)
+			}
+			aborted = append(aborted, id)
+		}
+		return found, nil
+	}
+	// The whole listing first, then the aborts: a page's markers name an upload of the
+	// page before, which an abort would take away from under the next listing.
+	var listed []types.MultipartUpload
 	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket), Prefix: aws.String(key)}
 	if strayListPageSize > 0 {
 		in.MaxUploads = aws.Int32(strayListPageSize)
 	}
-	for page := 1; ; page++ {
+	fromStart := false
+	for page := 1; page <= strayMaxPages; page++ {
+		out, err := s.api.ListMultipartUploads(ctx, in)
+		if err != nil && NoSuchUpload(err) {
+			break
+		}
+		if err != nil && in.UploadIdMarker != nil && invalidArgument(err) {
+			// The store refuses the next page's markers (versitygw 1.8 answers 400
+			// InvalidArgument to an upload-id marker): abort what the pages before
+			// showed, then list from the start again, in S3's largest pages, until the
+			// first page shows no stray left.
+			fromStart = true
+			break
+		}
+		if err != nil {
+			return aborted, fmt.Errorf("list multipart uploads of %s: %w", key, err)
+		}
+		listed = append(listed, out.Uploads...)
+		if !aws.ToBool(out.IsTruncated) {
+			break
+		}
+		km, um := aws.ToString(out.NextKeyMarker), aws.ToString(out.NextUploadIdMarker)
+		if (km == "" && um == "") || (km == aws.ToString(in.KeyMarker) && um == aws.ToString(in.UploadIdMarker)) {
+			break // a listing that does not advance: abort what it showed
+		}
+		in.KeyMarker, in.UploadIdMarker = aws.String(km), aws.String(um)
+	}
+	if _, err := abort(listed); err != nil || !fromStart {
+		return aborted, err
+	}
+	in = &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket), Prefix: aws.String(key)}
+	for range strayMaxPages {
 		out, err := s.api.ListMultipartUploads(ctx, in)
 		if err != nil && NoSuchUpload(err) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list multipart uploads of %s: %w", key, err)
+			return aborted, fmt.Errorf("list multipart uploads of %s: %w", key, err)
 		}
-		for _, u := range out.Uploads {
-			// The prefix also matches longer keys; only this exact key is the upload's.
-			if id := aws.ToString(u.UploadId); aws.ToString(u.Key) == key && id != "" && id != keep {
-				stray = append(stray, id)
-			}
+		found, err := abort(out.Uploads)
+		if err != nil {
+			return aborted, err
 		}
-		if !aws.ToBool(out.IsTruncated) {
+		if found == 0 || !aws.ToBool(out.IsTruncated) {
 			break
 		}
-		km, um := aws.ToString(out.NextKeyMarker), aws.ToString(out.NextUploadIdMarker)
-		if (km == "" && um == "") || (km == aws.ToString(in.KeyMarker) && um == aws.ToString(in.UploadIdMarker)) || page >= strayMaxPages {
-			break // a listing that does not advance: abort what it showed
-		}
-		in.KeyMarker, in.UploadIdMarker = aws.String(km), aws.String(um)
-	}
-	var aborted []string
-	for _, id := range stray {
-		if err := s.Abort(ctx, bucket, key, id); err != nil {
-			return aborted, fmt.Errorf("abort stray multipart upload %s of %s: %w", id, key, err)
-		}
-		aborted = append(aborted, id)
 	}
 	return aborted, nil
+}
+
+// invalidArgument reports whether err is S3's InvalidArgument.
+func invalidArgument(err error) bool {
+	var ae smithy.APIError
+	return errors.As(err, &ae) && ae.ErrorCode() == "InvalidArgument"
 }
 
 // InvalidPart reports whether err says a part named in a completion is not there (or

@@ -217,13 +217,13 @@ func (s *SeaweedFS) Object(t TB, bucket, key string) []byte {
 	return objectOf(t, s.Client(t), bucket, key)
 }
 
-// S3Server is an S3 store the suites run against: MinIO or SeaweedFS.
+// S3Server is an S3 store the suites run against: MinIO, SeaweedFS or versitygw.
 type S3Server interface {
 	S3Config() s3client.Config
 	Client(t TB) *s3.Client
 	CreateBucket(t TB, name string)
 	Object(t TB, bucket, key string) []byte
-	// Name is the store's, for reports ("MinIO", "SeaweedFS").
+	// Name is the store's, for reports ("MinIO", "SeaweedFS", "versitygw").
 	Name() string
 	// Pid is the server process's (for its CPU time); Pause and Resume stop and
 	// continue it (SIGSTOP, SIGCONT): an S3 that stops answering.
@@ -246,7 +246,8 @@ var (
 // S3Selector is the environment variable that chooses the store of StartS3.
 const S3Selector = "CHUNKUP_TEST_S3"
 
-// StartS3 starts the store CHUNKUP_TEST_S3 names: minio (the default) or seaweedfs.
+// StartS3 starts the store CHUNKUP_TEST_S3 names: minio (the default), seaweedfs or
+// versitygw.
 func StartS3(t TB) S3Server {
 	t.Helper()
 	switch v := os.Getenv(S3Selector); v {
@@ -254,8 +255,10 @@ func StartS3(t TB) S3Server {
 		return StartMinIO(t)
 	case "seaweedfs":
 		return StartSeaweedFS(t)
+	case "versitygw":
+		return StartVersityGW(t)
 	default:
-		t.Fatalf("testenv: %s=%q: use minio or seaweedfs", S3Selector, v)
+		t.Fatalf("testenv: %s=%q: use minio, seaweedfs or versitygw", S3Selector, v)
 		return nil
 	}
 }

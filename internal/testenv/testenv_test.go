@@ -472,3 +472,43 @@ func TestSeaweedFS(t *testing.T) {
 		t.Fatalf("StartS3 with %s=seaweedfs did not start SeaweedFS", testenv.S3Selector)
 	}
 }
+
+// TestVersityGW: the third store starts on its own port with the test credentials,
+// creates a bucket (twice: fine), keeps an object and gives it back, and answers a
+// browser's preflight; StartS3 selects it by CHUNKUP_TEST_S3. `make deps` runs this
+// test to build versitygw into the cache before the suites.
+func TestVersityGW(t *testing.T) {
+	g := testenv.StartVersityGW(t)
+	cfg := g.S3Config()
+	if cfg.Endpoint != g.Endpoint || cfg.AccessKey != testenv.VersityGWAccessKey || cfg.Region != "us-east-1" {
+		t.Fatalf("S3Config = %+v", cfg)
+	}
+	ctx := ctxT(t, 60*time.Second)
+	g.CreateBucket(t, "chunkup")
+	g.CreateBucket(t, "chunkup")
+	body := bytes.Repeat([]byte("chunkup!"), 100_000)
+	if _, err := g.Client(t).PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("chunkup"), Key: aws.String("a/b"), Body: bytes.NewReader(body)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Object(t, "chunkup", "a/b"); !bytes.Equal(got, body) {
+		t.Fatalf("object: %d bytes, want the %d put", len(got), len(body))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodOptions, g.Endpoint+"/chunkup/a/b?partNumber=1&uploadId=x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Origin", "http://page.example")
+	req.Header.Set("Access-Control-Request-Method", http.MethodPut)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 || resp.Header.Get("Access-Control-Allow-Origin") == "" {
+		t.Fatalf("preflight: %s, Access-Control-Allow-Origin %q", resp.Status, resp.Header.Get("Access-Control-Allow-Origin"))
+	}
+	t.Setenv(testenv.S3Selector, "versitygw")
+	if _, ok := testenv.StartS3(t).(*testenv.VersityGW); !ok {
+		t.Fatalf("StartS3 with %s=versitygw did not start versitygw", testenv.S3Selector)
+	}
+}
