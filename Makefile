@@ -110,7 +110,7 @@ deps-versitygw:
 # the suites, so that its build does not compete with them for the cores.
 deps-seaweedfs:
 	@if ! ls "$(BIN)"/weed-* >/dev/null 2>&1; then echo "building SeaweedFS into $(BIN) (several minutes, once)"; fi
-	$(GO) test -count=1 -run '^TestSeaweedFS$$' ./internal/testenv/
+	$(GO) test -count=1 -run '^TestS3Servers$$/^seaweedfs$$' ./internal/testenv/
 
 # The lock file is the one internal/testenv takes before installing them itself.
 deps-node: deps-apt

@@ -162,23 +162,40 @@ func StartSeaweedFS(t TB) *SeaweedFS {
 }
 
 func (s *SeaweedFS) run() (*proc, error) {
-	log, err := os.OpenFile(s.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, c, err := startS3Proc(s.bin, s.args, os.Environ(), s.LogFile, s.S3Config())
 	if err != nil {
 		return nil, err
+	}
+	// SeaweedFS grows its volumes on the first write, which makes that write take a
+	// second or more: written here, so that a test's first upload is timed like any
+	// other.
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	if _, err := c.CreateBucket(wctx, &s3.CreateBucketInput{Bucket: aws.String("testenv-warm-up")}); err == nil {
+		_, _ = c.PutObject(wctx, &s3.PutObjectInput{Bucket: aws.String("testenv-warm-up"), Key: aws.String("warm-up"), Body: strings.NewReader("warm-up")})
+	}
+	return p, nil
+}
+
+// startS3Proc starts an S3 server, bin with args and env, its output appended to
+// logFile, and waits until it lists buckets with cfg's credentials (the gateway and
+// whatever stands behind it are up). It returns the client that asked.
+func startS3Proc(bin string, args, env []string, logFile string, cfg s3client.Config) (*proc, *s3.Client, error) {
+	log, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, err
 	}
 	defer log.Close()
-	p, err := startProc(s.bin, s.args, os.Environ(), log, log)
+	p, err := startProc(bin, args, env, log, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	// Ready when the gateway lists buckets with the test credentials (the filer and the
-	// volume server behind it are up).
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	c, err := s3client.New(ctx, s.S3Config())
+	c, err := s3client.New(ctx, cfg)
 	if err != nil {
 		p.kill()
-		return nil, err
+		return nil, nil, err
 	}
 	err = waitFor(startTimeout, p.done, func() error {
 		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
@@ -188,17 +205,9 @@ func (s *SeaweedFS) run() (*proc, error) {
 	})
 	if err != nil {
 		p.kill()
-		return nil, err
+		return nil, nil, err
 	}
-	// SeaweedFS grows its volumes on the first write, which makes that write take a
-	// second or more: written here, so that a test's first upload is timed like any
-	// other.
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer wcancel()
-	if _, err := c.CreateBucket(wctx, &s3.CreateBucketInput{Bucket: aws.String("testenv-warm-up")}); err == nil {
-		_, _ = c.PutObject(wctx, &s3.PutObjectInput{Bucket: aws.String("testenv-warm-up"), Key: aws.String("warm-up"), Body: strings.NewReader("warm-up")})
-	}
-	return p, nil
+	return p, c, nil
 }
 
 // S3Config is the S3 configuration for this server.

@@ -447,68 +447,53 @@ func dialProxy(t *testing.T, p *testenv.Proxy) (net.Conn, *bufio.Reader) {
 	return c, bufio.NewReader(c)
 }
 
-// TestSeaweedFS: the second store starts on its own ports with the test credentials,
-// creates a bucket (twice: fine), keeps an object and gives it back; StartS3 selects it
-// by CHUNKUP_TEST_S3. `make deps` runs this test to build SeaweedFS into the cache
-// before the suites.
-func TestSeaweedFS(t *testing.T) {
-	s := testenv.StartSeaweedFS(t)
-	cfg := s.S3Config()
-	if cfg.Endpoint != s.Endpoint || cfg.AccessKey != testenv.SeaweedFSAccessKey || cfg.Region != "us-east-1" {
-		t.Fatalf("S3Config = %+v", cfg)
-	}
-	ctx := ctxT(t, 60*time.Second)
-	s.CreateBucket(t, "chunkup")
-	s.CreateBucket(t, "chunkup")
-	body := bytes.Repeat([]byte("chunkup!"), 100_000)
-	if _, err := s.Client(t).PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("chunkup"), Key: aws.String("a/b"), Body: bytes.NewReader(body)}); err != nil {
-		t.Fatal(err)
-	}
-	if got := s.Object(t, "chunkup", "a/b"); !bytes.Equal(got, body) {
-		t.Fatalf("object: %d bytes, want the %d put", len(got), len(body))
-	}
-	t.Setenv(testenv.S3Selector, "seaweedfs")
-	if _, ok := testenv.StartS3(t).(*testenv.SeaweedFS); !ok {
-		t.Fatalf("StartS3 with %s=seaweedfs did not start SeaweedFS", testenv.S3Selector)
-	}
-}
-
-// TestVersityGW: the third store starts on its own port with the test credentials,
-// creates a bucket (twice: fine), keeps an object and gives it back, and answers a
-// browser's preflight; StartS3 selects it by CHUNKUP_TEST_S3. `make deps` runs this
-// test to build versitygw into the cache before the suites.
-func TestVersityGW(t *testing.T) {
-	g := testenv.StartVersityGW(t)
-	cfg := g.S3Config()
-	if cfg.Endpoint != g.Endpoint || cfg.AccessKey != testenv.VersityGWAccessKey || cfg.Region != "us-east-1" {
-		t.Fatalf("S3Config = %+v", cfg)
-	}
-	ctx := ctxT(t, 60*time.Second)
-	g.CreateBucket(t, "chunkup")
-	g.CreateBucket(t, "chunkup")
-	body := bytes.Repeat([]byte("chunkup!"), 100_000)
-	if _, err := g.Client(t).PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("chunkup"), Key: aws.String("a/b"), Body: bytes.NewReader(body)}); err != nil {
-		t.Fatal(err)
-	}
-	if got := g.Object(t, "chunkup", "a/b"); !bytes.Equal(got, body) {
-		t.Fatalf("object: %d bytes, want the %d put", len(got), len(body))
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodOptions, g.Endpoint+"/chunkup/a/b?partNumber=1&uploadId=x", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Origin", "http://page.example")
-	req.Header.Set("Access-Control-Request-Method", http.MethodPut)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 || resp.Header.Get("Access-Control-Allow-Origin") == "" {
-		t.Fatalf("preflight: %s, Access-Control-Allow-Origin %q", resp.Status, resp.Header.Get("Access-Control-Allow-Origin"))
-	}
-	t.Setenv(testenv.S3Selector, "versitygw")
-	if _, ok := testenv.StartS3(t).(*testenv.VersityGW); !ok {
-		t.Fatalf("StartS3 with %s=versitygw did not start versitygw", testenv.S3Selector)
+// TestS3Servers: each store beside MinIO starts on its own ports with the test
+// credentials, creates a bucket (twice: fine), keeps an object and gives it back,
+// answers a browser's preflight (the direct uploads' pages put parts into it), and
+// StartS3 selects it by CHUNKUP_TEST_S3. `make deps` runs it to build SeaweedFS into the
+// cache before the suites.
+func TestS3Servers(t *testing.T) {
+	for _, tc := range []struct {
+		selector, accessKey string
+		start               func(testenv.TB) testenv.S3Server
+	}{
+		{"seaweedfs", testenv.SeaweedFSAccessKey, func(t testenv.TB) testenv.S3Server { return testenv.StartSeaweedFS(t) }},
+		{"versitygw", testenv.VersityGWAccessKey, func(t testenv.TB) testenv.S3Server { return testenv.StartVersityGW(t) }},
+	} {
+		t.Run(tc.selector, func(t *testing.T) {
+			s := tc.start(t)
+			cfg := s.S3Config()
+			if cfg.AccessKey != tc.accessKey || cfg.Region != "us-east-1" {
+				t.Fatalf("S3Config = %+v", cfg)
+			}
+			ctx := ctxT(t, 60*time.Second)
+			s.CreateBucket(t, "chunkup")
+			s.CreateBucket(t, "chunkup")
+			body := bytes.Repeat([]byte("chunkup!"), 100_000)
+			if _, err := s.Client(t).PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("chunkup"), Key: aws.String("a/b"), Body: bytes.NewReader(body)}); err != nil {
+				t.Fatal(err)
+			}
+			if got := s.Object(t, "chunkup", "a/b"); !bytes.Equal(got, body) {
+				t.Fatalf("object: %d bytes, want the %d put", len(got), len(body))
+			}
+			req, err := http.NewRequestWithContext(ctx, http.MethodOptions, cfg.Endpoint+"/chunkup/a/b?partNumber=1&uploadId=x", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Origin", "http://page.example")
+			req.Header.Set("Access-Control-Request-Method", http.MethodPut)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode/100 != 2 || resp.Header.Get("Access-Control-Allow-Origin") == "" {
+				t.Fatalf("preflight: %s, Access-Control-Allow-Origin %q", resp.Status, resp.Header.Get("Access-Control-Allow-Origin"))
+			}
+			t.Setenv(testenv.S3Selector, tc.selector)
+			if got := testenv.StartS3(t); got.Name() != s.Name() {
+				t.Fatalf("StartS3 with %s=%s started %s", testenv.S3Selector, tc.selector, got.Name())
+			}
+		})
 	}
 }

@@ -1,14 +1,12 @@
 package testenv
 
 import (
-	"context"
 	_ "embed"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
@@ -83,34 +81,9 @@ func StartVersityGW(t TB) *VersityGW {
 }
 
 func (g *VersityGW) run() (*proc, error) {
-	log, err := os.OpenFile(g.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer log.Close()
 	env := append(os.Environ(), "ROOT_ACCESS_KEY="+VersityGWAccessKey, "ROOT_SECRET_KEY="+VersityGWSecretKey)
-	p, err := startProc(g.bin, g.args, env, log, log)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	c, err := s3client.New(ctx, g.S3Config())
-	if err != nil {
-		p.kill()
-		return nil, err
-	}
-	err = waitFor(startTimeout, p.done, func() error {
-		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-		defer ccancel()
-		_, err := c.ListBuckets(cctx, &s3.ListBucketsInput{})
-		return err
-	})
-	if err != nil {
-		p.kill()
-		return nil, err
-	}
-	return p, nil
+	p, _, err := startS3Proc(g.bin, g.args, env, g.LogFile, g.S3Config())
+	return p, err
 }
 
 // S3Config is the S3 configuration for this server.
