@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -98,6 +99,10 @@ func (c *Client) uploadOneMessage(ctx context.Context, r io.Reader, cfg *uploadC
 	return done, nil
 }
 
+// streamEndWait bounds how long oneMessage waits for the end of a stream whose chunk
+// is acknowledged.
+const streamEndWait = 250 * time.Millisecond
+
 // oneMessage sends create with data as its chunk 1 on a new stream and returns the
 // upload the create made (or found: a retry's), and the COMPLETED upload when the
 // chunk's acknowledgement carried it. An upload that had ended already (a retry after
@@ -140,7 +145,11 @@ func (c *Client) oneMessage(ctx context.Context, create *chunkupv1.CreateUploadR
 	// status. A caller that starts the next upload at once with as many uploads in
 	// flight as the tenant may open streams would otherwise race that release and
 	// be refused (RESOURCE_EXHAUSTED) now and then. The chunk is acknowledged
-	// already, so what the status says changes nothing for this upload.
+	// already, so what the status says changes nothing for this upload, and the wait
+	// is short: a server whose receive loop waits for memory before it reads the end
+	// is cut off, as it was before the wait.
+	stop := time.AfterFunc(streamEndWait, cancel)
+	defer stop.Stop()
 	for {
 		if _, err := stream.Recv(); err != nil {
 			break

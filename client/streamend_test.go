@@ -61,7 +61,7 @@ func TestSmallUploadWaitsForItsStreamToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	stub := &endLateServer{linger: 300 * time.Millisecond}
+	stub := &endLateServer{linger: 50 * time.Millisecond} // within the client's wait (250 ms)
 	chunkupv1.RegisterUploadServiceServer(srv, stub)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)

@@ -265,11 +265,18 @@ func (s *Store) Complete(ctx context.Context, bucket, key, uploadID string, chec
 		got, kind := aws.ToString(out.ChecksumCRC32C), out.ChecksumType
 		if checksummed && got == "" {
 			head, herr := s.api.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), ChecksumMode: types.ChecksumModeEnabled})
-			if herr != nil {
-				return "", &retry.TransientError{Err: fmt.Errorf("complete multipart upload: its answer gave no CRC32C, and looking at the object failed: %w", herr)}
-			}
-			if got, kind = aws.ToString(head.ChecksumCRC32C), head.ChecksumType; kind != types.ChecksumTypeFullObject {
-				got = "" // a composite checksum is not the whole object's
+			switch {
+			case herr != nil && (NotFound(herr) || !Permanent(herr)):
+				// %v: the HEAD's status is not the completion's, which ifAbsent reads.
+				return "", &retry.TransientError{Err: fmt.Errorf("complete multipart upload: its answer gave no CRC32C, and looking at the object failed: %v", herr)}
+			case herr != nil:
+				// A store that will not show the object (credentials that may not read
+				// it): the completion stands as S3 answered it.
+			case aws.ToString(head.ETag) != aws.ToString(out.ETag) && (o.UploadID == "" || head.Metadata[MetaUploadID] != o.UploadID):
+				// Another upload's object, written to the same key since: not this
+				// completion's to judge.
+			case head.ChecksumType == types.ChecksumTypeFullObject: // a composite one is not the whole object's
+				got, kind = aws.ToString(head.ChecksumCRC32C), head.ChecksumType
 			}
 		}
 		if checksummed && got != "" && !strings.Contains(got, "-") && kind != types.ChecksumTypeComposite && got != CRC32CHeader(sum) {
