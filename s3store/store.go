@@ -439,13 +439,24 @@ func (s *Store) AbortStrays(ctx context.Context, bucket, key, keep string) ([]st
 		if err != nil && in.UploadIdMarker != nil && invalidArgument(err) {
 			// The store refuses the next page's markers (versitygw 1.8 answers 400
 			// InvalidArgument to an upload-id marker): abort what the pages before
-			// showed, then list from the start again, in S3's largest pages, until the
-			// first page shows no stray left.
-			fromStart = true
-			break
+			// showed, then list from the start again, in S3's largest pages, aborting
+			// as it goes, until the first page shows no stray left.
+			if _, err := abort(listed); err != nil {
+				return aborted, err
+			}
+			listed, fromStart = nil, true
+			in.KeyMarker, in.UploadIdMarker, in.MaxUploads = nil, nil, nil
+			continue
 		}
 		if err != nil {
 			return aborted, fmt.Errorf("list multipart uploads of %s: %w", key, err)
+		}
+		if fromStart {
+			found, err := abort(out.Uploads)
+			if err != nil || found == 0 || !aws.ToBool(out.IsTruncated) {
+				return aborted, err
+			}
+			continue
 		}
 		listed = append(listed, out.Uploads...)
 		if !aws.ToBool(out.IsTruncated) {
@@ -457,27 +468,8 @@ func (s *Store) AbortStrays(ctx context.Context, bucket, key, keep string) ([]st
 		}
 		in.KeyMarker, in.UploadIdMarker = aws.String(km), aws.String(um)
 	}
-	if _, err := abort(listed); err != nil || !fromStart {
-		return aborted, err
-	}
-	in = &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket), Prefix: aws.String(key)}
-	for range strayMaxPages {
-		out, err := s.api.ListMultipartUploads(ctx, in)
-		if err != nil && NoSuchUpload(err) {
-			break
-		}
-		if err != nil {
-			return aborted, fmt.Errorf("list multipart uploads of %s: %w", key, err)
-		}
-		found, err := abort(out.Uploads)
-		if err != nil {
-			return aborted, err
-		}
-		if found == 0 || !aws.ToBool(out.IsTruncated) {
-			break
-		}
-	}
-	return aborted, nil
+	_, err := abort(listed)
+	return aborted, err
 }
 
 // invalidArgument reports whether err is S3's InvalidArgument.
