@@ -43,11 +43,14 @@ func (s *UploadService) UploadChunk(stream chunkupv1.UploadService_UploadChunkSe
 	if err != nil {
 		return toStatus("", err)
 	}
-	defer release()
+	var closeSlot sync.Once
+	endSlot := func() { closeSlot.Do(release) }
+	defer endSlot()
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
 	cs := &chunkStream{s: s, stream: stream, ctx: ctx, cancel: cancel, params: map[string]staging.Params{},
-		slots: make(chan struct{}, streamInflight), tenant: upload.TenantFrom(stream.Context())}
+		slots: make(chan struct{}, streamInflight), tenant: upload.TenantFrom(stream.Context()),
+		endSlot: endSlot, done: make(chan struct{})}
 	cs.expect.Store(s.core.Config().ChunkSize)
 	cs.touch()
 	return cs.run()
@@ -66,6 +69,13 @@ type chunkStream struct {
 	paramsMu sync.Mutex
 	params   map[string]staging.Params // immutable per upload, read once per stream
 	created  string                    // the upload a create request on this stream made
+
+	// endSlot gives back the stream's place under the tenant's stream cap (once);
+	// done is closed once the upload the stream created has all its parts: the stream
+	// ends then, without waiting for the client's end of it.
+	endSlot  func()
+	done     chan struct{}
+	doneOnce sync.Once
 
 	inflight sync.WaitGroup
 	slots    chan struct{} // chunks being worked on
@@ -139,6 +149,8 @@ func (cs *chunkStream) run() error {
 		case <-cs.s.draining:
 			return cs.finish(toStatus("", upload.ErrDraining))
 		case <-cs.ctx.Done():
+			return cs.finish(nil)
+		case <-cs.done:
 			return cs.finish(nil)
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
@@ -283,8 +295,20 @@ func (cs *chunkStream) handle(m message, first bool) error {
 			cs.fail(toStatus(req.UploadId, err))
 			return
 		}
+		// The upload this stream created has all its parts: the stream has nothing
+		// more to carry. Its place under the tenant's cap is given back before the
+		// acknowledgement, so a client that opens its next stream on it is not refused,
+		// and the stream ends without reading the client's end of it, which would
+		// first reserve receive memory for a message that will not come.
+		ended := r.ready && cs.created != "" && req.UploadId == cs.created
+		if ended {
+			cs.endSlot()
+		}
 		if err := cs.send(r.resp); err != nil {
 			cs.fail(err)
+		}
+		if ended {
+			cs.doneOnce.Do(func() { close(cs.done) })
 		}
 	}()
 	return nil
@@ -367,6 +391,8 @@ type chunkResult struct {
 	redisCost int64
 	// keep: the bytes were handed on (to this process's worker) and must not be reused.
 	keep bool
+	// ready: the upload has all its parts (upload.Taken.Ready).
+	ready bool
 }
 
 // chunkOf is the core's chunk for req.
@@ -390,7 +416,7 @@ func (cs *chunkStream) chunk(m message) (chunkResult, error) {
 		sum = &m.sum
 	}
 	t, err := cs.s.core.Take(cs.ctx, p, chunkOf(req), sum)
-	r := chunkResult{redisCost: t.RedisCost, keep: t.Keep}
+	r := chunkResult{redisCost: t.RedisCost, keep: t.Keep, ready: t.Ready || t.Completed != nil}
 	if err != nil {
 		return r, err
 	}

@@ -34,6 +34,9 @@ type Taken struct {
 	// Completed is the upload, when the chunk completed it at once (it was written
 	// through as the last part, and this process completed it); nil otherwise.
 	Completed *staging.Upload
+	// Ready: every part of the upload is in S3 now, so it takes no more chunks (a
+	// door may end the stream or request that created it).
+	Ready bool
 	// RedisCost is what staging it cost Redis (0: not staged there), for
 	// SettleStaging.
 	RedisCost int64
@@ -107,7 +110,7 @@ func (c *Core) take(ctx context.Context, p staging.Params, ch *Chunk, sum uint32
 			if c.metrics != nil {
 				c.metrics.ChunkWrittenThrough(w.Duplicate)
 			}
-			t.Stored, t.Duplicate = true, w.Duplicate
+			t.Stored, t.Duplicate, t.Ready = true, w.Duplicate, w.Ready
 			if w.Ready && c.completer != nil {
 				var head []byte
 				if n == 1 { // the chunk that completed it begins the object
@@ -143,7 +146,7 @@ func (c *Core) take(ctx context.Context, p staging.Params, ch *Chunk, sum uint32
 	if !res.Duplicate {
 		t.RedisCost = RedisCost(int64(len(ch.Data)))
 	}
-	t.Duplicate, t.Stored = res.Duplicate, res.Stored
+	t.Duplicate, t.Stored, t.Ready = res.Duplicate, res.Stored, res.Ready
 	return t, nil
 }
 
@@ -171,7 +174,7 @@ func (c *Core) repeatOfHeld(ctx context.Context, ch *Chunk, sum uint32, t *Taken
 			if info.CRC32C != sum || info.Size != int64(len(ch.Data)) {
 				return false
 			}
-			t.Stored, t.Duplicate = true, true
+			t.Stored, t.Duplicate, t.Ready = true, true, true
 			if up.Status == staging.StatusCompleted {
 				t.Completed = up
 			}

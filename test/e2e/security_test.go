@@ -261,3 +261,101 @@ func TestIdleStreamsDoNotLockOutOtherTenants(t *testing.T) {
 	}
 	e.requireExact(t, up, data)
 }
+
+// TestFinishedStreamsGiveBackTheirPlace: a client written from the .proto that creates
+// its upload on the stream, reads the acknowledgement of its last chunk and opens its
+// next stream at once (without closing the first, or reading its end) is not refused
+// under a cap of one stream per tenant: the stream that created the upload ends, with
+// OK, once the upload has all its parts, and gives its place back before that
+// acknowledgement. A stream that only carries chunks of an upload made elsewhere still
+// ends when the client ends it.
+func TestFinishedStreamsGiveBackTheirPlace(t *testing.T) {
+	const chunkSize = 5 << 20
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.Upload.ChunkSize, cfg.Upload.MaxStreamsPerTenant = chunkSize, 1
+	a := e.start(t, cfg)
+	c := e.client(t, a)
+
+	// upload sends data as one upload created on a new stream, in chunks of chunkSize,
+	// and returns the stream once every chunk is acknowledged, with the upload.
+	upload := func(t *testing.T, data []byte) (chunkupv1.UploadService_UploadChunkClient, *chunkupv1.Upload) {
+		t.Helper()
+		st, err := c.API().UploadChunk(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks := (len(data) + chunkSize - 1) / chunkSize
+		for n := 1; n <= chunks; n++ {
+			req := &chunkupv1.UploadChunkRequest{ChunkNumber: uint32(n), Data: data[(n-1)*chunkSize : min(n*chunkSize, len(data))], IsLast: n == chunks}
+			if n == 1 {
+				req.Create = &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(int64(len(data)))}
+			}
+			if err := st.Send(req); err != nil {
+				t.Fatalf("send chunk %d: %v", n, err)
+			}
+		}
+		var id string
+		var completed *chunkupv1.Upload
+		for acked := 0; acked < chunks; {
+			r, err := st.Recv()
+			if err != nil {
+				t.Fatalf("after %d of %d acknowledgements: %v", acked, chunks, err)
+			}
+			if r.Upload != nil {
+				id = r.Upload.UploadId
+				continue
+			}
+			if r.Completed != nil {
+				completed = r.Completed
+			}
+			acked++
+		}
+		if completed == nil {
+			completed = waitCompleted(t, c, id)
+		}
+		return st, completed
+	}
+
+	for _, size := range []int{1000, chunkSize + 1000, 2 * chunkSize} {
+		data := randomBytes(size, uint64(size))
+		for round := range 3 {
+			st, up := upload(t, data)
+			e.requireExact(t, up, data)
+			// The stream ended by itself, with OK, though the client never closed it.
+			if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+				t.Fatalf("%d bytes, round %d: after the last acknowledgement the stream gave %v, want its end (OK)", size, round, err)
+			}
+		}
+	}
+
+	// A stream carrying chunks of an upload created by CreateUpload is the client's to
+	// end: until it does, it holds the tenant's one place.
+	cr, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.API().UploadChunk(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&chunkupv1.UploadChunkRequest{UploadId: cr.Upload.UploadId, ChunkNumber: 1, Data: []byte("0123456789"), IsLast: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.API().UploadChunk(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = other.CloseSend()
+	_, err = other.Recv()
+	expectStatus(t, "a second stream while the first is open", err, codes.ResourceExhausted, "stream")
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("the stream the client closed ended with %v", err)
+	}
+}

@@ -61,7 +61,11 @@ type UploadServiceClient interface {
 	// out of order and on several streams at once; a repeated chunk with the same
 	// checksum is acknowledged again without being staged twice. A stream on which no
 	// chunk arrives for a while (the server's --stream-idle-timeout) is closed with
-	// DEADLINE_EXCEEDED; the upload stays resumable.
+	// DEADLINE_EXCEEDED; the upload stays resumable. A stream whose first message
+	// created its upload ends, with OK, as soon as that upload has all its parts and
+	// their acknowledgements are sent, without waiting for the client to close it (and
+	// stops counting against the tenant's streams before the last acknowledgement); any
+	// other stream ends when the client closes it.
 	UploadChunk(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UploadChunkRequest, UploadChunkResponse], error)
 	// GetUpload returns the upload's state, with enough detail to resume it.
 	GetUpload(ctx context.Context, in *GetUploadRequest, opts ...grpc.CallOption) (*GetUploadResponse, error)
@@ -298,7 +302,11 @@ type UploadServiceServer interface {
 	// out of order and on several streams at once; a repeated chunk with the same
 	// checksum is acknowledged again without being staged twice. A stream on which no
 	// chunk arrives for a while (the server's --stream-idle-timeout) is closed with
-	// DEADLINE_EXCEEDED; the upload stays resumable.
+	// DEADLINE_EXCEEDED; the upload stays resumable. A stream whose first message
+	// created its upload ends, with OK, as soon as that upload has all its parts and
+	// their acknowledgements are sent, without waiting for the client to close it (and
+	// stops counting against the tenant's streams before the last acknowledgement); any
+	// other stream ends when the client closes it.
 	UploadChunk(grpc.BidiStreamingServer[UploadChunkRequest, UploadChunkResponse]) error
 	// GetUpload returns the upload's state, with enough detail to resume it.
 	GetUpload(context.Context, *GetUploadRequest) (*GetUploadResponse, error)
