@@ -153,3 +153,44 @@ func TestEventSurvivesKillBeforePublish(t *testing.T) {
 		t.Fatalf("%d UploadCompleted events after the kill, want 1", n)
 	}
 }
+
+// TestPublisherApartIsWoken: a publisher in a process of its own, whose poll is too
+// slow to matter here (ten minutes), publishes the events of uploads another process
+// completes or aborts as soon as they are recorded: the progress notice that comes
+// with each wakes it.
+func TestPublisherApartIsWoken(t *testing.T) {
+	e := newEnv(t)
+	k := testenv.StartKafka(t, topic)
+	pub := withKafka(e.config("publisher"), k)
+	pub.Publisher.Interval = 10 * time.Minute
+	p := e.start(t, pub)
+	a := e.start(t, e.config("api", "worker", "completer"))
+	c := e.client(t, a)
+
+	data := randomBytes(chunk+4096, 41)
+	up, err := c.Upload(ctx(t), reader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.requireExact(t, up, data)
+	waitOutboxEmpty(t, p.Outbox())
+
+	cr, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.API().AbortUpload(ctx(t), &chunkupv1.AbortUploadRequest{UploadId: cr.Upload.UploadId, Reason: "changed my mind"}); err != nil {
+		t.Fatal(err)
+	}
+	waitOutboxEmpty(t, p.Outbox())
+
+	got := allEvents(t, k)
+	for _, want := range []struct{ id, typ string }{
+		{up.UploadId, "chunkup.v1.UploadCompleted"},
+		{cr.Upload.UploadId, "chunkup.v1.UploadAborted"},
+	} {
+		if n := len(eventsFor(got, want.id, want.typ)); n != 1 {
+			t.Errorf("%d %s events for %s, want 1", n, want.typ, want.id)
+		}
+	}
+}
