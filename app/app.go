@@ -169,15 +169,6 @@ func (c *Config) bucket() string {
 
 func (c *Config) has(role string) bool { return len(c.Roles) == 0 || slices.Contains(c.Roles, role) }
 
-// recordsEvents reports whether the process runs every role that records upload
-// events (the API aborts, workers and the completer fail or complete, cleanup expires),
-// so that its publisher hears of them in-process. Document events come from the OCR
-// role: those of an OCR process apart wake a publisher apart from the other roles; a
-// publisher beside them finds those by its poll.
-func (c *Config) recordsEvents() bool {
-	return c.has(RoleAPI) && c.has(RoleWorker) && c.has(RoleCompleter) && c.has(RoleCleanup)
-}
-
 // App is a running chunkup process.
 type App struct {
 	cfg Config
@@ -206,12 +197,9 @@ type App struct {
 	worker    *chunkworker.Worker
 	completer *completion.Completer
 	publisher *events.Publisher
-	// eventWaker wakes a publisher apart from the roles that record events (nil
-	// beside them: their wake-ups are in-process).
-	eventWaker *eventWaker
-	kafka      interface{ Close() error }
-	expirer    *cleanup.Expirer
-	ocr        *ocrParts // nil when OCR is disabled
+	kafka     interface{ Close() error }
+	expirer   *cleanup.Expirer
+	ocr       *ocrParts // nil when OCR is disabled
 	// metrics and the tracer the App made itself (see observe.go)
 	metrics       *metrics.Set
 	observability server.Observability
@@ -287,15 +275,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			if pc.Logger == nil {
 				pc.Logger = a.log.With("role", RolePublisher)
 			}
-			wake := a.hub.Events()
-			if !cfg.recordsEvents() {
-				// A publisher apart from the roles that record events would find them by
-				// its poll alone: the progress notices that come with them wake it.
-				ch := make(chan struct{}, 1)
-				a.eventWaker = &eventWaker{notices: a.outbox, local: wake, wake: ch, log: a.log.With("role", RolePublisher)}
-				wake = ch
-			}
-			if a.publisher, err = events.NewPublisher(a.outbox, w, wake, pc); err != nil {
+			if a.publisher, err = events.NewPublisher(a.outbox, w, a.hub.Events(), pc); err != nil {
 				return nil, err
 			}
 		}
@@ -554,9 +534,6 @@ func (a *App) Run(ctx context.Context) error {
 	if a.publisher != nil {
 		// Events recorded while shutting down wait in their outbox for the next publisher.
 		wg.Go(func() { _ = a.publisher.Run(ctx) })
-		if a.eventWaker != nil {
-			wg.Go(func() { a.eventWaker.Run(ctx) })
-		}
 	}
 	if a.expirer != nil {
 		wg.Go(func() { _ = a.expirer.Run(ctx) })

@@ -23,9 +23,6 @@ type progressHub struct {
 	mu       sync.Mutex
 	ps       *redis.PubSub // nil until the first watcher, or after the subscription failed
 	watchers map[string]map[chan string]struct{}
-	// ended are told of every notice that may come with an event in an outbox (an
-	// upload or its document changed status; not a chunk's "received" or "uploaded").
-	ended map[chan struct{}]struct{}
 }
 
 // watcherBuffer is how many notices a watcher may have pending before newer ones are
@@ -69,35 +66,6 @@ func (h *progressHub) subscribe(ctx context.Context, id string) (*staging.Subscr
 	}), nil
 }
 
-// EventNotices delivers a signal, without blocking Redis' delivery, whenever any
-// upload's progress notice may come with an event recorded in its outbox: the upload
-// or its document changed status. A publisher in a process apart from the roles that
-// record events learns of them from it instead of waiting for its next poll; several
-// notices before it looks make one signal. It returns once the subscription is
-// confirmed; stop ends the delivery.
-func (o *Outbox) EventNotices(ctx context.Context) (notices <-chan struct{}, stop func(), err error) {
-	h := o.progress
-	if err := h.start(ctx); err != nil {
-		return nil, nil, err
-	}
-	ch := make(chan struct{}, 1)
-	h.mu.Lock()
-	if h.ended == nil {
-		h.ended = map[chan struct{}]struct{}{}
-	}
-	h.ended[ch] = struct{}{}
-	h.mu.Unlock()
-	return ch, func() {
-		h.mu.Lock()
-		delete(h.ended, ch)
-		h.mu.Unlock()
-	}, nil
-}
-
-// mayHaveEvent reports whether a notice's status may come with an event: every
-// status but a chunk's.
-func mayHaveEvent(status string) bool { return status != "received" && status != "uploaded" }
-
 // start opens the shared subscription unless it is open, and waits until Redis has
 // confirmed it.
 func (h *progressHub) start(ctx context.Context) error {
@@ -134,14 +102,6 @@ func (h *progressHub) route(msgs <-chan *redis.Message) {
 			select {
 			case ch <- status:
 			default: // behind: it re-reads the state on its own schedule
-			}
-		}
-		if len(h.ended) > 0 && mayHaveEvent(status) {
-			for ch := range h.ended {
-				select {
-				case ch <- struct{}{}:
-				default: // a signal is pending already
-				}
 			}
 		}
 		h.mu.Unlock()
