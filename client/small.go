@@ -140,10 +140,11 @@ func (c *Client) oneMessage(ctx context.Context, create *chunkupv1.CreateUploadR
 	if err != nil {
 		return up, nil, noEOF(err)
 	}
-	// Read the stream to its end before going on. A server of this release has
-	// given the stream's place under the tenant's cap back before this
-	// acknowledgement and ends the stream at once; an older one counts it until its
-	// handler returns, which comes just before the status. A caller that starts the next upload at once with as many uploads in
+	// Read the stream to its end before going on. A server of this release that
+	// stored the part at once has stopped counting the stream against the tenant's
+	// open streams before this acknowledgement and ends it at once; otherwise the
+	// server counts it until its handler returns, which comes just before the
+	// status. A caller that starts the next upload at once with as many uploads in
 	// flight as the tenant may open streams would otherwise race that release and
 	// be refused (RESOURCE_EXHAUSTED) now and then. The chunk is acknowledged
 	// already, so what the status says changes nothing for this upload, and the wait

@@ -38,6 +38,7 @@ type Core interface {
 	Check(p staging.Params, ch *upload.Chunk) (uint32, error)
 	Take(ctx context.Context, p staging.Params, ch *upload.Chunk, sum *uint32) (upload.Taken, error)
 	OpenStream(ctx context.Context) (release func(), err error)
+	FinishingStream(ctx context.Context, open func()) (release func(), moved bool)
 	ReserveStaging(ctx context.Context, n int64) error
 	SettleStaging(reserved, staged int64)
 	Budgeted() bool

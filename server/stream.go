@@ -43,17 +43,41 @@ func (s *UploadService) UploadChunk(stream chunkupv1.UploadService_UploadChunkSe
 	if err != nil {
 		return toStatus("", err)
 	}
-	var closeSlot sync.Once
-	endSlot := func() { closeSlot.Do(release) }
-	defer endSlot()
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
 	cs := &chunkStream{s: s, stream: stream, ctx: ctx, cancel: cancel, params: map[string]staging.Params{},
 		slots: make(chan struct{}, streamInflight), tenant: upload.TenantFrom(stream.Context()),
-		endSlot: endSlot, done: make(chan struct{})}
+		place: &streamPlace{release: release}, done: make(chan struct{})}
+	defer cs.place.end()
 	cs.expect.Store(s.core.Config().ChunkSize)
 	cs.touch()
 	return cs.run()
+}
+
+// streamPlace is a stream's count against the tenant's stream caps.
+type streamPlace struct {
+	mu      sync.Mutex
+	release func()
+	moved   bool
+}
+
+// finishing moves the count to the tenant's finishing streams, if they have room.
+func (p *streamPlace) finishing(ctx context.Context, core Core) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.moved && p.release != nil {
+		p.release, p.moved = core.FinishingStream(ctx, p.release)
+	}
+}
+
+// end ends the count.
+func (p *streamPlace) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.release != nil {
+		p.release()
+		p.release = nil
+	}
 }
 
 // chunkStream is one UploadChunk stream.
@@ -70,10 +94,10 @@ type chunkStream struct {
 	params   map[string]staging.Params // immutable per upload, read once per stream
 	created  string                    // the upload a create request on this stream made
 
-	// endSlot gives back the stream's place under the tenant's stream cap (once);
-	// done is closed once the upload the stream created has all its parts: the stream
-	// ends then, without waiting for the client's end of it.
-	endSlot  func()
+	// place is the stream's count under the tenant's stream cap. done is closed once
+	// the upload the stream created has all its parts and the acknowledgement that
+	// says so is sent: the stream ends then, without reading the client's end of it.
+	place    *streamPlace
 	done     chan struct{}
 	doneOnce sync.Once
 
@@ -296,13 +320,14 @@ func (cs *chunkStream) handle(m message, first bool) error {
 			return
 		}
 		// The upload this stream created has all its parts: the stream has nothing
-		// more to carry. Its place under the tenant's cap is given back before the
-		// acknowledgement, so a client that opens its next stream on it is not refused,
-		// and the stream ends without reading the client's end of it, which would
-		// first reserve receive memory for a message that will not come.
+		// more to carry. Before the acknowledgement, its count moves from the tenant's
+		// open streams to its finishing ones (Core.FinishingStream), so a client that
+		// opens its next stream on reading it is not refused; and the stream ends
+		// without reading the client's end of it, which would first reserve receive
+		// memory for a message that need not come.
 		ended := r.ready && cs.created != "" && req.UploadId == cs.created
 		if ended {
-			cs.endSlot()
+			cs.place.finishing(cs.ctx, cs.s.core)
 		}
 		if err := cs.send(r.resp); err != nil {
 			cs.fail(err)

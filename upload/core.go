@@ -322,6 +322,9 @@ type Core struct {
 	metrics   Metrics
 	keys      *KeyTemplate // nil: default keys
 	streams   *StreamCounter
+	// finishing counts the streams that moved out of streams once they had nothing
+	// more to carry (FinishingStream).
+	finishing *StreamCounter
 	creates   *TenantRateLimiter // nil: no bound
 	budget    *budgetGate        // nil: no budget
 	// direct and directStore make direct uploads; nil: refused.
@@ -343,7 +346,8 @@ func New(d Deps, cfg Config) (*Core, error) {
 	cfg = cfg.WithDefaults()
 	c := &Core{cfg: cfg, store: d.Store, ender: d.Ender, objects: d.Objects, local: d.Local,
 		completer: d.Completer, metrics: d.Metrics, direct: d.Direct, directStore: d.DirectStore,
-		streams: NewStreamCounter("upload streams", cfg.MaxStreamsPerTenant)}
+		streams:   NewStreamCounter("upload streams", cfg.MaxStreamsPerTenant),
+		finishing: NewStreamCounter("finishing upload streams", cfg.MaxStreamsPerTenant)}
 	if cfg.CreateRatePerTenant > 0 {
 		c.creates = NewTenantRateLimiter(cfg.CreateRatePerTenant, int(max(1, 2*cfg.CreateRatePerTenant)))
 	}
@@ -372,6 +376,22 @@ func (c *Core) UploadLimit() int64 { return c.cfg.UploadLimit() }
 func (c *Core) OpenStream(ctx context.Context) (release func(), err error) {
 	release, err = c.streams.Acquire(TenantFrom(ctx))
 	return release, Explain("", err)
+}
+
+// FinishingStream moves a stream of the caller's tenant that OpenStream counted, and
+// whose upload has all its parts, out of Config.MaxStreamsPerTenant into a count of
+// finishing streams with the same cap, so that the tenant may open its next stream
+// before the finished one has sent its last acknowledgement and ended. It reports false,
+// and moves nothing, when the tenant has as many finishing streams already (streams
+// whose client does not read their acknowledgements stay counted where they are).
+// release, called with OpenStream's, ends the stream's count.
+func (c *Core) FinishingStream(ctx context.Context, open func()) (release func(), moved bool) {
+	r, err := c.finishing.Acquire(TenantFrom(ctx))
+	if err != nil {
+		return open, false
+	}
+	open()
+	return r, true
 }
 
 // ReserveStaging waits until n bytes more may be staged in Redis under the

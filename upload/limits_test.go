@@ -102,3 +102,51 @@ func TestBudgetHoldsUnderConcurrency(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFinishingStreams: a stream whose upload has all its parts moves from the
+// tenant's open streams to its finishing ones, so the tenant may open another at once;
+// past the finishing streams' cap it stays counted where it was, so a tenant holds at
+// most twice the cap whatever its clients do; ending a stream frees what it holds.
+func TestFinishingStreams(t *testing.T) {
+	c := &Core{streams: NewStreamCounter("upload streams", 2), finishing: NewStreamCounter("finishing upload streams", 2)}
+	ctx := WithTenant(context.Background(), "acme")
+	open := func() func() {
+		t.Helper()
+		r, err := c.OpenStream(ctx)
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		return r
+	}
+	var finishing []func()
+	for i := range 2 {
+		r, moved := c.FinishingStream(ctx, open())
+		if !moved {
+			t.Fatalf("stream %d did not move to the finishing streams", i)
+		}
+		finishing = append(finishing, r)
+	}
+	// Both open places are free again; the finishing ones are full.
+	a, b := open(), open()
+	if _, err := c.OpenStream(ctx); err == nil {
+		t.Fatal("a third open stream was allowed under a cap of 2")
+	}
+	r, moved := c.FinishingStream(ctx, a)
+	if moved {
+		t.Fatal("a stream moved past the finishing streams' cap")
+	}
+	if _, err := c.OpenStream(ctx); err == nil {
+		t.Fatal("a stream that could not move gave its open place back")
+	}
+	// Another tenant is not affected.
+	if _, err := c.OpenStream(WithTenant(context.Background(), "other")); err != nil {
+		t.Fatalf("another tenant: %v", err)
+	}
+	r()
+	b()
+	finishing[0]()
+	open()
+	if _, moved := c.FinishingStream(ctx, open()); !moved {
+		t.Fatal("a finishing place freed was not taken")
+	}
+}

@@ -61,11 +61,12 @@ type UploadServiceClient interface {
 	// out of order and on several streams at once; a repeated chunk with the same
 	// checksum is acknowledged again without being staged twice. A stream on which no
 	// chunk arrives for a while (the server's --stream-idle-timeout) is closed with
-	// DEADLINE_EXCEEDED; the upload stays resumable. A stream whose first message
-	// created its upload ends, with OK, as soon as that upload has all its parts and
-	// their acknowledgements are sent, without waiting for the client to close it (and
-	// stops counting against the tenant's streams before the last acknowledgement); any
-	// other stream ends when the client closes it.
+	// DEADLINE_EXCEEDED; the upload stays resumable. A client closes its side after
+	// its last chunk and reads the stream to its end. The server may end a stream whose
+	// first message created its upload sooner, with OK, once it knows that upload has
+	// all its parts (when the last chunk's part is stored at once) and has sent their
+	// acknowledgements; messages sent after that go unread. Such a stream stops counting
+	// against the tenant's open streams before that last acknowledgement is sent.
 	UploadChunk(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UploadChunkRequest, UploadChunkResponse], error)
 	// GetUpload returns the upload's state, with enough detail to resume it.
 	GetUpload(ctx context.Context, in *GetUploadRequest, opts ...grpc.CallOption) (*GetUploadResponse, error)
@@ -302,11 +303,12 @@ type UploadServiceServer interface {
 	// out of order and on several streams at once; a repeated chunk with the same
 	// checksum is acknowledged again without being staged twice. A stream on which no
 	// chunk arrives for a while (the server's --stream-idle-timeout) is closed with
-	// DEADLINE_EXCEEDED; the upload stays resumable. A stream whose first message
-	// created its upload ends, with OK, as soon as that upload has all its parts and
-	// their acknowledgements are sent, without waiting for the client to close it (and
-	// stops counting against the tenant's streams before the last acknowledgement); any
-	// other stream ends when the client closes it.
+	// DEADLINE_EXCEEDED; the upload stays resumable. A client closes its side after
+	// its last chunk and reads the stream to its end. The server may end a stream whose
+	// first message created its upload sooner, with OK, once it knows that upload has
+	// all its parts (when the last chunk's part is stored at once) and has sent their
+	// acknowledgements; messages sent after that go unread. Such a stream stops counting
+	// against the tenant's open streams before that last acknowledgement is sent.
 	UploadChunk(grpc.BidiStreamingServer[UploadChunkRequest, UploadChunkResponse]) error
 	// GetUpload returns the upload's state, with enough detail to resume it.
 	GetUpload(context.Context, *GetUploadRequest) (*GetUploadResponse, error)
