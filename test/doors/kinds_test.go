@@ -61,7 +61,10 @@ func (f *failing) Check(staging.Params, *upload.Chunk) (uint32, error) { return 
 func (f *failing) Take(_ context.Context, _ staging.Params, ch *upload.Chunk, _ *uint32) (upload.Taken, error) {
 	return upload.Taken{}, f.fail(ch.UploadID)
 }
-func (f *failing) OpenStream(context.Context) (func(), error)              { return func() {}, nil }
+func (f *failing) OpenStream(context.Context) (func(), error) { return func() {}, nil }
+func (f *failing) FinishingStream(_ context.Context, open func()) (func(), bool) {
+	return open, false
+}
 func (f *failing) ReserveStaging(context.Context, int64) error             { return nil }
 func (f *failing) SettleStaging(int64, int64)                              {}
 func (f *failing) Budgeted() bool                                          { return false }
