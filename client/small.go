@@ -141,10 +141,10 @@ func (c *Client) oneMessage(ctx context.Context, create *chunkupv1.CreateUploadR
 		return up, nil, noEOF(err)
 	}
 	// Read the stream to its end before going on. A server of this release that
-	// stored the part at once has stopped counting the stream against the tenant's
-	// open streams before this acknowledgement and ends it at once; otherwise the
-	// server counts it until its handler returns, which comes just before the
-	// status. A caller that starts the next upload at once with as many uploads in
+	// stored the part at once has usually stopped counting the stream against the
+	// tenant's open streams before this acknowledgement (when the tenant's finishing
+	// streams had room) and ends it at once; otherwise the server counts it until its
+	// handler returns, which comes just before the status. A caller that starts the next upload at once with as many uploads in
 	// flight as the tenant may open streams would otherwise race that release and
 	// be refused (RESOURCE_EXHAUSTED) now and then. The chunk is acknowledged
 	// already, so what the status says changes nothing for this upload, and the wait

@@ -323,8 +323,8 @@ func (cs *chunkStream) handle(m message, first bool) error {
 		// more to carry. Before the acknowledgement, its count moves from the tenant's
 		// open streams to its finishing ones (Core.FinishingStream), so a client that
 		// opens its next stream on reading it is not refused; and the stream ends
-		// without reading the client's end of it, which would first reserve receive
-		// memory for a message that need not come.
+		// without waiting for the client's end of it (a client that never closes its
+		// side would hold the stream until the idle timeout).
 		ended := r.ready && cs.created != "" && req.UploadId == cs.created
 		if ended {
 			cs.place.finishing(cs.ctx, cs.s.core)

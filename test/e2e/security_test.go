@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -320,17 +321,31 @@ func TestFinishedStreamsGiveBackTheirPlace(t *testing.T) {
 		return st, completed
 	}
 
+	// Each upload's stream is opened, and its create answered, before the previous
+	// stream is read to its end. (The previous stream's handler returns microseconds
+	// after its last acknowledgement, so this passes on most runs even without the
+	// move to the finishing streams that makes it certain; TestFinishingStreams in
+	// upload tests the move itself.)
+	var prev chunkupv1.UploadService_UploadChunkClient
+	ended := func(what string) {
+		t.Helper()
+		// The stream ends by itself, with OK, though the client never closed it.
+		if _, err := prev.Recv(); !errors.Is(err, io.EOF) {
+			t.Fatalf("%s: after the last acknowledgement the stream gave %v, want its end (OK)", what, err)
+		}
+	}
 	for _, size := range []int{1000, chunkSize + 1000, 2 * chunkSize} {
 		data := randomBytes(size, uint64(size))
 		for round := range 3 {
 			st, up := upload(t, data)
 			e.requireExact(t, up, data)
-			// The stream ended by itself, with OK, though the client never closed it.
-			if _, err := st.Recv(); !errors.Is(err, io.EOF) {
-				t.Fatalf("%d bytes, round %d: after the last acknowledgement the stream gave %v, want its end (OK)", size, round, err)
+			if prev != nil {
+				ended(fmt.Sprintf("the stream before the %d-byte upload of round %d", size, round))
 			}
+			prev = st
 		}
 	}
+	ended("the last stream")
 
 	// A stream carrying chunks of an upload created by CreateUpload is the client's to
 	// end: until it does, it holds the tenant's one place.

@@ -64,9 +64,11 @@ type UploadServiceClient interface {
 	// DEADLINE_EXCEEDED; the upload stays resumable. A client closes its side after
 	// its last chunk and reads the stream to its end. The server may end a stream whose
 	// first message created its upload sooner, with OK, once it knows that upload has
-	// all its parts (when the last chunk's part is stored at once) and has sent their
-	// acknowledgements; messages sent after that go unread. Such a stream stops counting
-	// against the tenant's open streams before that last acknowledgement is sent.
+	// all its parts (e.g. when the last chunk's part is stored at once) and has sent
+	// every acknowledgement; messages sent after that go unread. Such a stream then
+	// stops counting against the tenant's open streams before the acknowledgement that
+	// made the upload whole is sent, when the tenant's finishing streams (as many
+	// again) have room.
 	UploadChunk(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UploadChunkRequest, UploadChunkResponse], error)
 	// GetUpload returns the upload's state, with enough detail to resume it.
 	GetUpload(ctx context.Context, in *GetUploadRequest, opts ...grpc.CallOption) (*GetUploadResponse, error)
@@ -306,9 +308,11 @@ type UploadServiceServer interface {
 	// DEADLINE_EXCEEDED; the upload stays resumable. A client closes its side after
 	// its last chunk and reads the stream to its end. The server may end a stream whose
 	// first message created its upload sooner, with OK, once it knows that upload has
-	// all its parts (when the last chunk's part is stored at once) and has sent their
-	// acknowledgements; messages sent after that go unread. Such a stream stops counting
-	// against the tenant's open streams before that last acknowledgement is sent.
+	// all its parts (e.g. when the last chunk's part is stored at once) and has sent
+	// every acknowledgement; messages sent after that go unread. Such a stream then
+	// stops counting against the tenant's open streams before the acknowledgement that
+	// made the upload whole is sent, when the tenant's finishing streams (as many
+	// again) have room.
 	UploadChunk(grpc.BidiStreamingServer[UploadChunkRequest, UploadChunkResponse]) error
 	// GetUpload returns the upload's state, with enough detail to resume it.
 	GetUpload(context.Context, *GetUploadRequest) (*GetUploadResponse, error)
