@@ -140,16 +140,14 @@ func (c *Client) oneMessage(ctx context.Context, create *chunkupv1.CreateUploadR
 	if err != nil {
 		return up, nil, noEOF(err)
 	}
-	// Read the stream to its end before going on. A server of this release that
-	// stored the part at once has usually stopped counting the stream against the
-	// tenant's open streams before this acknowledgement (when the tenant's finishing
-	// streams had room) and ends it at once; otherwise the server counts it until its
-	// handler returns, which comes just before the status. A caller that starts the next upload at once with as many uploads in
-	// flight as the tenant may open streams would otherwise race that release and
-	// be refused (RESOURCE_EXHAUSTED) now and then. The chunk is acknowledged
-	// already, so what the status says changes nothing for this upload, and the wait
-	// is short: a server whose receive loop waits for memory before it reads the end
-	// is cut off, as it was before the wait.
+	// Read the stream to its end before going on, for at most streamEndWait. A
+	// server that counts the stream against the tenant's open streams until its
+	// handler returns (one that staged the chunk, or an older release) would
+	// otherwise race a caller that starts its next upload at once at the tenant's
+	// cap, and refuse it (RESOURCE_EXHAUSTED) now and then. The chunk is
+	// acknowledged already, so the status changes nothing for this upload; the wait
+	// is bounded because a server short of receive memory reserves it before it
+	// reads the end.
 	stop := time.AfterFunc(streamEndWait, cancel)
 	defer stop.Stop()
 	for {

@@ -441,7 +441,7 @@ func (cs *chunkStream) chunk(m message) (chunkResult, error) {
 		sum = &m.sum
 	}
 	t, err := cs.s.core.Take(cs.ctx, p, chunkOf(req), sum)
-	r := chunkResult{redisCost: t.RedisCost, keep: t.Keep, ready: t.Ready || t.Completed != nil}
+	r := chunkResult{redisCost: t.RedisCost, keep: t.Keep, ready: t.Ready}
 	if err != nil {
 		return r, err
 	}
