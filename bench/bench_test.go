@@ -64,7 +64,7 @@ func TestRunSmall(t *testing.T) {
 	if len(rep.Concurrent) != 2 || rep.Concurrent[1].Ratio <= 0 || rep.Concurrent[1].Cost.ServerCPUPerGiB <= 0 {
 		t.Errorf("concurrent rows: %+v", rep.Concurrent)
 	}
-	for _, c := range []*cliRow{rep.CLILarge, rep.CLISmall, rep.CLIDirectLarge, rep.CLIDirectSmall} {
+	for _, c := range []*cliRow{rep.CLILarge, rep.CLISmall, rep.CLIDirectLarge, rep.CLIDirectSmall, rep.CLIOfferedLarge} {
 		if c == nil || c.CLI <= 0 || c.Ratio <= 0 || c.ToSDK <= 0 || c.ClientCPUPerGiB <= 0 || c.DirectFiles <= 0 || c.RatioFiles <= 0 {
 			t.Errorf("a CLI row without figures: %+v", c)
 		}
@@ -74,7 +74,7 @@ func TestRunSmall(t *testing.T) {
 	}
 	var out bytes.Buffer
 	rep.print(&out)
-	for _, want := range []string{"large 24MiB", "large 24MiB via HTTP (tus)", "HTTP door (tus, one PATCH) / gRPC SDK", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB", "(always)", rep.Store + " paused", "peer tusd " + testenv.TusdVersion + ", large", "creation-with-upload", "CLI, chunkup upload FILE", "CLI, chunkup upload --direct FILE", "CLI, chunkup upload --jobs", "CLI, chunkup upload --direct --jobs", "many at once, 8 × 256KiB @4", "via HTTP (tus), 8MiB PATCHes"} {
+	for _, want := range []string{"large 24MiB", "large 24MiB via HTTP (tus)", "HTTP door (tus, one PATCH) / gRPC SDK", "small 8 × 1MiB @4", "scaling 16MiB", "s/GiB, 16MiB vs 8MiB", "(always)", rep.Store + " paused", "peer tusd " + testenv.TusdVersion + ", large", "creation-with-upload", "CLI, chunkup upload --through-server FILE", "CLI, chunkup upload FILE, offered a direct upload", "CLI, chunkup upload --direct FILE", "CLI, chunkup upload --jobs", "CLI, chunkup upload --direct --jobs", "many at once, 8 × 256KiB @4", "via HTTP (tus), 8MiB PATCHes"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}

@@ -25,6 +25,15 @@ var cliTurn = &contender{name: "CLI"}
 // URLs the server signs) in the order of a round.
 var cliDirectTurn = &contender{name: "CLI --direct"}
 
+// cliOfferedTurn stands for `chunkup upload FILE` against a server that offers a direct
+// upload for the file's size (--direct-above): the CLI at its defaults takes it.
+var cliOfferedTurn = &contender{name: "CLI, offered direct"}
+
+// offerDirectFrom is the size from which the bench's server offers direct uploads
+// (--direct-above): 64 MiB, or the large size when that is smaller (the test's), and
+// never below S3's smallest part; the small files stay below it.
+func offerDirectFrom(cfg config) int64 { return max(5*MiB, min(64*MiB, cfg.Large)) }
+
 // filesTurn stands for the direct upload of the CLI rows' input read from its file(s),
 // as a user's program uploading files straight to S3 does (the direct turn reads from
 // memory), in the order of a round.
@@ -124,18 +133,20 @@ type cliUpload struct {
 	Key   string `json:"key"`
 	State string `json:"state"`
 	Size  string `json:"size"`
+	// Direct: the bytes went straight to S3 (--direct, or the server's offer taken).
+	Direct bool `json:"direct"`
 }
 
 // viaCLI uploads n bytes with `chunkup upload [extra] FILE` and returns the elapsed time
 // and the CLI's CPU seconds per GiB. The file is written before the timing.
-func (b *bench) viaCLI(n int64, extra ...string) (time.Duration, float64) {
+func (b *bench) viaCLI(n int64, direct bool, extra ...string) (time.Duration, float64) {
 	start := b.next()
 	path := filepath.Join(b.tb.TempDir(), "large.bin")
 	b.writeFile(path, start, n)
 	defer os.Remove(path)
 	took, cpu, ups := b.runCLI([]string{path}, extra...)
-	if ups[0].State != "UPLOAD_STATE_COMPLETED" || ups[0].Size != fmt.Sprint(n) {
-		b.tb.Fatalf("bench: chunkup upload ended %s with %s bytes, want COMPLETED with %d", ups[0].State, ups[0].Size, n)
+	if ups[0].State != "UPLOAD_STATE_COMPLETED" || ups[0].Size != fmt.Sprint(n) || ups[0].Direct != direct {
+		b.tb.Fatalf("bench: chunkup upload ended %s with %s bytes, direct %v; want COMPLETED with %d, direct %v", ups[0].State, ups[0].Size, ups[0].Direct, n, direct)
 	}
 	b.verifyAndDelete([]object{{ups[0].Key, start, n}})
 	return took, cpu / (float64(n) / (1 << 30))

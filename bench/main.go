@@ -185,7 +185,11 @@ type report struct {
 	CLILarge *cliRow `json:"cli_large,omitempty"`
 	// CLIDirectLarge is `chunkup upload --direct FILE` of the large size (nil: skipped).
 	CLIDirectLarge *cliRow `json:"cli_direct_large,omitempty"`
-	CLISmall       *cliRow `json:"cli_small,omitempty"`
+	// CLIOfferedLarge is `chunkup upload FILE` of the large size against the server's
+	// offer of a direct upload (--direct-above), which the CLI takes by default; CLILarge
+	// declines it (--through-server).
+	CLIOfferedLarge *cliRow `json:"cli_offered_large,omitempty"`
+	CLISmall        *cliRow `json:"cli_small,omitempty"`
 	// CLIDirectSmall is `chunkup upload --direct --jobs N FILES…` of the small files.
 	CLIDirectSmall *cliRow     `json:"cli_direct_small,omitempty"`
 	Pause          pauseResult `json:"minio_paused"`
@@ -286,8 +290,12 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "many at once, %s: chunkup %.1f MiB/s, direct %.1f MiB/s = %.3f\n", c, c.Chunkup, c.Direct, c.Ratio)
 	}
 	if c := r.CLILarge; c != nil {
-		fmt.Fprintf(w, "CLI, chunkup upload FILE (large %s): %.1f MiB/s = %.3f × direct (%.3f × direct from the same file, %.1f MiB/s), %.3f × the SDK; CLI CPU %.2f s/GiB\n",
+		fmt.Fprintf(w, "CLI, chunkup upload --through-server FILE (large %s): %.1f MiB/s = %.3f × direct (%.3f × direct from the same file, %.1f MiB/s), %.3f × the SDK; CLI CPU %.2f s/GiB\n",
 			human(r.Config.Large), c.CLI, c.Ratio, c.RatioFiles, c.DirectFiles, c.ToSDK, c.ClientCPUPerGiB)
+	}
+	if c := r.CLIOfferedLarge; c != nil {
+		fmt.Fprintf(w, "CLI, chunkup upload FILE, offered a direct upload from %s (large %s): %.1f MiB/s = %.3f × direct (%.3f × direct from the same file); CLI CPU %.2f s/GiB, chunkup server CPU %.3f s/GiB\n",
+			human(offerDirectFrom(r.Config)), human(r.Config.Large), c.CLI, c.Ratio, c.RatioFiles, c.ClientCPUPerGiB, c.ServerCPUPerGiB)
 	}
 	if c := r.CLIDirectLarge; c != nil {
 		fmt.Fprintf(w, "CLI, chunkup upload --direct FILE (large %s): %.1f MiB/s = %.3f × direct (%.3f × direct from the same file); CLI CPU %.2f s/GiB, chunkup server CPU %.3f s/GiB\n",

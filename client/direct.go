@@ -65,6 +65,13 @@ func (c *Client) UploadDirect(ctx context.Context, r io.ReaderAt, size int64, op
 		_, _ = c.api.AbortUpload(ctx, &chunkupv1.AbortUploadRequest{UploadId: up.UploadId, Reason: "the server does not know direct uploads"})
 		return nil, fmt.Errorf("chunkup: the server does not know direct uploads (it is older than this client): upload without direct")
 	}
+	return c.goOnDirect(ctx, &cfg, up, r, size, fresh)
+}
+
+// goOnDirect puts the parts of direct upload up, just created or found (fresh: created
+// by this call under a node id of its own), and completes it.
+func (c *Client) goOnDirect(ctx context.Context, cfg *uploadConfig, up *chunkupv1.Upload, r io.ReaderAt, size int64, fresh bool) (*chunkupv1.Upload, error) {
+	var err error
 	if up.ExpectedSize >= 0 && up.ExpectedSize != size {
 		return nil, &MismatchError{UploadID: up.UploadId, Reason: fmt.Sprintf("the input has %d bytes, the upload %d", size, up.ExpectedSize)}
 	}

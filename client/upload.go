@@ -45,6 +45,8 @@ type uploadConfig struct {
 	progress      func(Progress)
 	onStart       func(*chunkupv1.Upload)
 	correlationID string
+	// directIfOffered: WithDirectIfOffered.
+	directIfOffered bool
 }
 
 // CorrelationIDHeader is the request metadata key carrying a correlation id.
@@ -140,7 +142,16 @@ func (c *Client) UploadFile(ctx context.Context, path string, opts ...UploadOpti
 	}
 	defer f.Close()
 	opts = append([]UploadOption{WithName(fi.Name()), WithSize(fi.Size())}, opts...)
-	return c.Upload(ctx, f, opts...)
+	return c.upload(ctx, f, f, opts...)
+}
+
+// WithDirectIfOffered makes UploadFile take a direct upload (see UploadDirect) when the
+// server offers one for the file's size (its operator's --direct-above): the bytes then
+// go straight to S3 and not through the server. A file the server makes no offer for,
+// or one that fits in one message, is uploaded through the server as without it. An
+// upload it resumes goes on the way it began. Upload, whose input is no file, ignores it.
+func WithDirectIfOffered() UploadOption {
+	return func(u *uploadConfig) { u.directIfOffered = true }
 }
 
 // UploadFileDirect uploads the file at path (its name declared) as a direct upload (see
@@ -175,6 +186,12 @@ func openRegular(path string) (*os.File, os.FileInfo, error) {
 // until it is completed. It returns the final upload; an upload that ends otherwise is
 // an *EndedError.
 func (c *Client) Upload(ctx context.Context, r io.Reader, opts ...UploadOption) (*chunkupv1.Upload, error) {
+	return c.upload(ctx, r, nil, opts...)
+}
+
+// upload is Upload; with file (r, with a declared size) it takes a direct upload when
+// WithDirectIfOffered asks and the server offers one.
+func (c *Client) upload(ctx context.Context, r io.Reader, file io.ReaderAt, opts ...UploadOption) (*chunkupv1.Upload, error) {
 	var cfg uploadConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -185,9 +202,17 @@ func (c *Client) Upload(ctx context.Context, r io.Reader, opts ...UploadOption) 
 	if cfg.resume == "" && cfg.create.ExpectedSize != nil && *cfg.create.ExpectedSize <= oneMessageMax {
 		return c.uploadOneMessage(ctx, r, &cfg)
 	}
+	offered := file != nil && cfg.directIfOffered && cfg.create.ExpectedSize != nil
+	if offered {
+		cfg.create.DirectIfOffered, cfg.create.DirectChecksums = true, true
+	}
+	fresh := cfg.resume == "" && cfg.create.ClientNodeId == ""
 	up, err := c.start(ctx, &cfg)
 	if err != nil {
 		return nil, err
+	}
+	if offered && up.Direct {
+		return c.goOnDirect(ctx, &cfg, up, file, *cfg.create.ExpectedSize, fresh)
 	}
 	if cfg.create.ExpectedSize != nil && up.ExpectedSize >= 0 && *cfg.create.ExpectedSize != up.ExpectedSize {
 		return nil, &MismatchError{UploadID: up.UploadId, Reason: fmt.Sprintf("the input has %d bytes, the upload %d", *cfg.create.ExpectedSize, up.ExpectedSize)}

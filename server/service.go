@@ -47,6 +47,7 @@ type Core interface {
 	StatObject(ctx context.Context, key string) (upload.Object, error)
 	DeleteObject(ctx context.Context, key, ifMatch string) error
 	CreateDirect(ctx context.Context, req *upload.CreateRequest, checksums bool) (*staging.Upload, error)
+	OffersDirect(size int64) bool
 	SignParts(ctx context.Context, id string, parts []upload.PartToSign) ([]upload.SignedPart, error)
 	DirectParts(ctx context.Context, id string) ([]s3store.ListedPart, error)
 	CompleteDirect(ctx context.Context, id string, reported []upload.ReportedPart) (*staging.Upload, error)
@@ -228,13 +229,13 @@ func (s *UploadService) CreateUpload(ctx context.Context, req *chunkupv1.CreateU
 	if err != nil {
 		return nil, toStatus("", err)
 	}
-	if req.Direct {
+	if req.Direct || req.DirectIfOffered && s.core.OffersDirect(cr.Size) {
 		up, err := s.core.CreateDirect(ctx, cr, req.DirectChecksums)
 		if err != nil {
 			return nil, toStatus("", err)
 		}
 		return &chunkupv1.CreateUploadResponse{Upload: toProto(up)}, nil
-	} else if req.DirectChecksums {
+	} else if req.DirectChecksums && !req.DirectIfOffered {
 		return nil, toStatus("", invalidf("direct_checksums is for direct uploads: set direct too, or leave it unset"))
 	}
 	p, err := s.core.Plan(cr)

@@ -204,7 +204,13 @@ type Config struct {
 	// DirectURLTTL is how long a direct upload's signed part URLs are valid. Zero
 	// means DefaultDirectURLTTL; at most 7 days (SigV4's limit).
 	DirectURLTTL time.Duration
-	Logger       *slog.Logger
+	// DirectAbove offers a direct upload to a client that takes one when offered
+	// (CreateUploadRequest.direct_if_offered) and declares at least this many bytes:
+	// for an operator whose clients can reach the store, so that large files need not
+	// pass through chunkup. Zero offers none; else at least MinPartSize (smaller files
+	// are faster through chunkup, docs/performance.md).
+	DirectAbove int64
+	Logger      *slog.Logger
 }
 
 // Staging modes (Config.Staging).
@@ -248,6 +254,9 @@ func (c Config) Validate() error {
 	}
 	if c.DirectURLTTL < 0 || c.DirectURLTTL > 7*24*time.Hour || c.DirectURLTTL > 0 && c.DirectURLTTL < time.Second {
 		return errors.New("upload: the direct URL TTL must be between 1s and 7 days (SigV4's limit)")
+	}
+	if c.DirectAbove < 0 || c.DirectAbove > 0 && c.DirectAbove < MinPartSize {
+		return errors.New("upload: direct uploads can be offered from 5 MiB (S3's smallest part) up, or not at all (0)")
 	}
 	if c.LockLease < 0 || c.LockLease > 0 && c.LockLease < 30*time.Millisecond {
 		return errors.New("upload: the lock lease must be at least 30ms")

@@ -113,6 +113,12 @@ func (c *Core) CreateDirect(ctx context.Context, req *CreateRequest, checksums b
 	return up, Explain("", err)
 }
 
+// OffersDirect reports whether a create of size bytes (-1: unknown) that takes a direct
+// upload when offered gets one (Config.DirectAbove).
+func (c *Core) OffersDirect(size int64) bool {
+	return c.direct != nil && c.cfg.DirectAbove > 0 && size >= c.cfg.DirectAbove
+}
+
 // createMultipart makes the multipart upload of direct upload nu (before its record is
 // written: the record names it).
 func (c *Core) createMultipart(ctx context.Context, nu *staging.NewUpload, checksums bool) error {

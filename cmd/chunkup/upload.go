@@ -39,6 +39,12 @@ lacks are sent. A completed upload is forgotten; one that ended otherwise or exp
 started anew. The upload id is printed on stderr as soon as the upload exists (with
 --json, as a first JSON line with the ACTIVE upload on stdout).`
 
+const uploadDirectHelp = `Direct uploads: a server whose operator offers them (serve --direct-above SIZE) gets
+files of SIZE or more as direct uploads: their bytes go straight to S3, with URLs the
+server signs, and the server still records, checks and completes each one, as with
+--direct. --through-server declines the offer (for a client that cannot reach the
+store); --direct takes a direct upload for every file, offered or not.`
+
 const uploadRetryHelp = `Retries: once connected, failures that may pass (the server restarting or busy, a
 broken stream, Redis refusing a write) are retried with exponential backoff and jitter,
 waiting 100ms doubling up to 5s, until 10 tries in a row make no progress (about 9s);
@@ -48,7 +54,7 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlagSet("upload", "upload [flags] FILE... (- for standard input) | upload -r [flags] DIR...")
 	fs.SetOutput(stderr)
 	server, asJSON := clientFlags(fs)
-	fs.notes = append(fs.notes, uploadKeysHelp, uploadResumeHelp, uploadRetryHelp)
+	fs.notes = append(fs.notes, uploadKeysHelp, uploadResumeHelp, uploadDirectHelp, uploadRetryHelp)
 	fs.Lookup("json").Usage = "print JSON lines on stdout: each upload when it starts (ACTIVE), then each final upload"
 	contentType := fs.String("content-type", "", "", "content type of the object(s) (default: from each file's extension; the server also looks at the bytes of a file without one)")
 	nodeID := fs.String("node-id", "", "", "the document's UUID (one file only; default: the server makes one)")
@@ -67,6 +73,7 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	resume := fs.String("resume", "", "", "continue upload ID with FILE (one file only); chunks the server has are not sent again")
 	noResume := fs.Bool("no-resume", "", false, "start new uploads, even where an upload of the same file to the same place was interrupted")
 	direct := fs.Bool("direct", "", false, "put the bytes straight into S3 with URLs the server signs (a direct upload: each part's CRC32C checked by S3, the upload still recorded, checked and completed by the server); not for standard input, and slower than an upload through the server for files of a few MiB or less (docs/direct-uploads.md)")
+	throughServer := fs.Bool("through-server", "", false, "send the bytes through the server even when it offers a direct upload to S3 for the file's size (its --direct-above): for a client that cannot reach the store")
 	keepStale := fs.Bool("keep-stale", "", false, "keep the interrupted upload of a file that changed since it began (by default it is aborted, so its bytes do not wait on the server until it expires)")
 	parallel := fs.Int("parallel", "CHUNKUP_PARALLEL", 1, "streams per upload")
 	window := fs.Int("window", "CHUNKUP_WINDOW", 4, "unacknowledged chunks per stream (memory: parallel × window × chunk size)")
@@ -132,6 +139,9 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	r := &uploadRun{c: c, server: *server, resume: *resume, noResume: *noResume, keepStale: *keepStale, asJSON: *asJSON, direct: *direct,
 		contentType: *contentType, stdout: stdout, stderr: stderr, display: newProgressDisplay(mode, stderr, todo, *recursive)}
+	if !*direct && !*throughServer {
+		r.opts = append(r.opts, client.WithDirectIfOffered())
+	}
 	if doc != (client.Document{}) {
 		r.opts = append(r.opts, client.WithDocument(doc))
 	}
@@ -435,6 +445,7 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 	opts = append(opts, client.WithOnStart(func(up *chunkupv1.Upload) {
 		if entry != nil {
 			entry.UploadID = up.UploadId
+			direct = direct || up.Direct // a direct upload the server offered
 			if recordable(*entry, direct) {
 				r.remember(*entry)
 			}

@@ -522,3 +522,69 @@ func TestSmallFilesNotRecorded(t *testing.T) {
 		t.Fatalf("the state file after uploads of small files: %v, want none written", err)
 	}
 }
+
+// TestDirectOffered: a server that offers direct uploads from 6 MiB (--direct-above)
+// gets a larger file from `chunkup upload` as a direct upload, a smaller one through
+// itself, and a larger one with --through-server through itself; every object holds its
+// file's bytes. A client written from the .proto sees the same choice in
+// CreateUploadResponse.upload.direct, and direct_checksums with an offer not made is no
+// error.
+func TestDirectOffered(t *testing.T) {
+	clearEnv(t)
+	isolateState(t)
+	r := testenv.StartRedis(t)
+	m := testenv.StartMinIO(t)
+	cfg := app.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "off", RedisURL: r.URL(),
+		S3: m.S3Config(), Bucket: bucket, ShutdownTimeout: 5 * time.Second}
+	cfg.Upload.DirectAbove = 6 << 20
+	addr := runApp(t, cfg).GRPCAddr()
+	s3c := m.Client(t)
+
+	for _, tc := range []struct {
+		name       string
+		size       int
+		extra      []string
+		wantDirect bool
+	}{
+		{"above the offer", 13<<20 + 5, nil, true},
+		{"at the offer", 6 << 20, nil, true},
+		{"below the offer", 6<<20 - 1, nil, false},
+		{"one message", 1 << 20, nil, false},
+		{"above, declined", 13<<20 + 5, []string{"--through-server"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file, data := writeRandomFile(t, "f.bin", tc.size)
+			args := append([]string{"upload", "--server", addr, "--json"}, tc.extra...)
+			code, stdout, stderr := runCLI(t, append(args, file)...)
+			if code != exitOK {
+				t.Fatalf("upload exited %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+			}
+			up := parseUploads(t, stdout, "size", "etag")[0]
+			requireCompleted(t, up, "f.bin", len(data))
+			requireObject(t, s3c, up.Key, data)
+			if up.Direct != tc.wantDirect {
+				t.Errorf("the upload of %d bytes is direct: %v, want %v", tc.size, up.Direct, tc.wantDirect)
+			}
+		})
+	}
+
+	t.Run("from the proto", func(t *testing.T) {
+		ctx, c := dialTest(t, addr)
+		for _, tc := range []struct {
+			size       int64
+			wantDirect bool
+		}{{8 << 20, true}, {5 << 20, false}} {
+			res, err := c.API().CreateUpload(ctx, &chunkupv1.CreateUploadRequest{Name: "p.bin",
+				ExpectedSize: &tc.size, DirectIfOffered: true, DirectChecksums: true})
+			if err != nil {
+				t.Fatalf("create of %d bytes taking an offer: %v", tc.size, err)
+			}
+			if res.Upload.Direct != tc.wantDirect {
+				t.Errorf("create of %d bytes taking an offer made a direct upload: %v, want %v", tc.size, res.Upload.Direct, tc.wantDirect)
+			}
+			if _, err := c.API().AbortUpload(ctx, &chunkupv1.AbortUploadRequest{UploadId: res.Upload.UploadId}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

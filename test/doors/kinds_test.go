@@ -100,6 +100,7 @@ func (f *failing) DeleteObject(context.Context, string, string) error { return f
 func (f *failing) CreateDirect(context.Context, *upload.CreateRequest, bool) (*staging.Upload, error) {
 	return nil, f.fail("")
 }
+func (f *failing) OffersDirect(int64) bool { return false }
 func (f *failing) SignParts(_ context.Context, id string, _ []upload.PartToSign) ([]upload.SignedPart, error) {
 	return nil, f.fail(id)
 }

@@ -567,6 +567,14 @@ type CreateUploadRequest struct {
 	// parts carry no checksum and the server reads the object once to learn its CRC32C.
 	// (On a server whose store takes no checksums, the parts carry none either way.)
 	DirectChecksums bool `protobuf:"varint,17,opt,name=direct_checksums,json=directChecksums,proto3" json:"direct_checksums,omitempty"`
+	// Take a direct upload if the server offers one: its operator offers them
+	// (--direct-above) for uploads whose expected_size is at least a size it chooses,
+	// when its clients can reach the S3 store. The response's upload.direct says which
+	// the server made; a direct one goes on as with direct (SignParts, CompleteDirect),
+	// direct_checksums applying; any other takes chunks with UploadChunk, and
+	// direct_checksums is ignored. Without expected_size, or with direct set, it changes
+	// nothing.
+	DirectIfOffered bool `protobuf:"varint,18,opt,name=direct_if_offered,json=directIfOffered,proto3" json:"direct_if_offered,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -709,6 +717,13 @@ func (x *CreateUploadRequest) GetDirect() bool {
 func (x *CreateUploadRequest) GetDirectChecksums() bool {
 	if x != nil {
 		return x.DirectChecksums
+	}
+	return false
+}
+
+func (x *CreateUploadRequest) GetDirectIfOffered() bool {
+	if x != nil {
+		return x.DirectIfOffered
 	}
 	return false
 }
@@ -2619,7 +2634,7 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\fchunk_number\x18\x01 \x01(\rR\vchunkNumber\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\x12\x16\n" +
-	"\x06stored\x18\x04 \x01(\bR\x06stored\"\x8c\x05\n" +
+	"\x06stored\x18\x04 \x01(\bR\x06stored\"\xb8\x05\n" +
 	"\x13CreateUploadRequest\x12$\n" +
 	"\x0eclient_node_id\x18\x01 \x01(\tR\fclientNodeId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -2638,7 +2653,8 @@ const file_chunkup_v1_upload_proto_rawDesc = "" +
 	"\x05drive\x18\x0e \x01(\tR\x05drive\x12@\n" +
 	"\x0fcustom_metadata\x18\x0f \x01(\v2\x17.google.protobuf.StructR\x0ecustomMetadata\x12\x16\n" +
 	"\x06direct\x18\x10 \x01(\bR\x06direct\x12)\n" +
-	"\x10direct_checksums\x18\x11 \x01(\bR\x0fdirectChecksums\x1a;\n" +
+	"\x10direct_checksums\x18\x11 \x01(\bR\x0fdirectChecksums\x12*\n" +
+	"\x11direct_if_offered\x18\x12 \x01(\bR\x0fdirectIfOffered\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x10\n" +
