@@ -43,7 +43,8 @@ const uploadDirectHelp = `Direct uploads: a server whose operator offers them (s
 files of SIZE or more as direct uploads: their bytes go straight to S3, with URLs the
 server signs, and the server still records, checks and completes each one, as with
 --direct. --through-server declines the offer (for a client that cannot reach the
-store); --direct takes a direct upload for every file, offered or not.`
+store), and aborts a file's interrupted upload that went direct, to begin it anew
+through the server; --direct takes a direct upload for every file, offered or not.`
 
 const uploadRetryHelp = `Retries: once connected, failures that may pass (the server restarting or busy, a
 broken stream, Redis refusing a write) are retried with exponential backoff and jitter,
@@ -134,10 +135,13 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer c.Close()
 
+	if *direct && *throughServer {
+		return usageError{errors.New("--direct and --through-server contradict each other: --direct puts the bytes straight into S3, --through-server sends them through the server")}
+	}
 	if *direct && slices.ContainsFunc(todo, func(j uploadJob) bool { return j.path == "-" }) {
 		return usageError{errors.New("--direct needs files: standard input's size is not known before it ends, and S3 takes a direct upload's parts by number")}
 	}
-	r := &uploadRun{c: c, server: *server, resume: *resume, noResume: *noResume, keepStale: *keepStale, asJSON: *asJSON, direct: *direct,
+	r := &uploadRun{c: c, server: *server, resume: *resume, noResume: *noResume, keepStale: *keepStale, asJSON: *asJSON, direct: *direct, throughServer: *throughServer,
 		contentType: *contentType, stdout: stdout, stderr: stderr, display: newProgressDisplay(mode, stderr, todo, *recursive)}
 	if !*direct && !*throughServer {
 		r.opts = append(r.opts, client.WithDirectIfOffered())
@@ -316,7 +320,9 @@ type uploadRun struct {
 	keepStale   bool
 	asJSON      bool
 	direct      bool // --direct
-	display     *progressDisplay
+	// throughServer is --through-server: no direct upload, offered or resumed.
+	throughServer bool
+	display       *progressDisplay
 	// state records uploads for resuming; nil when it cannot be kept.
 	state          *resumeState
 	stateWarn      sync.Once
@@ -502,6 +508,17 @@ func (r *uploadRun) resumable(ctx context.Context, j uploadJob, e resumeEntry) (
 		r.forget(id)
 		r.display.println(fmt.Sprintf("chunkup: %s: upload %s is %s; starting a new one", j.name, id, stateName(up.State)))
 		return "", r.direct, nil
+	}
+	if up.Direct && r.throughServer && !r.direct {
+		// Begun direct (offered), and this run says the store is out of reach: going on
+		// would put to it again. Its parts are S3's to drop, so it is aborted, not kept.
+		r.forget(id)
+		if _, err := r.c.Abort(ctx, id, "the CLI was asked to send the file through the server (--through-server) and started a new upload"); err != nil {
+			r.display.println(fmt.Sprintf("chunkup: %s: upload %s went direct to S3; aborting it failed (%s); starting a new one through the server", j.name, id, describe(err)))
+		} else {
+			r.display.println(fmt.Sprintf("chunkup: %s: upload %s went direct to S3; aborted it, and starting a new one through the server (--through-server)", j.name, id))
+		}
+		return "", false, nil
 	}
 	return id, up.Direct, nil
 }

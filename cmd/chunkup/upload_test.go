@@ -568,6 +568,43 @@ func TestDirectOffered(t *testing.T) {
 		})
 	}
 
+	t.Run("a direct upload resumed with --through-server", func(t *testing.T) {
+		ctx, c := dialTest(t, addr)
+		file, data := writeRandomFile(t, "again.bin", 7<<20)
+		fi, err := os.Stat(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := fi.Size()
+		created, err := c.API().CreateUpload(ctx, &chunkupv1.CreateUploadRequest{Name: "again.bin", ExpectedSize: &size, Direct: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := created.Upload.UploadId
+		state, err := openResumeState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := state.record(resumeEntry{Path: file, Size: size, ModTime: fi.ModTime().UTC(), Server: addr, UploadID: old}); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := runCLI(t, "upload", "--server", addr, "--json", "--through-server", file)
+		if code != exitOK || !strings.Contains(stderr, "upload "+old+" went direct to S3; aborted it") {
+			t.Fatalf("upload exited %d; stderr %q, want it to say the direct upload was aborted", code, stderr)
+		}
+		up := parseUploads(t, stdout, "size", "etag")[0]
+		if up.UploadId == old || up.Direct {
+			t.Fatalf("--through-server went on with %s (direct %v), want a new upload through the server", up.UploadId, up.Direct)
+		}
+		requireObject(t, s3c, up.Key, data)
+		if got, err := c.Get(ctx, old); err != nil || got.State != chunkupv1.UploadState_UPLOAD_STATE_ABORTED {
+			t.Fatalf("the direct upload is %v (%v), want ABORTED", got.GetState(), err)
+		}
+		if code, _, stderr := runCLI(t, "upload", "--server", addr, "--direct", "--through-server", file); code != exitUsage || !strings.Contains(stderr, "contradict") {
+			t.Fatalf("--direct --through-server exited %d (%q), want %d saying they contradict each other", code, stderr, exitUsage)
+		}
+	})
+
 	t.Run("from the proto", func(t *testing.T) {
 		ctx, c := dialTest(t, addr)
 		for _, tc := range []struct {
