@@ -77,6 +77,16 @@ type Core interface {
 	// policy says.
 	Lock(ctx context.Context, id string) (held context.Context, unlock func(), err error)
 
+	// OpenStream counts a request that will append to an upload it creates against
+	// the tenant's streams before the upload exists, so that a tenant at its cap is
+	// refused (ErrUnavailable) with nothing created; LockOpened then takes the new
+	// upload's lock on that stream. release ends the count.
+	OpenStream(ctx context.Context) (release func(), err error)
+
+	// LockOpened is Lock on a stream OpenStream counted: release is called when the
+	// lock is released, or at once when it cannot be taken.
+	LockOpened(ctx context.Context, id string, release func()) (held context.Context, unlock func(), err error)
+
 	// Concat checks the partial uploads ids that a final upload concatenates (tus
 	// concatenation), in that order: each the caller's, created partial, complete and
 	// not concatenated already. Any other is ErrInvalid, naming it, with nothing

@@ -26,6 +26,12 @@ func tenantOf(ctx context.Context) string { s, _ := ctx.Value(tenantKey{}).(stri
 // trickle sends an append whose body delivers first, then one byte every
 // interval until ctx ends, and returns its reply (the client's error if it got none).
 func (e *env) trickle(ctx context.Context, id, key string, length int64, first []byte, interval time.Duration) (reply, error) {
+	return e.trickleTo(ctx, "PATCH", "/files/"+id, length, first, interval, "Upload-Offset", "0", "X-Api-Key", key)
+}
+
+// trickleTo is trickle with any method and path, and the header fields kv besides
+// the tus ones.
+func (e *env) trickleTo(ctx context.Context, method, path string, length int64, first []byte, interval time.Duration, kv ...string) (reply, error) {
 	pr, pw := io.Pipe()
 	go func() {
 		if _, err := pw.Write(first); err != nil {
@@ -45,13 +51,14 @@ func (e *env) trickle(ctx context.Context, id, key string, length int64, first [
 			}
 		}
 	}()
-	req, err := http.NewRequestWithContext(ctx, "PATCH", e.srv.URL+"/files/"+id, pr)
+	req, err := http.NewRequestWithContext(ctx, method, e.srv.URL+path, pr)
 	if err != nil {
 		return reply{}, err
 	}
 	req.ContentLength = length
-	for k, v := range map[string]string{"Tus-Resumable": "1.0.0", "Content-Type": tusCT, "Upload-Offset": "0", "X-Api-Key": key} {
-		req.Header.Set(k, v)
+	kv = append([]string{"Tus-Resumable", "1.0.0", "Content-Type", tusCT}, kv...)
+	for i := 0; i+1 < len(kv); i += 2 {
+		req.Header.Set(kv[i], kv[i+1])
 	}
 	res, err := e.srv.Client().Do(req)
 	if err != nil {
@@ -136,6 +143,38 @@ func TestMinBodyRate(t *testing.T) {
 	sent := append(first, bytes.Repeat([]byte{'x'}, int(got)-len(first))...)
 	// The client resumes from there, at an ordinary rate.
 	rest := randomBytes(1000000-int(got), 6)
+	expectStatus(t, e.do("PATCH", "/files/"+id, bytes.NewReader(rest), "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", strconv.FormatInt(got, 10)), http.StatusNoContent)
+	checkObject(t, e.core, id, append(sent, rest...))
+}
+
+// A tus creation whose body becomes too slow after its upload exists is answered 201
+// with the offset of what it kept, as the creation-with-upload extension answers a
+// creation: a tus client takes a failed creation for none and would create another.
+// The client goes on from that offset with PATCH; nothing else was created.
+func TestSlowCreationBodyIsACreation(t *testing.T) {
+	const chunk = 1 << 16
+	e := newEnv(t, chunk, Config{MinBodyRate: 64 << 10, MinBodyRateWindow: time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first := randomBytes(2*chunk+100, 8)
+	r, err := e.trickleTo(ctx, "POST", "/files/", 1000000, first, 100*time.Millisecond, "Upload-Length", "1000000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectStatus(t, r, http.StatusCreated)
+	id := idOf(t, r)
+	got := r.offset(t)
+	if got < int64(len(first)) || got >= 1000000 {
+		t.Fatalf("the creation's 201 says offset %d, want at least the %d bytes sent at once and less than the whole", got, len(first))
+	}
+	if head := e.do("HEAD", "/files/"+id, nil, "Tus-Resumable", "1.0.0").offset(t); head != got {
+		t.Fatalf("HEAD says offset %d, the creation's 201 %d", head, got)
+	}
+	if n := e.core.count(); n != 1 {
+		t.Fatalf("%d uploads, want the one created", n)
+	}
+	sent := append(first, bytes.Repeat([]byte{'x'}, int(got)-len(first))...)
+	rest := randomBytes(1000000-int(got), 9)
 	expectStatus(t, e.do("PATCH", "/files/"+id, bytes.NewReader(rest), "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", strconv.FormatInt(got, 10)), http.StatusNoContent)
 	checkObject(t, e.core, id, append(sent, rest...))
 }

@@ -229,6 +229,18 @@ func (c *memCore) Lock(ctx context.Context, id string) (context.Context, func(),
 	}, nil
 }
 
+func (c *memCore) OpenStream(context.Context) (func(), error) { return func() {}, nil }
+
+func (c *memCore) LockOpened(ctx context.Context, id string, release func()) (context.Context, func(), error) {
+	held, unlock, err := c.Lock(ctx, id)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	var once sync.Once
+	return held, func() { once.Do(func() { unlock(); release() }) }, nil
+}
+
 func (c *memCore) SaveTail(ctx context.Context, id string, n uint32, data []byte) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: the lock was lost", ErrLocked)

@@ -3,6 +3,7 @@ package httpdoor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"mime"
@@ -300,6 +301,25 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 		hd.length = parts.Size()
 	}
+	if rq.proto == protoIETF && r.ContentLength == 0 && !hd.ends && hd.length != 0 {
+		hd.data = false // careful creation: the client only wants the URL
+	}
+	// A creation that appends (its body, an empty upload's completion, a final
+	// upload's partials) counts its stream before the upload exists: a tenant at its
+	// cap is refused with nothing created, which a client that retries a failed
+	// creation by creating again (tus clients) cannot turn into abandoned uploads.
+	var stream func()
+	if appends := hd.data || hd.length == 0 || parts != nil; appends {
+		if stream, err = h.core.OpenStream(ctx); err != nil {
+			h.fail(w, r, rq, fmt.Errorf("%w (no upload was created)", err))
+			return
+		}
+		defer func() {
+			if stream != nil {
+				stream()
+			}
+		}()
+	}
 	cctx, cancel := context.WithTimeout(ctx, h.cfg.CoreTimeout)
 	up, err := h.core.Create(cctx, CreateRequest{Size: hd.length, Name: hd.name, ContentType: hd.ctype, Metadata: hd.meta,
 		Partial: hd.partial, Concat: hd.concat})
@@ -312,11 +332,10 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 	rq.id, rq.upload, rq.created = up.ID, &up, loc
 	rq.setOffset(0)
 	res := appendResult{size: up.Size}
-	if rq.proto == protoIETF && r.ContentLength == 0 && !hd.ends && up.Size != 0 {
-		hd.data = false // careful creation: the client only wants the URL
-	}
-	if hd.data || up.Size == 0 || parts != nil {
-		held, unlock, err := h.core.Lock(context.WithoutCancel(ctx), up.ID)
+	if stream != nil {
+		opened := stream
+		stream = nil // the lock has it now
+		held, unlock, err := h.core.LockOpened(context.WithoutCancel(ctx), up.ID, opened)
 		if err != nil {
 			if parts != nil {
 				h.failFinal(ctx, w, r, rq, err)
@@ -348,6 +367,16 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 			}
 			off, _ := res.durable()
 			rq.setOffset(off)
+			if rq.proto == protoTus && resumable(statusOf(rq.proto, err)) && !errors.Is(err, errInterrupted) {
+				// The upload exists and keeps what was made durable. A tus client takes
+				// a failed creation for none and creates again (tus-js-client retries a
+				// 5xx POST), leaving this one behind; the creation-with-upload extension
+				// answers a creation with the offset of the bytes it took, from which
+				// the client goes on with PATCH.
+				h.cfg.Logger.Warn("httpdoor: a creation's body stopped short; answered 201 with the offset taken", "upload", up.ID, "offset", off, "err", err)
+				h.respond(ctx, w, r, rq, up, res, http.StatusCreated, loc)
+				return
+			}
 			h.fail(w, r, rq, err)
 			return
 		}
@@ -356,6 +385,17 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 	rq.setOffset(off)
 	rq.complete = res.complete
 	h.respond(ctx, w, r, rq, up, res, http.StatusCreated, loc)
+}
+
+// resumable reports whether an append refused with code leaves its upload to go on
+// from its offset: the server was busy, short of memory or time, or the body too slow.
+func resumable(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusLocked, http.StatusTooManyRequests,
+		http.StatusInternalServerError, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
 }
 
 // patch answers an append: tus PATCH and IETF upload append.

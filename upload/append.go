@@ -37,6 +37,18 @@ func (c *Core) Lock(ctx context.Context, id string) (held context.Context, unloc
 	if err != nil {
 		return nil, nil, err
 	}
+	return c.LockOpened(ctx, id, release)
+}
+
+// LockOpened is Lock for a request whose stream OpenStream counted already (a request
+// that creates its upload counts its stream before the upload exists, so that a tenant
+// at its cap is refused with nothing created); release, that stream's, is called when
+// the lock is released, or at once when it cannot be taken.
+func (c *Core) LockOpened(ctx context.Context, id string, release func()) (held context.Context, unlock func(), err error) {
+	if err := ValidID(id); err != nil {
+		release()
+		return nil, nil, Explain(id, err)
+	}
 	token := ids.NewToken()
 	lease := c.cfg.LockLease
 	ok, err := c.store.LockAppend(ctx, id, TenantFrom(ctx), token, lease)

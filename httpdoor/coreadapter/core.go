@@ -36,6 +36,8 @@ type UploadCore interface {
 	ReadTail(ctx context.Context, id string, t staging.Tail) ([]byte, error)
 	Abort(ctx context.Context, id, reason string) (*staging.Upload, error)
 	Lock(ctx context.Context, id string) (held context.Context, unlock func(), err error)
+	OpenStream(ctx context.Context) (release func(), err error)
+	LockOpened(ctx context.Context, id string, release func()) (held context.Context, unlock func(), err error)
 	UploadLimit() int64
 	Partials(ctx context.Context, ids []string) ([]*staging.Upload, int64, error)
 	OpenPartials(ctx context.Context, ups []*staging.Upload) io.ReadCloser
@@ -172,6 +174,22 @@ func (c *Core) Lock(ctx context.Context, id string) (context.Context, func(), er
 		return nil, nil, err
 	}
 	held, unlock, err := c.core.Lock(ctx, id)
+	return held, unlock, busy(err)
+}
+
+// OpenStream implements httpdoor.Core with the core's count of a tenant's streams.
+func (c *Core) OpenStream(ctx context.Context) (func(), error) {
+	release, err := c.core.OpenStream(ctx)
+	return release, busy(err)
+}
+
+// LockOpened implements httpdoor.Core with the core's append lock on a counted stream.
+func (c *Core) LockOpened(ctx context.Context, id string, release func()) (context.Context, func(), error) {
+	if err := known(id); err != nil {
+		release()
+		return nil, nil, err
+	}
+	held, unlock, err := c.core.LockOpened(ctx, id, release)
 	return held, unlock, busy(err)
 }
 

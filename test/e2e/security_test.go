@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -376,4 +377,82 @@ func TestFinishedStreamsGiveBackTheirPlace(t *testing.T) {
 	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("the stream the client closed ended with %v", err)
 	}
+}
+
+// TestHTTPCreationAtTheStreamCap: a tus creation that carries data (creation-with-upload)
+// from a tenant at its cap of streams is refused before its upload exists, so that a
+// tus client, which retries a failed creation by creating again, leaves no upload
+// behind; a creation without data needs no stream and is taken. Once the stream ends,
+// the same creation with data succeeds.
+func TestHTTPCreationAtTheStreamCap(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.Upload.MaxStreamsPerTenant = 1
+	a := e.start(t, cfg)
+	c := e.client(t, a)
+	d := doorOf(t, a.HTTPAddr())
+
+	// The tenant's one stream: a chunk of an upload made by CreateUpload, on a stream
+	// the client keeps open.
+	cr, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.API().UploadChunk(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&chunkupv1.UploadChunkRequest{UploadId: cr.Upload.UploadId, ChunkNumber: 1, Data: []byte("0123456789"), IsLast: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	inProgress := func() int {
+		t.Helper()
+		res, err := c.API().ListUploads(ctx(t), &chunkupv1.ListUploadsRequest{PageSize: 500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(res.Uploads)
+	}
+	before := inProgress()
+
+	data := randomBytes(3<<20, 7)
+	withData := func() reply {
+		return d.do("POST", "/files/", bytes.NewReader(data), "Tus-Resumable", "1.0.0",
+			"Upload-Length", fmt.Sprint(len(data)), "Content-Type", tusCT)
+	}
+	for try := range 3 { // as a tus client retrying its creation
+		r := withData()
+		expectHTTP(t, r, http.StatusServiceUnavailable)
+		if loc := r.Header.Get("Location"); loc != "" || !strings.Contains(string(r.body), "no upload was created") {
+			t.Fatalf("try %d: a creation refused at the stream cap answered Location %q, %q; want no Location and a message saying nothing was created", try, loc, r.body)
+		}
+	}
+	if got := inProgress(); got != before {
+		t.Fatalf("%d uploads in progress after the refused creations, want %d", got, before)
+	}
+	// Without data the creation takes no stream.
+	expectHTTP(t, d.do("POST", "/files/", nil, "Tus-Resumable", "1.0.0", "Upload-Length", "5"), http.StatusCreated)
+
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("the stream the client closed ended with %v", err)
+	}
+	// The stream's place comes back when its handler returns, just after its end.
+	var r reply
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if r = withData(); r.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	expectHTTP(t, r, http.StatusCreated)
+	if off := headerInt(t, r.Header, "Upload-Offset"); off != int64(len(data)) {
+		t.Fatalf("the creation took %d of %d bytes", off, len(data))
+	}
+	e.requireExact(t, waitCompleted(t, c, idOf(r.Header.Get("Location"))), data)
 }
