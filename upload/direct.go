@@ -286,6 +286,22 @@ func (c *Core) completeDirect(ctx context.Context, id string, reported []Reporte
 	if u.Total > 0 && uint32(len(parts)) != u.Total {
 		return nil, invalidf("the upload has %d parts (its size says so), not %d", u.Total, len(parts))
 	}
+	done, err := c.finishDirect(ctx, u, parts)
+	if err != nil {
+		// Another completion of the upload, at the same time, may have completed it
+		// meanwhile (S3 then no longer lists the parts, and the upload takes no other
+		// outcome): this one returns the upload as that one left it.
+		if now, gerr := c.get(ctx, id); gerr == nil && (now.Status == staging.StatusCompleted || now.Status == staging.StatusCompleting) {
+			return now, nil
+		}
+	}
+	return done, err
+}
+
+// finishDirect checks the parts S3 holds for active direct upload u against parts (the
+// client's report, in order), records them and completes the upload.
+func (c *Core) finishDirect(ctx context.Context, u *staging.Upload, parts []ReportedPart) (*staging.Upload, error) {
+	id := u.ID
 	held, err := c.direct.ListParts(ctx, u.Bucket, u.Key, u.MultipartID)
 	if err != nil {
 		if s3store.NoSuchUpload(err) {
@@ -318,12 +334,20 @@ func (c *Core) completeDirect(ctx context.Context, id string, reported []Reporte
 	}
 	// This process completes it when it has a completer; else the completer role does,
 	// at once.
+	raced := false
 	if _, err := c.directStore.RecordDirectParts(context.WithoutCancel(ctx), id, rec, c.completer != nil); err != nil {
-		return nil, err
+		var se *staging.StateError
+		if !errors.As(err, &se) || se.Status != staging.StatusCompleting && se.Status != staging.StatusCompleted {
+			return nil, err
+		}
+		// Another completion of the upload, at the same time, recorded the parts first
+		// (the same parts: both matched what S3 holds) and completes it: this one
+		// returns the upload as that one left it.
+		raced = true
 	}
 	var done *staging.Upload
 	inline := !slices.Contains(sums, nil)
-	if c.completer != nil && inline {
+	if c.completer != nil && inline && !raced {
 		// At once, when the object's CRC32C is known from its parts.
 		done = c.completeNow(ctx, id, nil)
 	}
@@ -339,7 +363,7 @@ func (c *Core) completeDirect(ctx context.Context, id string, reported []Reporte
 		// Every part is recorded and the completion indexed: it is under way (the
 		// completer role's, or this process's now, out of this request when it reads
 		// the object for its CRC32C).
-		if c.completer != nil && !inline {
+		if c.completer != nil && !inline && !raced {
 			go c.completeNow(context.WithoutCancel(ctx), id, nil)
 		}
 		done.Status = staging.StatusCompleting

@@ -269,11 +269,17 @@ func (s *Store) RecordDirectParts(ctx context.Context, id string, parts []Direct
 			return false, rdb.Classify(err)
 		}
 		if res.Code != rdb.CodeOK {
-			refused = true
 			if res.Code == rdb.CodeRecorded {
+				refused = true
 				return false, &staging.PartRecordedError{N: res.U32(0)}
 			}
-			return false, refusal(res, batch[len(batch)-1].N)
+			err := refusal(res, batch[len(batch)-1].N)
+			// An upload completing or completed got there through records of its parts
+			// (another completion of it, at the same time): the completion it is under
+			// may still need the index entry, whoever added it.
+			var se *staging.StateError
+			refused = !errors.As(err, &se) || se.Status != staging.StatusCompleting && se.Status != staging.StatusCompleted
+			return false, err
 		}
 		if err := s.replicated(wait, ""); err != nil {
 			return false, err

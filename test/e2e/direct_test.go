@@ -807,3 +807,103 @@ func (r *changingReader) ReadAt(b []byte, off int64) (int, error) {
 	}
 	return n, nil
 }
+
+// TestDirectConcurrentCompletions: a client that repeats its completion while the first
+// is still under way (a timeout and a retry, two tabs) gets the upload from each:
+// COMPLETED, or COMPLETING while the other finishes it, never an error; the object is
+// exact and announced once. Four completions of the same parts at once, over gRPC with
+// checksums (completed within the request) and over Companion's contract without
+// (completed after it), for several uploads.
+func TestDirectConcurrentCompletions(t *testing.T) {
+	e := newEnv(t)
+	k := testenv.StartKafka(t, topic)
+	a := e.start(t, withKafka(e.config(), k))
+	c := e.client(t, a)
+	base := "http://" + a.HTTPAddr() + "/s3/"
+	const at = 4
+	var ids []string
+
+	for round := range 3 {
+		data := randomBytes(5<<20+1000, uint64(700+round))
+		created, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Name: "twice.bin", ExpectedSize: proto.Int64(int64(len(data))),
+			Direct: true, DirectChecksums: true, ChunkSize: 5 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := created.Upload.UploadId
+		var reported []*chunkupv1.DirectPart
+		for n, part := range [][]byte{data[:5<<20], data[5<<20:]} {
+			sum := crc32.Checksum(part, crc32.MakeTable(crc32.Castagnoli))
+			resp, err := c.API().SignParts(ctx(t), &chunkupv1.SignPartsRequest{UploadId: id, Parts: []*chunkupv1.PartToSign{
+				{PartNumber: uint32(n + 1), Size: int64(len(part)), Crc32C: proto.Uint32(sum)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sp := resp.Parts[0]
+			req, _ := http.NewRequestWithContext(ctx(t), sp.Method, sp.Url, bytes.NewReader(part))
+			for k, v := range sp.Headers {
+				req.Header.Set(k, v)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("PUT part %d: %d", n+1, res.StatusCode)
+			}
+			reported = append(reported, &chunkupv1.DirectPart{PartNumber: uint32(n + 1), Etag: res.Header.Get("ETag"), Crc32C: sum, HasCrc32C: true})
+		}
+		errs := make(chan error, at)
+		for range at {
+			go func() {
+				r, err := c.API().CompleteDirect(ctx(t), &chunkupv1.CompleteDirectRequest{UploadId: id, Parts: reported})
+				if err == nil && r.Upload.State != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED && r.Upload.State != chunkupv1.UploadState_UPLOAD_STATE_COMPLETING {
+					err = fmt.Errorf("the upload is %s", r.Upload.State)
+				}
+				errs <- err
+			}()
+		}
+		for range at {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: one of %d completions at once over gRPC: %v", round, at, err)
+			}
+		}
+		e.requireExact(t, waitCompleted(t, c, id), data)
+		ids = append(ids, id)
+
+		d := newDirect(t, base, "twice-http.bin", "application/octet-stream")
+		var parts []directPart
+		for n, part := range [][]byte{data[:5<<20], data[5<<20:]} {
+			code, etag := d.put(d.sign(n+1), part)
+			if code != http.StatusOK {
+				t.Fatalf("PUT part %d: %d", n+1, code)
+			}
+			parts = append(parts, directPart{PartNumber: n + 1, ETag: etag})
+		}
+		codes := make(chan string, at)
+		for range at {
+			go func() {
+				var done struct{ Status string }
+				code := d.complete(parts, &done)
+				codes <- fmt.Sprint(code, " ", done.Status)
+			}()
+		}
+		for range at {
+			if got := <-codes; got != "200 COMPLETING" && got != "200 COMPLETED" {
+				t.Fatalf("round %d: one of %d completions at once over HTTP answered %s, want 200 with the upload COMPLETING or COMPLETED", round, at, got)
+			}
+		}
+		e.requireExact(t, waitCompleted(t, c, d.created.UploadID), data)
+		ids = append(ids, d.created.UploadID)
+	}
+	waitFor(t, "each upload's one UploadCompleted", func() bool {
+		evs := allEvents(t, k)
+		for _, id := range ids {
+			if len(eventsFor(evs, id, "chunkup.v1.UploadCompleted")) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -115,7 +115,8 @@ type UploadServiceClient interface {
 	// its multipart upload is aborted. A malformed report (numbers not 1 to N, a part
 	// without ETag) is INVALID_ARGUMENT and changes nothing. Otherwise it returns the
 	// upload COMPLETED, or COMPLETING while another process finishes it; completing a
-	// completed upload again returns it.
+	// completed upload again returns it, and so does a completion repeated while the
+	// first is still under way (a retry after a timeout).
 	CompleteDirect(ctx context.Context, in *CompleteDirectRequest, opts ...grpc.CallOption) (*CompleteDirectResponse, error)
 }
 
@@ -359,7 +360,8 @@ type UploadServiceServer interface {
 	// its multipart upload is aborted. A malformed report (numbers not 1 to N, a part
 	// without ETag) is INVALID_ARGUMENT and changes nothing. Otherwise it returns the
 	// upload COMPLETED, or COMPLETING while another process finishes it; completing a
-	// completed upload again returns it.
+	// completed upload again returns it, and so does a completion repeated while the
+	// first is still under way (a retry after a timeout).
 	CompleteDirect(context.Context, *CompleteDirectRequest) (*CompleteDirectResponse, error)
 	mustEmbedUnimplementedUploadServiceServer()
 }
