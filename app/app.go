@@ -336,6 +336,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	var guard server.Guard
 	if cfg.has(RoleAPI) {
 		uc := cfg.Upload
+		if uc.StagedBytesBudget == 0 {
+			uc.StagedBytesBudget = a.defaultBudget(ctx)
+		}
 		if uc.Bucket == "" {
 			uc.Bucket = cfg.bucket()
 		}
@@ -460,6 +463,50 @@ func (a *App) warnRedisConfig(ctx context.Context) {
 	save, err2 := a.rdb.ConfigGet(ctx, "save").Result()
 	if err1 == nil && err2 == nil && aof["appendonly"] != "yes" && save["save"] == "" {
 		a.log.Warn("Redis persistence is off (no AOF, no RDB snapshots): a Redis restart loses staged chunks")
+	}
+}
+
+// defaultBudget is the staged-bytes budget when none is configured: half of Redis'
+// maxmemory (the smallest master's on a cluster), so that staged chunks push back on
+// their streams before Redis refuses writes, which would fail every tenant's requests
+// at once, the small ones too; none when Redis has no maxmemory or does not say it.
+func (a *App) defaultBudget(ctx context.Context) int64 {
+	var most int64
+	read := func(ctx context.Context, c redis.Cmdable) error {
+		v, err := c.ConfigGet(ctx, "maxmemory").Result()
+		if err != nil {
+			return err
+		}
+		n, err := strconv.ParseInt(v["maxmemory"], 10, 64)
+		if err != nil {
+			return err
+		}
+		if n > 0 && (most == 0 || n < most) {
+			most = n
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := a.rdb.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return read(ctx, node)
+		})
+	} else {
+		err = read(ctx, a.rdb)
+	}
+	switch budget := most / 2; {
+	case err != nil || most == 0:
+		return 0
+	case budget < 2*upload.MinPartSize:
+		a.log.Warn("Redis' maxmemory is too small for a staged-bytes budget (at least 20 MiB); staging has none, and a full Redis fails requests",
+			"maxmemory", most)
+		return 0
+	default:
+		a.log.Info("staged-bytes budget: half of Redis' maxmemory (--staged-bytes-budget sets another)", "budget", budget, "maxmemory", most)
+		return budget
 	}
 }
 

@@ -188,7 +188,7 @@ type Config struct {
 	CreateRatePerTenant float64
 	// StagedBytesBudget caps the bytes staged in Redis (measured as Redis' used_memory):
 	// over it, chunks wait until workers drain Redis (see budgetGate). Zero means no
-	// budget.
+	// budget (app gives it a default from Redis' maxmemory).
 	StagedBytesBudget int64
 	// BudgetWait is how long a chunk waits for the staged-bytes budget before it is
 	// refused. Zero means 30 s.

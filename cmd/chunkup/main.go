@@ -379,7 +379,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	idleTimeout := fs.Duration("stream-idle-timeout", "CHUNKUP_STREAM_IDLE_TIMEOUT", server.DefaultStreamIdleTimeout, "close an upload stream that sent no chunk for this long (DEADLINE_EXCEEDED; the upload stays resumable; negative: never)")
 	stagingMode := fs.String("staging", "CHUNKUP_STAGING", core.StagingAdaptive, "adaptive: write a chunk straight through to S3 when this process's worker has a free slot and S3 keeps pace, else stage it in Redis; always: stage every chunk in Redis")
 	slowPart := fs.Duration("slow-part", "CHUNKUP_SLOW_PART", time.Second, "an 8MiB part upload slower than this (on average; larger parts proportionally) means S3 is behind: chunks are staged in Redis instead of written through")
-	budget := fs.Size("staged-bytes-budget", "CHUNKUP_STAGED_BYTES_BUDGET", 0, "Redis memory (used_memory) above which streams stop reading chunks until workers drain it (0: no budget)")
+	budget := fs.Size("staged-bytes-budget", "CHUNKUP_STAGED_BYTES_BUDGET", 0, "Redis memory (used_memory) above which streams stop reading chunks until workers drain it (0: half of Redis' maxmemory, none when Redis has no maxmemory)")
 	ratePerTenant := fs.String("rate-limit", "CHUNKUP_RATE_LIMIT", "0", "calls per second per tenant (0: no limit)")
 	rateBurst := fs.Int("rate-burst", "CHUNKUP_RATE_BURST", 0, "burst of calls per tenant (0: twice the rate)")
 	applyOCR := ocrFlags(fs)

@@ -20,6 +20,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chunkup/chunkup/app"
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/server"
@@ -455,4 +458,67 @@ func TestHTTPCreationAtTheStreamCap(t *testing.T) {
 		t.Fatalf("the creation took %d of %d bytes", off, len(data))
 	}
 	e.requireExact(t, waitCompleted(t, c, idOf(r.Header.Get("Location"))), data)
+}
+
+// TestDefaultBudgetFromMaxmemory: on a Redis with maxmemory (64 MiB here) and no
+// --staged-bytes-budget, staged chunks push back on their stream at half of it, before
+// Redis would refuse writes: the stream that stages more than that is refused with
+// RESOURCE_EXHAUSTED naming the budget, and another upload is still created. (With no
+// worker in the process, nothing drains what is staged.) Without the default, Redis
+// fills up and every request that writes to it fails, the other upload's create too.
+func TestDefaultBudgetFromMaxmemory(t *testing.T) {
+	e := newEnv(t)
+	setMaxmemory := func(v string) {
+		t.Helper()
+		set := func(ctx context.Context, c redis.Cmdable) error { return c.ConfigSet(ctx, "maxmemory", v).Err() }
+		var err error
+		if cc, ok := e.rdb(t).(*redis.ClusterClient); ok {
+			err = cc.ForEachMaster(ctx(t), func(ctx context.Context, node *redis.Client) error { return set(ctx, node) })
+		} else {
+			err = set(ctx(t), e.rdb(t))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMaxmemory("64mb")
+	t.Cleanup(func() { setMaxmemory("0") }) // a cluster is shared by the tests
+	cfg := e.config(app.RoleAPI)
+	cfg.Upload.BudgetWait = 2 * time.Second
+	a := e.start(t, cfg)
+	c := e.client(t, a)
+
+	st, err := c.API().UploadChunk(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const chunk, chunks = 8 << 20, 8
+	go func() {
+		for n := 1; n <= chunks; n++ {
+			req := &chunkupv1.UploadChunkRequest{ChunkNumber: uint32(n), Data: randomBytes(chunk, uint64(n))}
+			if n == 1 {
+				req.Create = &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(chunk * chunks), ChunkSize: chunk}
+			}
+			if st.Send(req) != nil {
+				return
+			}
+		}
+	}()
+	acked := 0
+	for {
+		r, err := st.Recv()
+		if err != nil {
+			expectStatus(t, "a stream staging past the budget", err, codes.ResourceExhausted, "budget")
+			break
+		}
+		if r.Upload == nil {
+			acked++
+		}
+	}
+	if acked == 0 || acked >= chunks {
+		t.Fatalf("%d of %d chunks acknowledged before the refusal, want some but not all", acked, chunks)
+	}
+	if _, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(10)}); err != nil {
+		t.Fatalf("another upload's create with Redis holding the staged chunks: %v", err)
+	}
 }
