@@ -84,6 +84,10 @@ func (f *failing) Stage(_ context.Context, id string, _ uint32, _ []byte, _ uint
 func (f *failing) Lock(_ context.Context, id string) (context.Context, func(), error) {
 	return nil, nil, f.fail(id)
 }
+func (f *failing) LockOpened(_ context.Context, id string, release func()) (context.Context, func(), error) {
+	release()
+	return nil, nil, f.fail(id)
+}
 func (f *failing) InProgress(context.Context, string, string, int) ([]*staging.Upload, string, error) {
 	return nil, "", f.fail("")
 }

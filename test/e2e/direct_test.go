@@ -681,17 +681,7 @@ func TestDirectSDKAndCLI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sp := resp.Parts[0]
-		req, _ := http.NewRequestWithContext(ctx(t), sp.Method, sp.Url, bytes.NewReader(sent))
-		for k, v := range sp.Headers {
-			req.Header.Set(k, v)
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		return res.StatusCode
+		return putSigned(t, resp.Parts[0], sent).StatusCode
 	}
 	if code := signPut(1, data[:chunk], data[:chunk]); code != http.StatusOK {
 		t.Fatalf("PUT part 1: %d", code)
@@ -839,16 +829,7 @@ func TestDirectConcurrentCompletions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sp := resp.Parts[0]
-			req, _ := http.NewRequestWithContext(ctx(t), sp.Method, sp.Url, bytes.NewReader(part))
-			for k, v := range sp.Headers {
-				req.Header.Set(k, v)
-			}
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res.Body.Close()
+			res := putSigned(t, resp.Parts[0], part)
 			if res.StatusCode != http.StatusOK {
 				t.Fatalf("PUT part %d: %d", n+1, res.StatusCode)
 			}
@@ -906,4 +887,23 @@ func TestDirectConcurrentCompletions(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// putSigned PUTs body to signed part sp's URL with the headers it was signed with, as a
+// client does, and returns S3's answer (its body closed).
+func putSigned(t *testing.T, sp *chunkupv1.SignedPart, body []byte) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx(t), sp.Method, sp.Url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range sp.Headers {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res
 }

@@ -353,20 +353,7 @@ func TestFinishedStreamsGiveBackTheirPlace(t *testing.T) {
 
 	// A stream carrying chunks of an upload created by CreateUpload is the client's to
 	// end: until it does, it holds the tenant's one place.
-	cr, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(10)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := c.API().UploadChunk(ctx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Send(&chunkupv1.UploadChunkRequest{UploadId: cr.Upload.UploadId, ChunkNumber: 1, Data: []byte("0123456789"), IsLast: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Recv(); err != nil {
-		t.Fatal(err)
-	}
+	st := holdStream(t, c)
 	other, err := c.API().UploadChunk(ctx(t))
 	if err != nil {
 		t.Fatal(err)
@@ -397,20 +384,7 @@ func TestHTTPCreationAtTheStreamCap(t *testing.T) {
 
 	// The tenant's one stream: a chunk of an upload made by CreateUpload, on a stream
 	// the client keeps open.
-	cr, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(10)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := c.API().UploadChunk(ctx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Send(&chunkupv1.UploadChunkRequest{UploadId: cr.Upload.UploadId, ChunkNumber: 1, Data: []byte("0123456789"), IsLast: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Recv(); err != nil {
-		t.Fatal(err)
-	}
+	st := holdStream(t, c)
 	inProgress := func() int {
 		t.Helper()
 		res, err := c.API().ListUploads(ctx(t), &chunkupv1.ListUploadsRequest{PageSize: 500})
@@ -521,4 +495,25 @@ func TestDefaultBudgetFromMaxmemory(t *testing.T) {
 	if _, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(10)}); err != nil {
 		t.Fatalf("another upload's create with Redis holding the staged chunks: %v", err)
 	}
+}
+
+// holdStream opens a stream that holds one of the tenant's places until the client
+// closes it: it carries the one chunk of an upload made by CreateUpload, acknowledged.
+func holdStream(t *testing.T, c *client.Client) chunkupv1.UploadService_UploadChunkClient {
+	t.Helper()
+	cr, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{ExpectedSize: proto.Int64(10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.API().UploadChunk(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&chunkupv1.UploadChunkRequest{UploadId: cr.Upload.UploadId, ChunkNumber: 1, Data: []byte("0123456789"), IsLast: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
