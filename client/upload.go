@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -208,6 +209,13 @@ func (c *Client) upload(ctx context.Context, r io.Reader, file io.ReaderAt, opts
 	}
 	fresh := cfg.resume == "" && cfg.create.ClientNodeId == ""
 	up, err := c.start(ctx, &cfg)
+	if offered && status.Code(err) == codes.InvalidArgument && strings.Contains(err.Error(), "direct_checksums") {
+		// A server from before direct_if_offered does not read it, and refuses
+		// direct_checksums without direct: it offers nothing, so the upload goes
+		// through it.
+		cfg.create.DirectIfOffered, cfg.create.DirectChecksums = false, false
+		up, err = c.start(ctx, &cfg)
+	}
 	if err != nil {
 		return nil, err
 	}
