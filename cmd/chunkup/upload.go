@@ -427,6 +427,9 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 			return nil, err
 		}
 		direct = up.Direct
+		if direct && r.throughServer && up.State == chunkupv1.UploadState_UPLOAD_STATE_ACTIVE {
+			return nil, fmt.Errorf("upload %s went direct to S3 and goes on only that way: leave out --resume to begin the file anew through the server, or leave out --through-server", resumeID)
+		}
 	}
 	var entry *resumeEntry // what identifies this file's upload, for the state
 	if j.path != "-" {
@@ -509,7 +512,7 @@ func (r *uploadRun) resumable(ctx context.Context, j uploadJob, e resumeEntry) (
 		r.display.println(fmt.Sprintf("chunkup: %s: upload %s is %s; starting a new one", j.name, id, stateName(up.State)))
 		return "", r.direct, nil
 	}
-	if up.Direct && r.throughServer && !r.direct {
+	if up.Direct && r.throughServer && !r.direct && up.State == chunkupv1.UploadState_UPLOAD_STATE_ACTIVE {
 		// Begun direct (offered), and this run says the store is out of reach: going on
 		// would put to it again. Its parts are S3's to drop, so it is aborted, not kept.
 		r.forget(id)

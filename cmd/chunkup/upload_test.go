@@ -600,6 +600,13 @@ func TestDirectOffered(t *testing.T) {
 		if got, err := c.Get(ctx, old); err != nil || got.State != chunkupv1.UploadState_UPLOAD_STATE_ABORTED {
 			t.Fatalf("the direct upload is %v (%v), want ABORTED", got.GetState(), err)
 		}
+		again, err := c.API().CreateUpload(ctx, &chunkupv1.CreateUploadRequest{Name: "again.bin", ExpectedSize: &size, Direct: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, _, stderr := runCLI(t, "upload", "--server", addr, "--resume", again.Upload.UploadId, "--through-server", file); code == exitOK || !strings.Contains(stderr, "leave out --resume") {
+			t.Fatalf("--resume of a direct upload with --through-server exited %d (%q), want a failure saying what to leave out", code, stderr)
+		}
 		if code, _, stderr := runCLI(t, "upload", "--server", addr, "--direct", "--through-server", file); code != exitUsage || !strings.Contains(stderr, "contradict") {
 			t.Fatalf("--direct --through-server exited %d (%q), want %d saying they contradict each other", code, stderr, exitUsage)
 		}
