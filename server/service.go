@@ -229,6 +229,7 @@ func (s *UploadService) CreateUpload(ctx context.Context, req *chunkupv1.CreateU
 	if err != nil {
 		return nil, toStatus("", err)
 	}
+	cr.EitherKind = req.DirectIfOffered && !req.Direct
 	if req.Direct || req.DirectIfOffered && s.core.OffersDirect(cr.Size) {
 		up, err := s.core.CreateDirect(ctx, cr, req.DirectChecksums)
 		if err != nil {

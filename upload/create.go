@@ -43,6 +43,11 @@ type CreateRequest struct {
 	// Concat names the partial uploads a final upload concatenates, in order (see
 	// Partials); the door appends their bytes (OpenPartials).
 	Concat []string
+	// EitherKind: the client takes a direct upload or one through a door, whichever
+	// the server makes (direct_if_offered), so a create repeated under the same
+	// ClientNodeID gets its upload back whichever kind it is: a server with another
+	// offer (another --direct-above, or one before a restart) may have made it.
+	EitherKind bool
 
 	// direct: the client puts the parts into S3 itself (CreateDirect), with their
 	// CRC32C when directChecksums.
@@ -202,7 +207,7 @@ func (c *Core) create(ctx context.Context, req *CreateRequest, p staging.Params)
 	}
 	// The client_node_id names an upload already: the same request again gets it back;
 	// another request under the same id is refused, not silently merged.
-	if field := differingField(up, nu, req.ChunkSize, given, req.Key != ""); field != "" {
+	if field := differingField(up, nu, req, given); field != "" {
 		return nil, &ConflictError{ClientNodeID: req.ClientNodeID, UploadID: id, Field: field}
 	}
 	// A create repeated after a crash before the node index was written writes it now
@@ -258,11 +263,11 @@ func (c *Core) keyFree(ctx context.Context, key, clientNodeID string) error {
 
 // differingField names the first parameter in which a repeated create differs from the
 // upload its client_node_id names, or returns "".
-func differingField(up *staging.Upload, nu staging.NewUpload, proposedChunkSize int64, nodeGiven, keyGiven bool) string {
+func differingField(up *staging.Upload, nu staging.NewUpload, req *CreateRequest, nodeGiven bool) string {
 	switch {
 	case nodeGiven && up.NodeID != nu.NodeID:
 		return "node_id"
-	case keyGiven && up.Key != nu.Key:
+	case req.Key != "" && up.Key != nu.Key:
 		return "key"
 	case up.ExpectedSize != nu.ExpectedSize:
 		return "expected_size"
@@ -272,7 +277,7 @@ func differingField(up *staging.Upload, nu staging.NewUpload, proposedChunkSize 
 		return "content_type"
 	case !maps.Equal(up.Metadata, nu.Metadata):
 		return "metadata"
-	case proposedChunkSize != 0 && up.ChunkSize != proposedChunkSize:
+	case req.ChunkSize != 0 && up.ChunkSize != req.ChunkSize:
 		return "chunk_size"
 	case up.ConnectorID != nu.ConnectorID:
 		return "connector_id"
@@ -286,7 +291,7 @@ func differingField(up *staging.Upload, nu staging.NewUpload, proposedChunkSize 
 		return "custom_metadata"
 	case up.IfAbsent != nu.IfAbsent:
 		return "if_absent"
-	case up.Direct != nu.Direct:
+	case up.Direct != nu.Direct && !req.EitherKind:
 		return "direct"
 	case up.Key != nu.Key:
 		// A key the server made, from fields that are all the same (its key template

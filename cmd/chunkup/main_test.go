@@ -111,6 +111,8 @@ func TestUsage(t *testing.T) {
 		{"serve: bad log format", nil, []string{"serve", "--log-format", "xml"}, exitUsage, "", "use text or json"},
 		{"serve: bad redis url", nil, []string{"serve", "--redis-url", "ftp://nowhere"}, exitUsage, "", "redis url"},
 		{"serve: lease too short", nil, []string{"serve", "--lease", "1ms"}, exitUsage, "", "lease must be at least"},
+		{"serve: direct offer under 5 MiB", nil, []string{"serve", "--direct-above", "1MiB"}, exitUsage, "", "direct uploads can be offered from 5 MiB"},
+		{"serve: direct offer with the direct door off", nil, []string{"serve", "--direct-above", "64MiB", "--direct-prefix", "off"}, exitUsage, "", "offer none (--direct-above 0)"},
 		{"serve: arguments", nil, []string{"serve", "extra"}, exitUsage, "", "serve takes no arguments"},
 		{"serve: bad environment twin", map[string]string{"CHUNKUP_WORKER_CONCURRENCY": "many"}, []string{"serve"}, exitUsage, "", "$CHUNKUP_WORKER_CONCURRENCY"},
 		{"serve -h", nil, []string{"serve", "-h"}, exitOK, "", "CHUNKUP_GRPC_ADDR"},

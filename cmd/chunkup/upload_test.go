@@ -23,6 +23,8 @@ import (
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/testenv"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // writeTree writes files (relative path → content) under a new directory named name,
@@ -628,6 +630,46 @@ func TestDirectOffered(t *testing.T) {
 			}
 			if _, err := c.API().AbortUpload(ctx, &chunkupv1.AbortUploadRequest{UploadId: res.Upload.UploadId}); err != nil {
 				t.Fatal(err)
+			}
+		}
+	})
+
+	// A client retrying its create may reach another server behind the same address,
+	// one that offers otherwise (during a rolling change of --direct-above): it gets its
+	// upload back, not a conflict over the kind it did not choose.
+	t.Run("a repeated create at a server with another offer", func(t *testing.T) {
+		other := cfg
+		other.Upload.DirectAbove = 0
+		otherAddr := runApp(t, other).GRPCAddr()
+		ctx, c := dialTest(t, addr)
+		_, oc := dialTest(t, otherAddr)
+		size := int64(8 << 20)
+		for _, tc := range []struct {
+			name         string
+			first, again *client.Client
+			wantDirect   bool
+		}{
+			{"made direct, repeated where none is offered", c, oc, true},
+			{"made through the server, repeated where one is offered", oc, c, false},
+		} {
+			req := &chunkupv1.CreateUploadRequest{Name: "r.bin", ExpectedSize: &size, DirectIfOffered: true,
+				DirectChecksums: true, ClientNodeId: "retry-" + strings.ReplaceAll(tc.name, " ", "-")}
+			first, err := tc.first.API().CreateUpload(ctx, req)
+			if err != nil {
+				t.Fatalf("%s: first create: %v", tc.name, err)
+			}
+			again, err := tc.again.API().CreateUpload(ctx, req)
+			if err != nil {
+				t.Fatalf("%s: repeated create: %v", tc.name, err)
+			}
+			if again.Upload.UploadId != first.Upload.UploadId || again.Upload.Direct != tc.wantDirect {
+				t.Errorf("%s: repeated create got %s (direct %v), want %s (direct %v)", tc.name,
+					again.Upload.UploadId, again.Upload.Direct, first.Upload.UploadId, tc.wantDirect)
+			}
+			// Without direct_if_offered the kind is the client's choice, and another is a conflict.
+			req.DirectIfOffered, req.DirectChecksums, req.Direct = false, false, !tc.wantDirect
+			if _, err := c.API().CreateUpload(ctx, req); status.Code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), "direct") {
+				t.Errorf("%s: a repeat asking for the other kind: %v, want ALREADY_EXISTS naming direct", tc.name, err)
 			}
 		}
 	})

@@ -573,7 +573,11 @@ type CreateUploadRequest struct {
 	// the server made; a direct one goes on as with direct (SignParts, CompleteDirect),
 	// direct_checksums applying; any other takes chunks with UploadChunk, and
 	// direct_checksums is ignored. Without expected_size, or with direct set, it changes
-	// nothing.
+	// nothing; in UploadChunkRequest.create it is ignored (a stream takes chunks). A
+	// create repeated under the same client_node_id gets its upload back whichever kind
+	// it is (another server, with another offer, may have made it). A server from before
+	// this field ignores it but refuses direct_checksums without direct
+	// (INVALID_ARGUMENT naming direct_checksums): create again without both fields.
 	DirectIfOffered bool `protobuf:"varint,18,opt,name=direct_if_offered,json=directIfOffered,proto3" json:"direct_if_offered,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
