@@ -570,6 +570,38 @@ func TestDirectOffered(t *testing.T) {
 		})
 	}
 
+	t.Run("a direct upload resumed at the defaults", func(t *testing.T) {
+		ctx, c := dialTest(t, addr)
+		file, data := writeRandomFile(t, "resumed.bin", 11<<20)
+		fi, err := os.Stat(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := fi.Size()
+		created, err := c.API().CreateUpload(ctx, &chunkupv1.CreateUploadRequest{Name: "resumed.bin", ExpectedSize: &size,
+			DirectIfOffered: true, DirectChecksums: true})
+		if err != nil || !created.Upload.Direct {
+			t.Fatalf("create taking the offer: %v (direct %v), want a direct upload", err, created.GetUpload().GetDirect())
+		}
+		old := created.Upload.UploadId
+		state, err := openResumeState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := state.record(resumeEntry{Path: file, Size: size, ModTime: fi.ModTime().UTC(), Server: addr, UploadID: old}); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := runCLI(t, "upload", "--server", addr, "--json", file)
+		if code != exitOK {
+			t.Fatalf("upload exited %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+		}
+		up := parseUploads(t, stdout, "size", "etag")[0]
+		if up.UploadId != old || !up.Direct {
+			t.Fatalf("the CLI finished %s (direct %v), want it to go on with direct upload %s", up.UploadId, up.Direct, old)
+		}
+		requireObject(t, s3c, up.Key, data)
+	})
+
 	t.Run("a direct upload resumed with --through-server", func(t *testing.T) {
 		ctx, c := dialTest(t, addr)
 		file, data := writeRandomFile(t, "again.bin", 7<<20)
