@@ -172,6 +172,16 @@ func (c *Config) bucket() string {
 
 func (c *Config) has(role string) bool { return len(c.Roles) == 0 || slices.Contains(c.Roles, role) }
 
+// runsEveryRole reports whether the process runs all of AllRoles.
+func (c *Config) runsEveryRole() bool {
+	for _, r := range AllRoles {
+		if !c.has(r) {
+			return false
+		}
+	}
+	return true
+}
+
 // App is a running chunkup process.
 type App struct {
 	cfg Config
@@ -278,7 +288,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			if pc.Logger == nil {
 				pc.Logger = a.log.With("role", RolePublisher)
 			}
-			if a.publisher, err = events.NewPublisher(a.outbox, w, a.hub.Events(), pc); err != nil {
+			// Events recorded by another process wake this one by Redis unless every
+			// role runs here (each such process's own publisher is then woken
+			// in-process, and a notice from Redis would only be one pass more).
+			var notices events.Notices
+			if !cfg.runsEveryRole() {
+				notices = a.outbox
+			}
+			if a.publisher, err = events.NewPublisher(a.outbox, w, a.hub.Events(), notices, pc); err != nil {
 				return nil, err
 			}
 		}

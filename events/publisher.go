@@ -32,6 +32,15 @@ type Outbox interface {
 
 var _ Outbox = (*outbox.Outbox)(nil)
 
+// Notices is where a publisher learns that another process recorded an event: one
+// running apart from the roles that record them would otherwise find them only at its
+// interval.
+type Notices interface {
+	EventNotices(ctx context.Context) (*staging.Subscription, error)
+}
+
+var _ Notices = (*outbox.Outbox)(nil)
+
 // NewKafkaWriter returns a kafka-go writer for events: keyed by upload id (so one
 // upload's events keep their order in one partition), acknowledged by all in-sync
 // replicas, sent without waiting to fill batches.
@@ -72,15 +81,17 @@ func (c PublisherConfig) Validate() error {
 // acknowledged it, so delivery is at least once; while Kafka is down events wait in
 // Redis and uploads go on completing.
 type Publisher struct {
-	cfg   PublisherConfig
-	store Outbox
-	w     Writer
-	wake  <-chan struct{}
+	cfg     PublisherConfig
+	store   Outbox
+	w       Writer
+	wake    <-chan struct{}
+	notices Notices
 }
 
 // NewPublisher returns a Publisher writing with w. A receive on wake (the process's
-// notify.Hub Events; nil for none) asks for a pass at once.
-func NewPublisher(store Outbox, w Writer, wake <-chan struct{}, cfg PublisherConfig) (*Publisher, error) {
+// notify.Hub Events; nil for none) asks for a pass at once, and so does a notice from
+// notices (nil for none: every process that records events runs beside this one).
+func NewPublisher(store Outbox, w Writer, wake <-chan struct{}, notices Notices, cfg PublisherConfig) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -102,14 +113,36 @@ func NewPublisher(store Outbox, w Writer, wake <-chan struct{}, cfg PublisherCon
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Publisher{cfg: cfg, store: store, w: w, wake: wake}, nil
+	return &Publisher{cfg: cfg, store: store, w: w, wake: wake, notices: notices}, nil
 }
+
+// subscribeTimeout bounds one attempt to subscribe to notices, so that a Redis that
+// does not answer delays a pass no more than that (the next pass tries again).
+const subscribeTimeout = 2 * time.Second
 
 // Run publishes until ctx ends. After a failed pass it waits with exponential backoff
 // (and jitter) instead of its interval, and logs when Kafka is reachable again.
 func (p *Publisher) Run(ctx context.Context) error {
+	var sub *staging.Subscription
+	var notices <-chan string // nil (never ready) until subscribed
+	defer func() {
+		if sub != nil {
+			_ = sub.Close()
+		}
+	}()
 	failures := 0
 	for {
+		// Subscribed before the pass, so that an event recorded after the pass read the
+		// outboxes is noticed.
+		if p.notices != nil && sub == nil {
+			sctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
+			if s, err := p.notices.EventNotices(sctx); err == nil {
+				sub, notices = s, s.C
+			} else if ctx.Err() == nil {
+				p.cfg.Logger.Debug("no notices of recorded events yet; checking outboxes every interval", "err", err, "interval", p.cfg.Interval)
+			}
+			cancel()
+		}
 		err := p.Drain(ctx)
 		wait := p.cfg.Interval
 		switch {
@@ -124,11 +157,21 @@ func (p *Publisher) Run(ctx context.Context) error {
 			failures = 0
 		}
 		t := time.NewTimer(wait)
+		woken := false
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil
 		case <-p.wake:
+			woken = true
+		case _, ok := <-notices:
+			woken = ok
+			if !ok { // the subscription ended: subscribe again before the next pass
+				sub, notices = nil, nil
+			}
+		case <-t.C:
+		}
+		if woken {
 			t.Stop()
 			if failures > 0 {
 				// Kafka was failing: a notice is no reason to hammer it; keep the backoff.
@@ -138,7 +181,6 @@ func (p *Publisher) Run(ctx context.Context) error {
 				case <-time.After(wait):
 				}
 			}
-		case <-t.C:
 		}
 	}
 }

@@ -23,6 +23,8 @@ type progressHub struct {
 	mu       sync.Mutex
 	ps       *redis.PubSub // nil until the first watcher, or after the subscription failed
 	watchers map[string]map[chan string]struct{}
+	// recorders get the notices of every upload that recorded an event (EventNotices).
+	recorders map[chan string]struct{}
 }
 
 // watcherBuffer is how many notices a watcher may have pending before newer ones are
@@ -38,22 +40,38 @@ func (o *Outbox) Progress(ctx context.Context, id string) (*staging.Subscription
 	return o.progress.subscribe(ctx, id)
 }
 
+// EventNotices subscribes to the notices of every upload whose change recorded an event
+// in its outbox (it ended, or its document changed), from any process, and returns once
+// Redis has confirmed the subscription. A publisher running apart from the roles that
+// record events wakes on them rather than on its interval. The payload is the upload's
+// id; as with Progress, a lost notice costs latency only.
+func (o *Outbox) EventNotices(ctx context.Context) (*staging.Subscription, error) {
+	return o.progress.subscribe(ctx, "")
+}
+
+// subscribe adds a watcher of upload id's notices, or with id "" of every notice that
+// recorded an event.
 func (h *progressHub) subscribe(ctx context.Context, id string) (*staging.Subscription, error) {
 	if err := h.start(ctx); err != nil {
 		return nil, err
 	}
 	ch := make(chan string, watcherBuffer)
 	h.mu.Lock()
-	if h.watchers[id] == nil {
-		h.watchers[id] = map[chan string]struct{}{}
+	if id == "" {
+		h.recorders[ch] = struct{}{}
+	} else {
+		if h.watchers[id] == nil {
+			h.watchers[id] = map[chan string]struct{}{}
+		}
+		h.watchers[id][ch] = struct{}{}
 	}
-	h.watchers[id][ch] = struct{}{}
 	h.mu.Unlock()
 	var once sync.Once
 	return staging.NewSubscription(ch, func() error {
 		once.Do(func() {
 			h.mu.Lock()
 			defer h.mu.Unlock()
+			delete(h.recorders, ch)
 			if w := h.watchers[id]; w != nil {
 				delete(w, ch)
 				if len(w) == 0 {
@@ -84,6 +102,7 @@ func (h *progressHub) start(ctx context.Context) error {
 	h.ps = ps
 	if h.watchers == nil {
 		h.watchers = map[string]map[chan string]struct{}{}
+		h.recorders = map[chan string]struct{}{}
 	}
 	go h.route(ps.Channel())
 	return nil
@@ -104,9 +123,22 @@ func (h *progressHub) route(msgs <-chan *redis.Message) {
 			default: // behind: it re-reads the state on its own schedule
 			}
 		}
+		if recorded(status) {
+			for ch := range h.recorders {
+				select {
+				case ch <- id:
+				default: // behind: one wake-up pending is as good as many
+				}
+			}
+		}
 		h.mu.Unlock()
 	}
 }
+
+// recorded reports whether a notice's status comes from a change that recorded an
+// event: every notice but a chunk's ("received", "uploaded") does (the scripts that
+// write an outbox publish the upload's new status, or "doc:" and the document's).
+func recorded(status string) bool { return status != "received" && status != "uploaded" }
 
 // close ends the shared subscription; watchers' channels stay open until they close.
 func (h *progressHub) close() error {

@@ -89,6 +89,43 @@ func TestCompletedEventOnce(t *testing.T) {
 	}
 }
 
+// TestPublisherApartIsWoken: a publisher in a process of its own, whose interval is
+// an hour, publishes the events another process records (a completion, an abort)
+// without waiting for it: Redis tells it that they were recorded. Without that the
+// events would wait out the hour, and the test its patience.
+func TestPublisherApartIsWoken(t *testing.T) {
+	e := newEnv(t)
+	k := testenv.StartKafka(t, topic)
+	pub := withKafka(e.config(app.RolePublisher), k)
+	pub.GRPCAddr, pub.HTTPAddr = "off", "off"
+	pub.Publisher.Interval = time.Hour
+	e.start(t, pub)
+	a := e.start(t, e.config(app.RoleAPI, app.RoleWorker, app.RoleCompleter, app.RoleCleanup))
+	c := e.client(t, a)
+
+	data := randomBytes(chunk+99, 31)
+	up, err := c.Upload(ctx(t), reader(data), client.WithName("apart.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.requireExact(t, up, data)
+	aborted, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Name: "dropped.bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.API().AbortUpload(ctx(t), &chunkupv1.AbortUploadRequest{UploadId: aborted.Upload.UploadId}); err != nil {
+		t.Fatal(err)
+	}
+	waitOutboxEmpty(t, a.Outbox())
+	all := allEvents(t, k)
+	if n := len(eventsFor(all, up.UploadId, "chunkup.v1.UploadCompleted")); n != 1 {
+		t.Errorf("%d UploadCompleted events, want 1", n)
+	}
+	if n := len(eventsFor(all, aborted.Upload.UploadId, "chunkup.v1.UploadAborted")); n != 1 {
+		t.Errorf("%d UploadAborted events, want 1", n)
+	}
+}
+
 // TestEventsWaitOutKafkaOutage completes uploads while the broker is down; they
 // complete anyway, their events wait in Redis, and all arrive once it is back.
 func TestEventsWaitOutKafkaOutage(t *testing.T) {
