@@ -571,26 +571,8 @@ func TestDirectOffered(t *testing.T) {
 	}
 
 	t.Run("a direct upload resumed at the defaults", func(t *testing.T) {
-		ctx, c := dialTest(t, addr)
-		file, data := writeRandomFile(t, "resumed.bin", 11<<20)
-		fi, err := os.Stat(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		size := fi.Size()
-		created, err := c.API().CreateUpload(ctx, &chunkupv1.CreateUploadRequest{Name: "resumed.bin", ExpectedSize: &size,
-			DirectIfOffered: true, DirectChecksums: true})
-		if err != nil || !created.Upload.Direct {
-			t.Fatalf("create taking the offer: %v (direct %v), want a direct upload", err, created.GetUpload().GetDirect())
-		}
-		old := created.Upload.UploadId
-		state, err := openResumeState()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := state.record(resumeEntry{Path: file, Size: size, ModTime: fi.ModTime().UTC(), Server: addr, UploadID: old}); err != nil {
-			t.Fatal(err)
-		}
+		_, c := dialTest(t, addr)
+		file, data, old := interruptedDirect(t, c, addr, "resumed.bin", 11<<20, &chunkupv1.CreateUploadRequest{DirectIfOffered: true, DirectChecksums: true})
 		code, stdout, stderr := runCLI(t, "upload", "--server", addr, "--json", file)
 		if code != exitOK {
 			t.Fatalf("upload exited %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
@@ -604,24 +586,8 @@ func TestDirectOffered(t *testing.T) {
 
 	t.Run("a direct upload resumed with --through-server", func(t *testing.T) {
 		ctx, c := dialTest(t, addr)
-		file, data := writeRandomFile(t, "again.bin", 7<<20)
-		fi, err := os.Stat(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		size := fi.Size()
-		created, err := c.API().CreateUpload(ctx, &chunkupv1.CreateUploadRequest{Name: "again.bin", ExpectedSize: &size, Direct: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		old := created.Upload.UploadId
-		state, err := openResumeState()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := state.record(resumeEntry{Path: file, Size: size, ModTime: fi.ModTime().UTC(), Server: addr, UploadID: old}); err != nil {
-			t.Fatal(err)
-		}
+		file, data, old := interruptedDirect(t, c, addr, "again.bin", 7<<20, &chunkupv1.CreateUploadRequest{Direct: true})
+		size := int64(7 << 20)
 		code, stdout, stderr := runCLI(t, "upload", "--server", addr, "--json", "--through-server", file)
 		if code != exitOK || !strings.Contains(stderr, "upload "+old+" went direct to S3; aborted it") {
 			t.Fatalf("upload exited %d; stderr %q, want it to say the direct upload was aborted", code, stderr)
@@ -705,4 +671,33 @@ func TestDirectOffered(t *testing.T) {
 			}
 		}
 	})
+}
+
+// interruptedDirect writes a file of size random bytes named name, creates a direct
+// upload of it with req (its name and size filled in) and records it in the CLI's state
+// as an upload the CLI began, as if the CLI had been interrupted. It returns the file,
+// its bytes and the upload's id.
+func interruptedDirect(t *testing.T, c *client.Client, addr, name string, size int, req *chunkupv1.CreateUploadRequest) (string, []byte, string) {
+	t.Helper()
+	file, data := writeRandomFile(t, name, size)
+	fi, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := fi.Size()
+	req.Name, req.ExpectedSize = name, &n
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	created, err := c.API().CreateUpload(ctx, req)
+	if err != nil || !created.Upload.Direct {
+		t.Fatalf("create: %v (direct %v), want a direct upload", err, created.GetUpload().GetDirect())
+	}
+	state, err := openResumeState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := state.record(resumeEntry{Path: file, Size: n, ModTime: fi.ModTime().UTC(), Server: addr, UploadID: created.Upload.UploadId}); err != nil {
+		t.Fatal(err)
+	}
+	return file, data, created.Upload.UploadId
 }
