@@ -632,6 +632,69 @@ func TestDirectOffered(t *testing.T) {
 		}
 	})
 
+	// Interrupted after its direct upload completed (before the CLI forgot it): with
+	// --through-server the file is not sent again, since nothing more goes to the store.
+	t.Run("a completed direct upload with --through-server", func(t *testing.T) {
+		file, data := writeRandomFile(t, "done.bin", 7<<20)
+		code, stdout, stderr := runCLI(t, "upload", "--server", addr, "--json", file)
+		if code != exitOK {
+			t.Fatalf("upload exited %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+		}
+		first := parseUploads(t, stdout, "size", "etag")[0]
+		if !first.Direct {
+			t.Fatalf("the upload of 7 MiB at an offer from 6 MiB is not direct")
+		}
+		fi, err := os.Stat(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		state, err := openResumeState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := state.record(resumeEntry{Path: file, Size: fi.Size(), ModTime: fi.ModTime().UTC(), Server: addr, UploadID: first.UploadId}); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr = runCLI(t, "upload", "--server", addr, "--json", "--through-server", file)
+		if code != exitOK {
+			t.Fatalf("upload --through-server exited %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+		}
+		// Its first line shows it COMPLETED already, not ACTIVE as a new upload's does.
+		lines := strings.Split(strings.TrimSpace(stdout), "\n")
+		for _, line := range lines {
+			if up := parseUpload(t, line); up.UploadId != first.UploadId || up.State != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
+				t.Fatalf("--through-server printed upload %s %v (direct %v), want the completed %s back\n%s", up.UploadId, up.State, up.Direct, first.UploadId, stdout)
+			}
+		}
+		if len(lines) != 2 {
+			t.Fatalf("%d lines, want the upload as resumed and as it ended:\n%s", len(lines), stdout)
+		}
+		requireObject(t, s3c, first.Key, data)
+	})
+
+	// At the smallest offer, a file of 5 MiB still goes in one message (cheaper than a
+	// multipart upload of one part, docs/direct-uploads.md), a byte more goes direct.
+	t.Run("at the smallest offer", func(t *testing.T) {
+		low := cfg
+		low.Upload.DirectAbove = 5 << 20
+		lowAddr := runApp(t, low).GRPCAddr()
+		for _, tc := range []struct {
+			size       int
+			wantDirect bool
+		}{{5 << 20, false}, {5<<20 + 1, true}} {
+			file, data := writeRandomFile(t, "five.bin", tc.size)
+			code, stdout, stderr := runCLI(t, "upload", "--server", lowAddr, "--json", file)
+			if code != exitOK {
+				t.Fatalf("upload of %d bytes exited %d\nstdout: %s\nstderr: %s", tc.size, code, stdout, stderr)
+			}
+			up := parseUploads(t, stdout, "size", "etag")[0]
+			requireObject(t, s3c, up.Key, data)
+			if up.Direct != tc.wantDirect {
+				t.Errorf("the upload of %d bytes at an offer from 5 MiB is direct: %v, want %v", tc.size, up.Direct, tc.wantDirect)
+			}
+		}
+	})
+
 	// A client retrying its create may reach another server behind the same address,
 	// one that offers otherwise (during a rolling change of --direct-above): it gets its
 	// upload back, not a conflict over the kind it did not choose.
