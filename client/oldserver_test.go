@@ -2,8 +2,6 @@ package client_test
 
 import (
 	"context"
-	"errors"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,7 +15,6 @@ import (
 
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
-	"github.com/chunkup/chunkup/internal/crc"
 )
 
 // olderServer answers as a server from before direct_if_offered: it does not know the
@@ -45,17 +42,7 @@ func (s *olderServer) UploadChunk(stream chunkupv1.UploadService_UploadChunkServ
 	if err != nil {
 		return err
 	}
-	done := &chunkupv1.Upload{UploadId: "u1", State: chunkupv1.UploadState_UPLOAD_STATE_COMPLETED, Size: int64(len(req.Data)), Crc32C: crc.Checksum(req.Data)}
-	if err := stream.Send(&chunkupv1.UploadChunkResponse{UploadId: "u1", ChunkNumber: 1, Completed: done}); err != nil {
-		return err
-	}
-	for {
-		if _, err := stream.Recv(); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-	}
+	return completeOneChunk(stream, req)
 }
 
 // TestDirectIfOfferedWithAnOlderServer: UploadFile taking a direct upload when offered

@@ -36,19 +36,27 @@ func (s *endLateServer) UploadChunk(stream chunkupv1.UploadService_UploadChunkSe
 	if err := stream.Send(&chunkupv1.UploadChunkResponse{Upload: up}); err != nil {
 		return err
 	}
+	if err := completeOneChunk(stream, req); err != nil {
+		return err
+	}
+	time.Sleep(s.linger)
+	return nil
+}
+
+// completeOneChunk acknowledges req's chunk as upload u1's only one, completed, and
+// reads the stream until the client closes its side.
+func completeOneChunk(stream chunkupv1.UploadService_UploadChunkServer, req *chunkupv1.UploadChunkRequest) error {
 	done := &chunkupv1.Upload{UploadId: "u1", State: chunkupv1.UploadState_UPLOAD_STATE_COMPLETED, Size: int64(len(req.Data)), Crc32C: crc.Checksum(req.Data)}
 	if err := stream.Send(&chunkupv1.UploadChunkResponse{UploadId: "u1", ChunkNumber: 1, Completed: done}); err != nil {
 		return err
 	}
 	for {
 		if _, err := stream.Recv(); errors.Is(err, io.EOF) {
-			break
+			return nil
 		} else if err != nil {
 			return err
 		}
 	}
-	time.Sleep(s.linger)
-	return nil
 }
 
 // TestSmallUploadWaitsForItsStreamToEnd: Upload of a small input returns only once its
