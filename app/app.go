@@ -150,7 +150,7 @@ func (c *Config) Validate() error {
 		return errors.New("rate limits must not be negative")
 	}
 	if c.DirectDoor.Off && c.Upload.DirectAbove > 0 {
-		return errors.New("direct uploads are off (--direct-prefix off): offer none (--direct-above 0), or turn them on")
+		return errors.New("direct uploads are off (--direct-prefix off): offer none (leave out --direct-above), or turn them on (leave out --direct-prefix off)")
 	}
 	return errors.Join(c.S3.Validate(), c.Auth.Validate(), c.TLS.Validate(), wrapf("http %w", c.HTTPTLS.Validate()), c.Documents.Validate(), c.Staging.Validate(), core.Validate(), srv.Validate(), c.Worker.Validate(),
 		c.Completer.Validate(), c.Publisher.Validate(), c.Expirer.Validate(), c.OCR.validate(), c.HTTPDoor.Validate(), c.DirectDoor.Validate(), c.HTTPServer.Validate())

@@ -56,7 +56,7 @@ func (c *Core) Check(p staging.Params, ch *Chunk) (uint32, error) {
 func (c *Core) check(p staging.Params, ch *Chunk) (uint32, error) {
 	n := ch.N
 	if p.Direct {
-		return 0, invalidf("upload %s is a direct upload: put its parts into S3 with the URLs chunkup signs, and complete it with their ETags", ch.UploadID)
+		return 0, invalidf("it is a direct upload: put its parts into S3 with the URLs chunkup signs, and complete it with their ETags")
 	}
 	if err := ValidateChunk(p, n, int64(len(ch.Data)), ch.Last); err != nil {
 		return 0, err

@@ -71,7 +71,7 @@ type ReportedPart struct {
 }
 
 // errNoDirect refuses direct uploads on a server that makes none.
-var errNoDirect = fault.New(fault.Unsupported, "this server does not sign direct uploads to S3 (it has no direct-upload door)")
+var errNoDirect = fault.New(fault.Unsupported, "this server takes no direct uploads to S3: send the bytes through it instead (an upload created without direct)")
 
 // directID refuses id on a server without direct uploads, or when it names no upload.
 func (c *Core) directID(id string) error {

@@ -25,7 +25,7 @@ func doorFlags(fs *flagSet) func(*app.Config) {
 	maxHeader := fs.Size("http-max-header-bytes", "CHUNKUP_HTTP_MAX_HEADER_BYTES", 64<<10, "largest request header on --http-addr")
 	maxConns := fs.Int("http-max-conns", "CHUNKUP_HTTP_MAX_CONNS", 4096, "open connections on --http-addr; more wait to be accepted (negative: no bound)")
 	maxConnsIP := fs.Int("http-max-conns-per-ip", "CHUNKUP_HTTP_MAX_CONNS_PER_IP", 256, "open connections on --http-addr from one client address; more are closed at once (negative: no bound)")
-	directPrefix := fs.String("direct-prefix", "CHUNKUP_DIRECT_PREFIX", "/s3/", "path of direct uploads to S3 (Uppy Companion's S3 multipart contract) on --http-addr; off disables them")
+	directPrefix := fs.String("direct-prefix", "CHUNKUP_DIRECT_PREFIX", "/s3/", "path of direct uploads to S3 (Uppy Companion's S3 multipart contract) on --http-addr; off turns direct uploads off on every door (gRPC's CreateUpload with direct, and the CLI's --direct, are refused too)")
 	directTTL := fs.Duration("direct-url-ttl", "CHUNKUP_DIRECT_URL_TTL", 15*time.Minute, "how long a direct upload's signed part URL is valid (at most 7 days)")
 	directAbove := fs.Size("direct-above", "CHUNKUP_DIRECT_ABOVE", 0, "offer a direct upload to S3 to clients that take one (chunkup upload does unless --through-server) for files of at least this size: for clients that can reach the store (--s3-public-endpoint); at least 5MiB, 0: never")
 	s3Public := fs.String("s3-public-endpoint", "CHUNKUP_S3_PUBLIC_ENDPOINT", "", "the S3 endpoint URL as direct uploads' clients reach it, when it is not --s3-endpoint (empty: --s3-endpoint)")

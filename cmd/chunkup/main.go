@@ -452,8 +452,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return usageError{err}
 	}
 	door(&cfg)
+	if d := cfg.Upload.DirectAbove; d > 0 && d < core.MinPartSize {
+		return usageError{fmt.Errorf("serve: --direct-above %s is below 5MiB, S3's smallest part: give at least 5MiB, or 0 to offer no direct uploads", sizeString(d))}
+	}
 	if err := cfg.Validate(); err != nil {
-		return usageError{err}
+		return usageError{fmt.Errorf("serve: settings refused: %w (see 'chunkup serve -h')", err)}
 	}
 	if os.Getenv("GOGC") == "" {
 		// Chunk bytes are large pointer-free buffers that die young: collecting them
@@ -578,6 +581,11 @@ func uploadLine(up *chunkupv1.Upload) string {
 	}
 	line := fmt.Sprintf("%s received %d/%s chunks (%d%s bytes), stored %d (%d bytes)",
 		where, len(up.ReceivedChunks), total, up.ReceivedBytes, of, up.UploadedChunks, up.UploadedBytes)
+	if up.Direct {
+		// Its parts go from the client to S3: the server counts none before completing.
+		line = fmt.Sprintf("%s direct to S3, %s parts%s bytes: the client puts them into S3, and the server checks them when it completes",
+			where, total, of)
+	}
 	if up.Error != "" {
 		line += ": " + up.Error
 	}

@@ -44,7 +44,9 @@ files of SIZE or more as direct uploads: their bytes go straight to S3, with URL
 server signs, and the server still records, checks and completes each one, as with
 --direct. --through-server declines the offer (for a client that cannot reach the
 store), and aborts a file's interrupted upload that went direct, to begin it anew
-through the server; --direct takes a direct upload for every file, offered or not.`
+through the server; --direct takes a direct upload for every new upload, offered or
+not (a file's interrupted upload that began through the server goes on that way, and
+the CLI says so).`
 
 const uploadRetryHelp = `Retries: once connected, failures that may pass (the server restarting or busy, a
 broken stream, Redis refusing a write) are retried with exponential backoff and jitter,
@@ -198,6 +200,9 @@ func planUploads(args []string, recursive bool, prefix *string, key string, warn
 		}
 		fi, err := os.Stat(arg)
 		switch {
+		case err != nil && strings.HasPrefix(arg, "-") && errors.Is(err, fs.ErrNotExist):
+			// The flags end at the first file (flag's rule): a flag after it is read as one.
+			return nil, usageError{fmt.Errorf("no file is named %s: flags go before the files (chunkup upload [flags] FILE...)", arg)}
 		case err != nil:
 			return nil, err
 		case fi.IsDir() && !recursive:
@@ -430,6 +435,7 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 		if direct && r.throughServer && up.State == chunkupv1.UploadState_UPLOAD_STATE_ACTIVE {
 			return nil, fmt.Errorf("upload %s went direct to S3 and goes on only that way: leave out --resume to begin the file anew through the server, or leave out --through-server", resumeID)
 		}
+		r.throughAlready(j, up)
 	}
 	var entry *resumeEntry // what identifies this file's upload, for the state
 	if j.path != "-" {
@@ -523,7 +529,17 @@ func (r *uploadRun) resumable(ctx context.Context, j uploadJob, e resumeEntry) (
 		}
 		return "", false, nil
 	}
+	r.throughAlready(j, up)
 	return id, up.Direct, nil
+}
+
+// throughAlready says, when --direct asks for a direct upload, that resumed upload up
+// goes on through the server as it began: its bytes there are kept, not thrown away.
+func (r *uploadRun) throughAlready(j uploadJob, up *chunkupv1.Upload) {
+	if r.direct && !up.Direct && up.State == chunkupv1.UploadState_UPLOAD_STATE_ACTIVE {
+		r.display.println(fmt.Sprintf("chunkup: %s: upload %s began through the server and goes on that way (--direct applies to new uploads: 'chunkup abort %s', then upload again, sends the file direct)",
+			j.name, up.UploadId, up.UploadId))
+	}
 }
 
 // staleUpload deals with upload id of j's file begun before the file changed: it cannot
@@ -572,7 +588,11 @@ func (r *uploadRun) announce(j uploadJob, up *chunkupv1.Upload, resumed bool) {
 		return
 	}
 	if !resumed {
-		r.display.println(fmt.Sprintf("chunkup: %s: upload %s started", j.name, up.UploadId))
+		how := "" // through the server, as every upload went before direct ones
+		if up.Direct {
+			how = ", direct to S3"
+		}
+		r.display.println(fmt.Sprintf("chunkup: %s: upload %s started%s", j.name, up.UploadId, how))
 		return
 	}
 	of := ""

@@ -572,7 +572,7 @@ func TestDirectOffered(t *testing.T) {
 
 	t.Run("a direct upload resumed at the defaults", func(t *testing.T) {
 		_, c := dialTest(t, addr)
-		file, data, old := interruptedDirect(t, c, addr, "resumed.bin", 11<<20, &chunkupv1.CreateUploadRequest{DirectIfOffered: true, DirectChecksums: true})
+		file, data, old := interrupted(t, c, addr, "resumed.bin", 11<<20, &chunkupv1.CreateUploadRequest{DirectIfOffered: true, DirectChecksums: true}, true)
 		code, stdout, stderr := runCLI(t, "upload", "--server", addr, "--json", file)
 		if code != exitOK {
 			t.Fatalf("upload exited %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
@@ -586,7 +586,7 @@ func TestDirectOffered(t *testing.T) {
 
 	t.Run("a direct upload resumed with --through-server", func(t *testing.T) {
 		ctx, c := dialTest(t, addr)
-		file, data, old := interruptedDirect(t, c, addr, "again.bin", 7<<20, &chunkupv1.CreateUploadRequest{Direct: true})
+		file, data, old := interrupted(t, c, addr, "again.bin", 7<<20, &chunkupv1.CreateUploadRequest{Direct: true}, true)
 		size := int64(7 << 20)
 		code, stdout, stderr := runCLI(t, "upload", "--server", addr, "--json", "--through-server", file)
 		if code != exitOK || !strings.Contains(stderr, "upload "+old+" went direct to S3; aborted it") {
@@ -630,6 +630,43 @@ func TestDirectOffered(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	})
+
+	// Without --json, the CLI says which way each file goes, and status says of an active
+	// direct upload that its parts are S3's to count.
+	t.Run("the CLI says it went direct", func(t *testing.T) {
+		file, _ := writeRandomFile(t, "said.bin", 7<<20)
+		code, _, stderr := runCLI(t, "upload", "--server", addr, "--progress", "none", file)
+		if code != exitOK || !regexp.MustCompile(`said\.bin: upload [a-z0-9]+ started, direct to S3`).MatchString(stderr) {
+			t.Fatalf("upload exited %d; stderr %q, want it to say the upload started direct to S3", code, stderr)
+		}
+		file, _ = writeRandomFile(t, "said2.bin", 7<<20)
+		code, _, stderr = runCLI(t, "upload", "--server", addr, "--progress", "none", "--through-server", file)
+		if code != exitOK || !strings.Contains(stderr, "started\n") || strings.Contains(stderr, "direct to S3") {
+			t.Fatalf("upload --through-server exited %d; stderr %q, want it started without a word of direct", code, stderr)
+		}
+		_, c := dialTest(t, addr)
+		_, _, id := interrupted(t, c, addr, "active.bin", 11<<20, &chunkupv1.CreateUploadRequest{Direct: true}, true)
+		code, stdout, stderr := runCLI(t, "status", "--server", addr, id)
+		if code != exitOK || !strings.Contains(stdout, id+" ACTIVE") || !strings.Contains(stdout, "direct to S3, 2 parts of 11534336 bytes") {
+			t.Fatalf("status exited %d; stdout %q (stderr %q), want the active upload said to go direct to S3 in 2 parts", code, stdout, stderr)
+		}
+	})
+
+	// --direct does not throw away what an interrupted upload through the server holds:
+	// it goes on that way, and the CLI says so.
+	t.Run("--direct resuming an upload through the server", func(t *testing.T) {
+		_, c := dialTest(t, addr)
+		file, data, id := interrupted(t, c, addr, "through.bin", 13<<20, &chunkupv1.CreateUploadRequest{}, false)
+		code, stdout, stderr := runCLI(t, "upload", "--server", addr, "--json", "--direct", file)
+		if code != exitOK || !strings.Contains(stderr, "upload "+id+" began through the server and goes on that way") {
+			t.Fatalf("upload --direct exited %d; stderr %q, want it to say the upload goes on through the server", code, stderr)
+		}
+		up := parseUploads(t, stdout, "size", "etag")[0]
+		if up.UploadId != id || up.Direct {
+			t.Fatalf("upload --direct finished %s (direct %v), want %s through the server", up.UploadId, up.Direct, id)
+		}
+		requireObject(t, s3c, up.Key, data)
 	})
 
 	// Interrupted after its direct upload completed (before the CLI forgot it): with
@@ -736,11 +773,11 @@ func TestDirectOffered(t *testing.T) {
 	})
 }
 
-// interruptedDirect writes a file of size random bytes named name, creates a direct
-// upload of it with req (its name and size filled in) and records it in the CLI's state
-// as an upload the CLI began, as if the CLI had been interrupted. It returns the file,
-// its bytes and the upload's id.
-func interruptedDirect(t *testing.T, c *client.Client, addr, name string, size int, req *chunkupv1.CreateUploadRequest) (string, []byte, string) {
+// interrupted writes a file of size random bytes named name, creates an upload of it
+// with req (its name and size filled in) and records it in the CLI's state as an upload
+// the CLI began, as if the CLI had been interrupted. It returns the file, its bytes and
+// the upload's id; with wantDirect the upload must be direct, else not.
+func interrupted(t *testing.T, c *client.Client, addr, name string, size int, req *chunkupv1.CreateUploadRequest, wantDirect bool) (string, []byte, string) {
 	t.Helper()
 	file, data := writeRandomFile(t, name, size)
 	fi, err := os.Stat(file)
@@ -749,11 +786,9 @@ func interruptedDirect(t *testing.T, c *client.Client, addr, name string, size i
 	}
 	n := fi.Size()
 	req.Name, req.ExpectedSize = name, &n
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	created, err := c.API().CreateUpload(ctx, req)
-	if err != nil || !created.Upload.Direct {
-		t.Fatalf("create: %v (direct %v), want a direct upload", err, created.GetUpload().GetDirect())
+	created, err := c.API().CreateUpload(testenv.Context(t, time.Minute), req)
+	if err != nil || created.Upload.Direct != wantDirect {
+		t.Fatalf("create: %v (direct %v), want direct %v", err, created.GetUpload().GetDirect(), wantDirect)
 	}
 	state, err := openResumeState()
 	if err != nil {

@@ -560,7 +560,9 @@ type CreateUploadRequest struct {
 	// CompleteDirect; UploadChunk refuses its chunks. Every part but the last is
 	// chunk_size bytes. The server still records it, checks what S3 holds against what
 	// the client reports, completes it once, announces it and expires it when abandoned
-	// (docs/direct-uploads.md).
+	// (docs/direct-uploads.md). A server without direct uploads refuses it with
+	// FAILED_PRECONDITION: create the upload without direct and send its chunks to the
+	// server.
 	Direct bool `protobuf:"varint,16,opt,name=direct,proto3" json:"direct,omitempty"`
 	// With direct: the client gives SignParts each part's CRC32C, which the URL binds, so
 	// that S3 refuses other bytes and the object's CRC32C is checked end to end. Without,
@@ -2136,11 +2138,14 @@ type PartToSign struct {
 	// 1 to 10,000.
 	PartNumber uint32 `protobuf:"varint,1,opt,name=part_number,json=partNumber,proto3" json:"part_number,omitempty"`
 	// The part's size in bytes: bound into the URL (Content-Length), so that S3 takes no
-	// other size. 0: not bound.
+	// other size. 0: the server binds the size the part must have when the upload's
+	// expected_size is known (another size is INVALID_ARGUMENT), and none otherwise.
 	Size int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
 	// The part's CRC32C: bound into the URL (x-amz-checksum-crc32c), so that S3 refuses
-	// other bytes. Required by an upload created with direct_checksums (S3 refuses its
-	// parts without).
+	// other bytes, when the upload was created with direct_checksums (and required then:
+	// S3 refuses its parts without). Otherwise, or on a store that takes no checksums,
+	// it is ignored and nothing is bound: the signed part's headers show what is (an
+	// x-amz-checksum-crc32c header only when S3 checks the bytes).
 	Crc32C        *uint32 `protobuf:"varint,3,opt,name=crc32c,proto3,oneof" json:"crc32c,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

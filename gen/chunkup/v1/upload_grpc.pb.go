@@ -114,7 +114,10 @@ type UploadServiceClient interface {
 	// the upload FAILS with that reason (FAILED_PRECONDITION), no object is written and
 	// its multipart upload is aborted. A malformed report (numbers not 1 to N, a part
 	// without ETag) is INVALID_ARGUMENT and changes nothing. Otherwise it returns the
-	// upload COMPLETED, or COMPLETING while another process finishes it; completing a
+	// upload COMPLETED, or COMPLETING while the server still finishes it (another
+	// process completing it, or, for an upload whose parts carry no CRC32C, the server
+	// reading the object once to learn its CRC32C): size, etag and crc32c are set only
+	// once it is COMPLETED, which WatchUpload or GetUpload then show. Completing a
 	// completed upload again returns it, and so does a completion repeated while the
 	// first is still under way (a retry after a timeout).
 	CompleteDirect(ctx context.Context, in *CompleteDirectRequest, opts ...grpc.CallOption) (*CompleteDirectResponse, error)
@@ -359,7 +362,10 @@ type UploadServiceServer interface {
 	// the upload FAILS with that reason (FAILED_PRECONDITION), no object is written and
 	// its multipart upload is aborted. A malformed report (numbers not 1 to N, a part
 	// without ETag) is INVALID_ARGUMENT and changes nothing. Otherwise it returns the
-	// upload COMPLETED, or COMPLETING while another process finishes it; completing a
+	// upload COMPLETED, or COMPLETING while the server still finishes it (another
+	// process completing it, or, for an upload whose parts carry no CRC32C, the server
+	// reading the object once to learn its CRC32C): size, etag and crc32c are set only
+	// once it is COMPLETED, which WatchUpload or GetUpload then show. Completing a
 	// completed upload again returns it, and so does a completion repeated while the
 	// first is still under way (a retry after a timeout).
 	CompleteDirect(context.Context, *CompleteDirectRequest) (*CompleteDirectResponse, error)
