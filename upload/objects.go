@@ -134,8 +134,17 @@ func (c *Core) StatObject(ctx context.Context, key string) (Object, error) {
 	case err != nil:
 		return Object{}, objectErr(err)
 	}
-	return Object{Key: key, Size: info.Size, ETag: info.ETag, LastModified: info.LastModified, ContentType: info.ContentType,
-		CRC32C: info.CRC32C, HasCRC32C: info.HasCRC32C, UploadID: info.UploadID}, nil
+	o := Object{Key: key, Size: info.Size, ETag: info.ETag, LastModified: info.LastModified, ContentType: info.ContentType,
+		CRC32C: info.CRC32C, HasCRC32C: info.HasCRC32C, UploadID: info.UploadID}
+	if !o.HasCRC32C && o.UploadID != "" {
+		// A store that keeps no checksums (or an object completed without one): the
+		// upload that wrote it knows its CRC32C while chunkup still keeps its record, and
+		// the same ETag says the object is still the one it wrote.
+		if up, err := c.get(ctx, o.UploadID); err == nil && up.Status == staging.StatusCompleted && up.ETag == o.ETag && up.Key == key {
+			o.CRC32C, o.HasCRC32C = up.CRC32C, true
+		}
+	}
+	return o, nil
 }
 
 // DeleteObject deletes the caller's object at key. With ifMatch, only if the object has

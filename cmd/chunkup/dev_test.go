@@ -53,6 +53,13 @@ func TestDevMode(t *testing.T) {
 	if sha256.Sum256(stored) != sha256.Sum256(content) {
 		t.Fatal("the stored object differs from the file")
 	}
+	// The embedded store keeps no checksums: stat gives the CRC32C its upload recorded.
+	var statOut bytes.Buffer
+	stat := exec.CommandContext(ctx, bin, "stat", "--server", grpcAddr, up.Key)
+	stat.Stdout, stat.Stderr = &statOut, &statOut
+	if err := stat.Run(); err != nil || !strings.Contains(statOut.String(), fmt.Sprintf("crc32c:        %08x", crc.Checksum(content))) {
+		t.Fatalf("stat %s (%v):\n%s\nwant the upload's CRC32C %08x", up.Key, err, statOut.String(), crc.Checksum(content))
+	}
 
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{kafkaAddr}, Topic: "chunkup.uploads",
 		GroupID: "dev-test", StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})

@@ -1689,8 +1689,9 @@ type Object struct {
 	// S3's ETag, with its quotes.
 	Etag         string                 `protobuf:"bytes,3,opt,name=etag,proto3" json:"etag,omitempty"`
 	LastModified *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_modified,json=lastModified,proto3" json:"last_modified,omitempty"`
-	// StatObject only: the content type, the object's CRC32C when the store keeps one
-	// (has_crc32c), and the chunkup upload that wrote it (empty when it was not chunkup).
+	// StatObject only: the content type, the object's CRC32C when the store keeps one or
+	// the chunkup upload that wrote it is still known with the same ETag (has_crc32c), and
+	// that upload (empty when it was not chunkup).
 	ContentType   string `protobuf:"bytes,5,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	Crc32C        uint32 `protobuf:"varint,6,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
 	HasCrc32C     bool   `protobuf:"varint,7,opt,name=has_crc32c,json=hasCrc32c,proto3" json:"has_crc32c,omitempty"`
