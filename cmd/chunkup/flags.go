@@ -205,7 +205,21 @@ func (fs *flagSet) parse(args []string) error {
 	if len(fs.errs) > 0 {
 		return fs.errs[0]
 	}
+	if rest := fs.Args(); len(rest) > 0 && len(args) > len(rest) {
+		// "--ocr false": a boolean flag takes no separate value, so the flags ended
+		// at "false" and it reads as an argument.
+		prev, v := strings.TrimLeft(args[len(args)-len(rest)-1], "-"), rest[0]
+		if f := fs.Lookup(prev); f != nil && isBoolFlag(f) && (v == "true" || v == "false") {
+			return fmt.Errorf("%s: --%s takes its value after =: --%s=%s (alone it means true; see 'chunkup %s -h')", fs.Name(), prev, prev, v, fs.Name())
+		}
+	}
 	return nil
+}
+
+// isBoolFlag reports whether f is set without a value (flag's boolFlag).
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // flagNameInError finds the flag a flag package error names ("-bogus").
