@@ -39,6 +39,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "CHUNKUP_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	ocrMode := fs.String("ocr", "CHUNKUP_OCR", "auto", "OCR of uploaded images and PDFs: auto (on when tesseract is on PATH or --ocr-engine-url is set), true or false")
 	serviceKey := fs.String("service-internal-key", "CHUNKUP_SERVICE_INTERNAL_KEY", "chunkup-dev", "x-service-key of the verification webhook")
+	directAbove := fs.Size("direct-above", "CHUNKUP_DIRECT_ABOVE", 0, "offer a direct upload to the embedded S3 to clients that take one (chunkup upload does unless --through-server) for files of at least this size, as serve --direct-above does; at least 5MiB, 0: never")
 	applyEngine := ocrEngineFlags(fs)
 	if err := fs.parse(args); err != nil {
 		return usageErr(err)
@@ -49,6 +50,10 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := app.Config{GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Bucket: *bucket, KafkaTopic: *topic, InstanceID: "dev",
 		HTTPDoor: app.HTTPDoorConfig{Page: true}}
 	cfg.OCR.ServiceKey = *serviceKey
+	if err := checkDirectAbove("dev", *directAbove); err != nil {
+		return err
+	}
+	cfg.Upload.DirectAbove = *directAbove
 	cfg.Staging.MaxActivePerTenant = core.DefaultMaxActivePerTenant
 	applyEngine(&cfg.OCR)
 	ocrLine, err := devOCR(*ocrMode, &cfg.OCR)

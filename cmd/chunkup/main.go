@@ -452,8 +452,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return usageError{err}
 	}
 	door(&cfg)
-	if d := cfg.Upload.DirectAbove; d > 0 && d < core.MinPartSize {
-		return usageError{fmt.Errorf("serve: --direct-above %s is below 5MiB, S3's smallest part: give at least 5MiB, or 0 to offer no direct uploads", sizeString(d))}
+	if err := checkDirectAbove("serve", cfg.Upload.DirectAbove); err != nil {
+		return err
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError{fmt.Errorf("serve: settings refused: %w (see 'chunkup serve -h')", err)}
@@ -518,6 +518,15 @@ func clientFlags(fs *flagSet) (server *string, asJSON *bool) {
 		key:    fs.String("tls-key", "CHUNKUP_TLS_CLIENT_KEY", "", "client key for mutual TLS (PEM)"),
 	}
 	return server, asJSON
+}
+
+// checkDirectAbove refuses a --direct-above of cmd that S3 cannot take, in the flag's
+// words (the core's own check speaks of its configuration).
+func checkDirectAbove(cmd string, d int64) error {
+	if d > 0 && d < core.MinPartSize {
+		return usageError{fmt.Errorf("%s: --direct-above %s is below 5MiB, S3's smallest part: give at least 5MiB, or 0 to offer no direct uploads", cmd, sizeString(d))}
+	}
+	return nil
 }
 
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {

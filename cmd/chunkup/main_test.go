@@ -113,6 +113,7 @@ func TestUsage(t *testing.T) {
 		{"serve: lease too short", nil, []string{"serve", "--lease", "1ms"}, exitUsage, "", "lease must be at least"},
 		{"serve: direct offer under 5 MiB", nil, []string{"serve", "--direct-above", "1MiB"}, exitUsage, "", "--direct-above 1.0 MiB is below 5MiB"},
 		{"serve: direct offer with the direct door off", nil, []string{"serve", "--direct-above", "64MiB", "--direct-prefix", "off"}, exitUsage, "", "offer none (leave out --direct-above)"},
+		{"dev: direct offer under 5 MiB", nil, []string{"dev", "--direct-above", "1MiB"}, exitUsage, "", "dev: --direct-above 1.0 MiB is below 5MiB"},
 		{"serve: a boolean flag's value apart", nil, []string{"serve", "--ocr", "false"}, exitUsage, "", "--ocr takes its value after =: --ocr=false"},
 		{"serve: arguments", nil, []string{"serve", "extra"}, exitUsage, "", "serve takes no arguments"},
 		{"serve: bad environment twin", map[string]string{"CHUNKUP_WORKER_CONCURRENCY": "many"}, []string{"serve"}, exitUsage, "", "$CHUNKUP_WORKER_CONCURRENCY"},
