@@ -340,11 +340,9 @@ func partNumber(s string) (uint32, error) {
 func expiresIn(t time.Time) int64 { return max(0, int64(time.Until(t).Seconds())) }
 
 // headers are the signed headers a client must send with a part (none for Uppy's plain
-// PUT); as a JSON object.
+// PUT), as a JSON object: {} when there are none, so a client iterating it meets no
+// null.
 func headers(h http.Header) map[string]string {
-	if len(h) == 0 {
-		return nil
-	}
 	out := make(map[string]string, len(h))
 	for k := range h {
 		out[k] = h.Get(k)

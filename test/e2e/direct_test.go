@@ -107,10 +107,11 @@ func (d *direct) q() string { return "?key=" + url.QueryEscape(d.created.Key) }
 func (d *direct) sign(n int) string {
 	d.t.Helper()
 	var signed struct {
-		URL     string `json:"url"`
-		Expires int64  `json:"expires"`
+		URL     string         `json:"url"`
+		Expires int64          `json:"expires"`
+		Headers map[string]any `json:"headers"` // an object, never null: clients iterate it
 	}
-	if code := directCall(d.t, "GET", d.base+"multipart/"+d.created.UploadID+"/"+strconv.Itoa(n)+d.q(), nil, &signed, d.header...); code != http.StatusOK || signed.URL == "" || signed.Expires <= 0 {
+	if code := directCall(d.t, "GET", d.base+"multipart/"+d.created.UploadID+"/"+strconv.Itoa(n)+d.q(), nil, &signed, d.header...); code != http.StatusOK || signed.URL == "" || signed.Expires <= 0 || signed.Headers == nil {
 		d.t.Fatalf("sign part %d: %d %+v", n, code, signed)
 	}
 	return signed.URL
