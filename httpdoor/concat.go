@@ -44,6 +44,11 @@ func (h *Handler) uploadConcat(r *http.Request) (partial bool, ids []string, err
 		return false, nil, fmt.Errorf("%w: Upload-Concat: final; names no partial upload: list their URLs, in order, separated by spaces", ErrInvalid)
 	}
 	for _, u := range urls {
+		if strings.ContainsAny(u, ",;") {
+			// Not in any URL this server makes: a list with another separator, which
+			// would otherwise read as one URL naming its last upload alone.
+			return false, nil, fmt.Errorf("%w: %q in Upload-Concat is not one upload's URL: separate the partial uploads' URLs with spaces", ErrInvalid, clip(u))
+		}
 		id, ok := h.idOfURL(u)
 		if !ok {
 			return false, nil, fmt.Errorf("%w: %q in Upload-Concat is not the URL of an upload on this server (%sID)", ErrInvalid, clip(u), h.base)

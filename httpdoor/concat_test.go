@@ -81,6 +81,9 @@ func TestConcatenation(t *testing.T) {
 		{"data in the final's creation", tus("Upload-Concat", "final;"+urls[0], "Content-Type", tusCT), http.StatusForbidden},
 		{"a deferred length", tus("Upload-Concat", "final;"+urls[0], "Upload-Defer-Length", "1"), http.StatusBadRequest},
 		{"a missing partial", tus("Upload-Concat", "final;/files/nosuchupload"), http.StatusBadRequest},
+		// Read as one URL, each would name its last upload alone.
+		{"URLs separated by commas", tus("Upload-Concat", "final;"+urls[0]+","+urls[1]), http.StatusBadRequest},
+		{"URLs separated by semicolons", tus("Upload-Concat", "final;"+urls[0]+";"+urls[1]), http.StatusBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.do("POST", "/files/", bytes.NewReader(nil), tc.kv...)
