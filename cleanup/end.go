@@ -66,6 +66,13 @@ func (e *Ender) End(ctx context.Context, id string, status staging.Status, reaso
 	return e.end(ctx, uploads.EndRequest{ID: id, Status: status, Reason: reason, Completer: completer})
 }
 
+// FailUnrecorded ends direct upload id as FAILED for reason unless a part of it is
+// recorded (uploads.ErrPartsRecorded): another completion, whose report matched what S3
+// holds, recorded its parts and completes it.
+func (e *Ender) FailUnrecorded(ctx context.Context, id, reason string) error {
+	return e.end(ctx, uploads.EndRequest{ID: id, Status: staging.StatusFailed, Reason: reason, Unrecorded: true})
+}
+
 // Expire ends upload id as EXPIRED if it has been idle since idleSince or longer; if it
 // was active after that it returns a *staging.ActiveError and changes nothing.
 func (e *Ender) Expire(ctx context.Context, id string, idleSince time.Time, reason string) error {

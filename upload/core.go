@@ -55,6 +55,9 @@ var _ Store = (*uploads.Store)(nil)
 // Ender ends an upload and releases its resources (see cleanup.Ender).
 type Ender interface {
 	End(ctx context.Context, id string, status staging.Status, reason string, completer string) error
+	// FailUnrecorded fails a direct upload unless a concurrent completion recorded its
+	// parts (uploads.ErrPartsRecorded).
+	FailUnrecorded(ctx context.Context, id, reason string) error
 }
 
 // Objects tells whether an object exists (for if_absent), and whose upload made it,

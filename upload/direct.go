@@ -461,7 +461,12 @@ func matchParts(reported []ReportedPart, held []s3store.ListedPart, checksummed 
 // failDirect fails direct upload u for why (its multipart upload is aborted as it ends)
 // and returns the error saying so.
 func (c *Core) failDirect(ctx context.Context, u *staging.Upload, why string) error {
-	err := c.ender.End(ctx, u.ID, staging.StatusFailed, why, "")
+	err := c.ender.FailUnrecorded(ctx, u.ID, why)
+	if errors.Is(err, uploads.ErrPartsRecorded) {
+		// A completion at the same time reported what S3 holds, recorded it and
+		// completes the upload: this report was not the parts', but the upload is.
+		return fault.Wrap(err, fault.Conflict, fmt.Sprintf("upload %s is being completed by another completion, whose parts matched what S3 holds (this one's did not: %s): read it with GetUpload", u.ID, why))
+	}
 	var se *staging.StateError
 	if errors.As(err, &se) && holdsAll(se.Status) {
 		// Completed meanwhile by another completion (whose S3 completion is why the

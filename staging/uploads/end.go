@@ -2,6 +2,7 @@ package uploads
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,11 +37,14 @@ type Ends struct{ s *Store }
 //	ARGV[9] for expiry: end only if the last activity is at or before this (unix ms);
 //	        "0" for no such condition
 //	ARGV[10] upload id (progress notices are "ID STATUS")
+//	ARGV[11] "1": end only while no part is recorded in KEYS[6] (a direct upload's
+//	         failed completion); "0" for no such condition
 //
 // Returns {"ok", s3_upload_id, bucket, key, single, tenant, created_ms}, where single
 // is 1 when the object was already written by a single PutObject, {"already", status} when it had ended
 // already, {"completing"} when a completer holds it, {"active", updated_ms} when it
-// was active after ARGV[9], or {"notfound"}.
+// was active after ARGV[9], {"recorded"} when ARGV[11] asked and a part is recorded,
+// or {"notfound"}.
 var endScript = rdb.NewScript(`
 local st = redis.call('HMGET', KEYS[1], 'status', 's3_upload_id', 'bucket', 'key', 'updated_ms', 'tenant', 'created_ms')
 if not st[1] then return {'notfound'} end
@@ -54,6 +58,7 @@ if st[1] == 'COMPLETING' then
 end
 if st[1] ~= 'ACTIVE' and st[1] ~= 'COMPLETING' then return {'already', st[1]} end
 if ARGV[9] ~= '0' and tonumber(st[5]) > tonumber(ARGV[9]) then return {'active', st[5]} end
+if ARGV[11] == '1' and redis.call('HLEN', KEYS[6]) > 0 then return {'recorded'} end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'error', ARGV[2], 'updated_ms', ARGV[3])
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[3], ARGV[5], ARGV[6])
@@ -80,7 +85,16 @@ type EndRequest struct {
 	// (expiry); otherwise End returns a *staging.ActiveError and has the upload looked
 	// at again when it may have been idle long enough.
 	IdleSince time.Time
+	// Unrecorded ends the upload only while none of its parts is recorded: a direct
+	// upload's completion that found S3 holding other parts than reported must not
+	// fail it once a concurrent completion whose report matched has recorded them.
+	// Otherwise End returns ErrPartsRecorded.
+	Unrecorded bool
 }
+
+// ErrPartsRecorded: End with Unrecorded found parts recorded (another completion of the
+// upload recorded them, and completes it).
+var ErrPartsRecorded = errors.New("its parts were recorded by another completion, which completes it")
 
 // EndResult carries what the caller needs to release an ended upload's S3 resources.
 type EndResult struct {
@@ -113,7 +127,7 @@ func (e *Ends) End(ctx context.Context, r EndRequest) (EndResult, error) {
 		var err error
 		res, err = rdb.Decode("end", endScript.Run(ctx, s.c, terminalKeys(r.ID),
 			string(r.Status), r.Reason, s.c.NowMs(), r.Completer, r.Event.ID, outbox.Record(r.Event),
-			s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel, idle, r.ID))
+			s.c.Cfg.Retention.Milliseconds(), rdb.ProgressChannel, idle, r.ID, flag(r.Unrecorded)))
 		return err == nil && res.Code == rdb.CodeOK, err
 	})
 	if err != nil {
@@ -147,6 +161,8 @@ func (e *Ends) End(ctx context.Context, r EndRequest) (EndResult, error) {
 			_ = s.active.Done(ctx, r.ID, r.ID)
 		}
 		return EndResult{}, staging.ErrNotFound
+	case rdb.CodeRecorded:
+		return EndResult{}, ErrPartsRecorded
 	}
 	return EndResult{}, res.Unexpected()
 }

@@ -799,6 +799,47 @@ func (r *changingReader) ReadAt(b []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// TestDirectCompletionRacingAWrongReport: a completion with the parts' ETags and one
+// with a wrong ETag at the same moment (over Companion's contract, whose client takes
+// a 200 as success). Whichever comes first, a 200 to the right report means the upload
+// completes with its object: the wrong report may fail the upload only before the
+// right one recorded the parts, and then the right one is not answered 200.
+func TestDirectCompletionRacingAWrongReport(t *testing.T) {
+	e := newEnv(t)
+	a := e.start(t, e.config())
+	c := e.client(t, a)
+	base := "http://" + a.HTTPAddr() + "/s3/"
+	okRounds := 0
+	for round := range 12 {
+		data := randomBytes(1000+round, uint64(900+round))
+		d := newDirect(t, base, "raced.bin", "application/octet-stream")
+		code, etag := d.put(d.sign(1), data)
+		if code != http.StatusOK {
+			t.Fatalf("PUT: %d", code)
+		}
+		reports := [][]directPart{{{PartNumber: 1, ETag: etag}}, {{PartNumber: 1, ETag: `"00000000000000000000000000000000"`}}}
+		answers := make([]string, 2)
+		var wg sync.WaitGroup
+		for i, parts := range reports {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var done struct{ Status string }
+				answers[i] = fmt.Sprint(d.complete(parts, &done), " ", done.Status)
+			}()
+		}
+		wg.Wait()
+		if strings.HasPrefix(answers[0], "200 ") {
+			okRounds++
+			e.requireExact(t, waitCompleted(t, c, d.created.UploadID), data)
+		} else if up := getUpload(t, c, d.created.UploadID); up.State != chunkupv1.UploadState_UPLOAD_STATE_FAILED {
+			t.Fatalf("round %d: the right report answered %q, the wrong one %q, and the upload is %s: want it FAILED when the right report was refused",
+				round, answers[0], answers[1], up.State)
+		}
+	}
+	t.Logf("the right report was answered 200 in %d of 12 rounds", okRounds)
+}
+
 // TestDirectConcurrentCompletions: a client that repeats its completion while the first
 // is still under way (a timeout and a retry, two tabs) gets the upload from each:
 // COMPLETED, or COMPLETING while the other finishes it, never an error; the object is

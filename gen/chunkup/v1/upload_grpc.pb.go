@@ -119,7 +119,9 @@ type UploadServiceClient interface {
 	// reading the object once to learn its CRC32C): size, etag and crc32c are set only
 	// once it is COMPLETED, which WatchUpload or GetUpload then show. Completing a
 	// completed upload again returns it, and so does a completion repeated while the
-	// first is still under way (a retry after a timeout).
+	// first is still under way (a retry after a timeout). A wrong report at the same
+	// time as a right one is FAILED_PRECONDITION once the right one recorded the parts
+	// (which then complete), and fails the upload only before that.
 	CompleteDirect(ctx context.Context, in *CompleteDirectRequest, opts ...grpc.CallOption) (*CompleteDirectResponse, error)
 }
 
@@ -367,7 +369,9 @@ type UploadServiceServer interface {
 	// reading the object once to learn its CRC32C): size, etag and crc32c are set only
 	// once it is COMPLETED, which WatchUpload or GetUpload then show. Completing a
 	// completed upload again returns it, and so does a completion repeated while the
-	// first is still under way (a retry after a timeout).
+	// first is still under way (a retry after a timeout). A wrong report at the same
+	// time as a right one is FAILED_PRECONDITION once the right one recorded the parts
+	// (which then complete), and fails the upload only before that.
 	CompleteDirect(context.Context, *CompleteDirectRequest) (*CompleteDirectResponse, error)
 	mustEmbedUnimplementedUploadServiceServer()
 }
