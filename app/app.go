@@ -270,7 +270,24 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a.s3 = s3store.New(client, s3store.StoreOptions(cfg.S3)...)
-	a.presigner = s3store.NewPresigner(client, cfg.S3.PublicEndpoint)
+	signing, err := s3store.SigningCredentials(ctx, cfg.S3, cfg.bucket())
+	if err != nil {
+		return nil, err
+	}
+	if signing != nil {
+		// Assumed now, so that a store without STS, or a role the credentials may not
+		// assume, stops the start (or, for auto, is known) rather than failing every
+		// direct upload's first signing.
+		_, err := signing.Retrieve(ctx)
+		switch {
+		case err != nil && cfg.S3.SignRole == s3store.SignRoleAuto:
+			a.log.Info("direct uploads' URLs are signed with chunkup's own S3 credentials: the store let chunkup assume no role for them (docs/direct-uploads.md, --s3-sign-role)", "err", err)
+			signing = nil
+		case err != nil:
+			return nil, fmt.Errorf("s3: assume the role that signs direct uploads (--s3-sign-role %s): %w", cfg.S3.SignRole, err)
+		}
+	}
+	a.presigner = s3store.NewPresigner(client, cfg.S3.PublicEndpoint, signing)
 	if err := a.s3.EnsureBucket(ctx, cfg.bucket()); err != nil {
 		return nil, err
 	}

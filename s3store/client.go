@@ -3,6 +3,7 @@ package s3store
 import (
 	"context"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/chunkup/chunkup/internal/s3client"
@@ -29,3 +30,12 @@ func StoreOptions(cfg Config) []Option {
 func NewClient(ctx context.Context, cfg Config) (*s3.Client, error) {
 	return s3client.New(ctx, cfg)
 }
+
+// SigningCredentials are the credentials direct uploads' URLs are signed with (see
+// s3client.SigningCredentials): nil for the client's own.
+func SigningCredentials(ctx context.Context, cfg Config, bucket string) (aws.CredentialsProvider, error) {
+	return s3client.SigningCredentials(ctx, cfg, bucket)
+}
+
+// SignRoleAuto: see s3client.SignRoleAuto.
+const SignRoleAuto = s3client.SignRoleAuto

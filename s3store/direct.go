@@ -124,10 +124,14 @@ var authParams = []string{"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "
 
 // NewPresigner signs for client's store; publicEndpoint, when set, is the store's
 // address as clients reach it (e.g. https://s3.example.com), in place of client's.
-func NewPresigner(client *s3.Client, publicEndpoint string) *Presigner {
+func NewPresigner(client *s3.Client, publicEndpoint string, creds aws.CredentialsProvider) *Presigner {
 	o := client.Options()
+	if creds == nil {
+		creds = o.Credentials
+	}
 	return &Presigner{
 		p: s3.NewPresignClient(client, func(o *s3.PresignOptions) {
+			o.ClientOptions = append(o.ClientOptions, func(o *s3.Options) { o.Credentials = creds })
 			if publicEndpoint != "" {
 				o.ClientOptions = append(o.ClientOptions, func(o *s3.Options) { o.BaseEndpoint = aws.String(publicEndpoint) })
 			}
@@ -135,7 +139,7 @@ func NewPresigner(client *s3.Client, publicEndpoint string) *Presigner {
 		// As the S3 client's own signer (s3.Options.HTTPSignerV4's default): S3 takes
 		// object keys' paths escaped once.
 		signer: v4.NewSigner(func(so *v4.SignerOptions) { so.DisableURIPathEscaping = true }),
-		creds:  o.Credentials,
+		creds:  creds,
 		forms:  map[partForm]*form{},
 	}
 }

@@ -40,7 +40,7 @@ func TestPresignedFromForm(t *testing.T) {
 			for attempt := 0; ; attempt++ {
 				// Two signers: one signs part 7 fresh (the SDK's presign client), the other
 				// from the template its part 1 left.
-				fresh, formed := s3store.NewPresigner(c, ""), s3store.NewPresigner(c, "")
+				fresh, formed := s3store.NewPresigner(c, "", nil), s3store.NewPresigner(c, "", nil)
 				if _, err := formed.SignPart(ctx, "bkt", tc.key, "up/load=id", 1, 15*time.Minute, tc.size, tc.crc); err != nil {
 					t.Fatal(err)
 				}

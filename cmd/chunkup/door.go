@@ -28,6 +28,7 @@ func doorFlags(fs *flagSet) func(*app.Config) {
 	directPrefix := fs.String("direct-prefix", "CHUNKUP_DIRECT_PREFIX", "/s3/", "path of direct uploads to S3 (Uppy Companion's S3 multipart contract) on --http-addr; off turns direct uploads off on every door (gRPC's CreateUpload with direct, and the CLI's --direct, are refused too)")
 	directTTL := fs.Duration("direct-url-ttl", "CHUNKUP_DIRECT_URL_TTL", 15*time.Minute, "how long a direct upload's signed part URL is valid (at most 7 days)")
 	directAbove := fs.Size("direct-above", "CHUNKUP_DIRECT_ABOVE", 0, "offer a direct upload to S3 to clients that take one (chunkup upload does unless --through-server) for files of at least this size: for clients that can reach the store (--s3-public-endpoint); at least 5MiB, 0: never")
+	signRole := fs.String("s3-sign-role", "CHUNKUP_S3_SIGN_ROLE", "auto", "sign direct uploads' URLs with this role's credentials (an ARN), assumed through STS with a policy allowing only s3:PutObject in the bucket, so that no signed URL can copy another object into an upload (MinIO takes an unsigned x-amz-copy-source header on a signed part URL, and any ARN here); auto: such a role where the store lets chunkup assume one (MinIO), else chunkup's own credentials; off: chunkup's own (docs/direct-uploads.md)")
 	s3Public := fs.String("s3-public-endpoint", "CHUNKUP_S3_PUBLIC_ENDPOINT", "", "the S3 endpoint URL as direct uploads' clients reach it, when it is not --s3-endpoint (empty: --s3-endpoint)")
 	return func(cfg *app.Config) {
 		if *directPrefix == "off" {
@@ -38,6 +39,9 @@ func doorFlags(fs *flagSet) func(*app.Config) {
 		cfg.Upload.DirectURLTTL = *directTTL
 		cfg.Upload.DirectAbove = *directAbove
 		cfg.S3.PublicEndpoint = *s3Public
+		if *signRole != "off" {
+			cfg.S3.SignRole = *signRole
+		}
 		cfg.HTTPDoor.Door.BufferBudget, cfg.HTTPDoor.Door.TenantBufferBudget = *receive, *receiveTenant
 		cfg.HTTPDoor.Door.MinBodyRate, cfg.HTTPDoor.Door.MinBodyRateWindow = *minRate, *minRateWindow
 		if *minRate == 0 {

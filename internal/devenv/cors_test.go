@@ -29,7 +29,7 @@ func TestS3BrowserCORS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signed, err := s3store.NewPresigner(s3c, "").SignPart(ctxT(t), "pages", "k/one.bin", *mpu.UploadId, 1, time.Minute, 0, nil)
+	signed, err := s3store.NewPresigner(s3c, "", nil).SignPart(ctxT(t), "pages", "k/one.bin", *mpu.UploadId, 1, time.Minute, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

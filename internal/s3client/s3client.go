@@ -8,12 +8,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
 )
 
 // Config says where S3 is. The zero value uses AWS itself in us-east-1 with the SDK's
@@ -42,7 +45,25 @@ type Config struct {
 	// stores that ignore the header. Zero: conditional writes (a store that answers 501
 	// to them is looked at from then on).
 	NoConditionalWrites bool
+	// SignRole, when set, is the ARN of a role whose credentials sign direct uploads'
+	// URLs, assumed through STS on the store's endpoint with a session policy that
+	// allows nothing but s3:PutObject on the bucket's objects (SigningCredentials).
+	// A presigned UploadPart signs neither its body nor every header, and a store that
+	// honours an unsigned x-amz-copy-source on it (MinIO) would otherwise make the part
+	// a copy of any object the signer may read. Empty: the URLs are signed with the
+	// client's own credentials. MinIO takes any ARN (its root user's session gets the
+	// policy); AWS needs a role the client's credentials may assume. SignRoleAuto tries
+	// AutoSignRole and falls back to the client's credentials where the store has no
+	// STS or refuses it (the caller decides, after a first Retrieve).
+	SignRole string
 }
+
+// SignRoleAuto as Config.SignRole: sign with AutoSignRole where the store lets chunkup
+// assume it (MinIO), else with the client's own credentials.
+const SignRoleAuto = "auto"
+
+// AutoSignRole is the role SignRoleAuto assumes: MinIO takes any ARN for its root user.
+const AutoSignRole = "arn:minio:iam:::role/chunkup-direct-uploads"
 
 // Validate reports a configuration that cannot work.
 func (c Config) Validate() error {
@@ -63,8 +84,51 @@ func (c Config) Validate() error {
 // itself, so it asks the SDK to add and validate checksums only where the S3 API
 // requires them.
 func New(ctx context.Context, cfg Config) (*s3.Client, error) {
-	if err := cfg.Validate(); err != nil {
+	awsCfg, err := load(ctx, cfg)
+	if err != nil {
 		return nil, err
+	}
+	return s3.NewFromConfig(awsCfg, func(o *s3.Options) {
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+			o.UsePathStyle = true
+		}
+	}), nil
+}
+
+// SigningCredentials returns the credentials direct uploads' URLs are signed with: with
+// cfg.SignRole, that role's, assumed through STS with a session policy allowing only
+// s3:PutObject on bucket's objects (an UploadPart; not the s3:GetObject a copy needs),
+// cached and renewed before they expire; without, nil (the client's own).
+func SigningCredentials(ctx context.Context, cfg Config, bucket string) (aws.CredentialsProvider, error) {
+	if cfg.SignRole == "" {
+		return nil, nil
+	}
+	awsCfg, err := load(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	stsClient := sts.NewFromConfig(awsCfg, func(o *sts.Options) {
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+		}
+	})
+	role := cfg.SignRole
+	if role == SignRoleAuto {
+		role = AutoSignRole
+	}
+	policy := fmt.Sprintf(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:PutObject"],"Resource":["arn:aws:s3:::%s/*"]}]}`, bucket)
+	return aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(stsClient, role, func(o *stscreds.AssumeRoleOptions) {
+		o.RoleSessionName = "chunkup-direct-uploads"
+		o.Policy = aws.String(policy)
+		o.Duration = time.Hour
+	})), nil
+}
+
+// load is the AWS configuration of cfg.
+func load(ctx context.Context, cfg Config) (aws.Config, error) {
+	if err := cfg.Validate(); err != nil {
+		return aws.Config{}, err
 	}
 	region := cfg.Region
 	if region == "" {
@@ -88,12 +152,7 @@ func New(ctx context.Context, cfg Config) (*s3.Client, error) {
 	}
 	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("s3: load config: %w", err)
+		return aws.Config{}, fmt.Errorf("s3: load config: %w", err)
 	}
-	return s3.NewFromConfig(awsCfg, func(o *s3.Options) {
-		if cfg.Endpoint != "" {
-			o.BaseEndpoint = aws.String(cfg.Endpoint)
-			o.UsePathStyle = true
-		}
-	}), nil
+	return awsCfg, nil
 }

@@ -29,6 +29,7 @@ import (
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/testdocs"
 	"github.com/chunkup/chunkup/internal/testenv"
+	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/server"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/test/harness"
@@ -840,6 +841,73 @@ func TestDirectCompletionRacingAWrongReport(t *testing.T) {
 	t.Logf("the right report was answered 200 in %d of 12 rounds", okRounds)
 }
 
+// TestDirectPartURLCannotCopy: a signed part URL is for the client's bytes, not for a
+// copy of another object. MinIO takes an unsigned x-amz-copy-source header on a
+// presigned UploadPart, which makes the part a copy of any object its signer may read:
+// with URLs signed by chunkup's own credentials, a tenant could complete an upload
+// holding another tenant's object. Signed by the role --s3-sign-role assumes (allowed
+// s3:PutObject only), the copy is refused, and the client's own bytes still go.
+func TestDirectPartURLCannotCopy(t *testing.T) {
+	e := newEnv(t)
+	own := e.client(t, e.start(t, e.config())) // it makes the bucket
+	roled, auto := e.config(), e.config()
+	roled.S3.SignRole, auto.S3.SignRole = "arn:minio:iam:::role/chunkup-direct", s3store.SignRoleAuto
+	signedByRole, signedByAuto := e.client(t, e.start(t, roled)), e.client(t, e.start(t, auto))
+	secret := randomBytes(5<<20, 77)
+	const victim = "someone-else/secret.bin"
+	if _, err := e.s3.PutObject(ctx(t), &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(victim), Body: bytes.NewReader(secret)}); err != nil {
+		t.Fatal(err)
+	}
+	signPart1 := func(t *testing.T, c *client.Client) (string, *chunkupv1.SignedPart) {
+		t.Helper()
+		created, err := c.API().CreateUpload(ctx(t), &chunkupv1.CreateUploadRequest{Name: "mine.bin",
+			ExpectedSize: proto.Int64(int64(len(secret))), Direct: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.API().SignParts(ctx(t), &chunkupv1.SignPartsRequest{UploadId: created.Upload.UploadId,
+			Parts: []*chunkupv1.PartToSign{{PartNumber: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return created.Upload.UploadId, resp.Parts[0]
+	}
+	copyOf := []string{"x-amz-copy-source", "/" + bucket + "/" + victim}
+	zeros := make([]byte, len(secret))
+
+	t.Run("signed by chunkup's own credentials, MinIO copies", func(t *testing.T) {
+		// What the role is for: if a MinIO release refused the copy, this would say so.
+		_, part := signPart1(t, own)
+		if res := putSigned(t, part, zeros, copyOf...); res.StatusCode != http.StatusOK {
+			t.Fatalf("MinIO answered the copy %d: it no longer takes an unsigned x-amz-copy-source", res.StatusCode)
+		}
+	})
+	refusesCopy := func(t *testing.T, c *client.Client) {
+		t.Helper()
+		id, part := signPart1(t, c)
+		if res := putSigned(t, part, zeros, copyOf...); res.StatusCode != http.StatusForbidden {
+			t.Fatalf("the copy through a part URL the role signed was answered %d, want 403", res.StatusCode)
+		}
+		// The client's own bytes go, and complete.
+		mine := randomBytes(len(secret), 78)
+		res := putSigned(t, part, mine)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("PUT of the part's own bytes: %d", res.StatusCode)
+		}
+		if _, err := c.API().CompleteDirect(ctx(t), &chunkupv1.CompleteDirectRequest{UploadId: id,
+			Parts: []*chunkupv1.DirectPart{{PartNumber: 1, Etag: res.Header.Get("ETag")}}}); err != nil {
+			t.Fatal(err)
+		}
+		e.requireExact(t, waitCompleted(t, c, id), mine)
+	}
+	for _, tc := range []struct {
+		name string
+		c    *client.Client
+	}{{"signed by the role, MinIO refuses the copy", signedByRole}, {"signed by auto's role (serve's default), MinIO refuses the copy", signedByAuto}} {
+		t.Run(tc.name, func(t *testing.T) { refusesCopy(t, tc.c) })
+	}
+}
+
 // TestDirectConcurrentCompletions: a client that repeats its completion while the first
 // is still under way (a timeout and a retry, two tabs) gets the upload from each:
 // COMPLETED, or COMPLETING while the other finishes it, never an error; the object is
@@ -933,7 +1001,7 @@ func TestDirectConcurrentCompletions(t *testing.T) {
 
 // putSigned PUTs body to signed part sp's URL with the headers it was signed with, as a
 // client does, and returns S3's answer (its body closed).
-func putSigned(t *testing.T, sp *chunkupv1.SignedPart, body []byte) *http.Response {
+func putSigned(t *testing.T, sp *chunkupv1.SignedPart, body []byte, extra ...string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx(t), sp.Method, sp.Url, bytes.NewReader(body))
 	if err != nil {
@@ -941,6 +1009,9 @@ func putSigned(t *testing.T, sp *chunkupv1.SignedPart, body []byte) *http.Respon
 	}
 	for k, v := range sp.Headers {
 		req.Header.Set(k, v)
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		req.Header.Set(extra[i], extra[i+1])
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
