@@ -91,12 +91,14 @@ func (c *Core) partial(ctx context.Context, id string) (*staging.Upload, error) 
 	case up.Status == staging.StatusCompleting || (up.Status == staging.StatusActive && whole(up)):
 		return nil, &fault.Error{Kind: fault.Unavailable, Msg: fmt.Sprintf("partial upload %s has all its bytes but is still being stored; retry in a moment", id), RetryAfter: time.Second}
 	case up.Status != staging.StatusCompleted:
-		return nil, invalidf("partial upload %s is %s, not complete (it has %d bytes): finish it before creating the final upload", id, up.Status, up.ReceivedBytes)
+		return nil, invalidf("partial upload %s is %s, not complete (it has %d bytes): finish it before creating the final upload", id, up.Status, up.ReceivedBytes+up.Tail.Size)
 	}
 	info, err := c.objects.Head(ctx, up.Bucket, up.Key)
 	switch {
 	case s3store.NotFound(err):
-		return nil, invalidf("partial upload %s was concatenated into a final upload already, and its bytes are gone: upload that part again", id)
+		// A final upload that completed deletes its partials' objects; so does anyone
+		// who deletes the caller's objects.
+		return nil, invalidf("partial upload %s no longer has its bytes (a final upload that completed concatenated them, or its object was deleted): upload that part again", id)
 	case err != nil:
 		return nil, err
 	case info.Size != up.Size:

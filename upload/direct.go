@@ -262,6 +262,9 @@ func (c *Core) completeDirect(ctx context.Context, id string, reported []Reporte
 	parts := slices.Clone(reported)
 	slices.SortFunc(parts, func(a, b ReportedPart) int { return cmp.Compare(a.N, b.N) })
 	for i, p := range parts {
+		if p.N < 1 || p.N > MaxParts {
+			return nil, invalidf("part %d is not a part number: parts are numbered 1 to %d", p.N, MaxParts)
+		}
 		if i > 0 && p.N == parts[i-1].N {
 			return nil, invalidf("part %d is reported twice: report each part once, with the ETag of its last PUT", p.N)
 		}

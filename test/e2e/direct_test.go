@@ -525,6 +525,7 @@ func TestDirectRefusals(t *testing.T) {
 			{"a gap", []directPart{parts[0], parts[2]}, "part 2 is not reported"},
 			{"a part twice", []directPart{parts[0], parts[0], parts[1], parts[2]}, "part 1 is reported twice"},
 			{"no ETag", []directPart{parts[0], parts[1], {PartNumber: 3}}, "part 3 has no ETag"},
+			{"part 0", []directPart{{PartNumber: 0, ETag: parts[0].ETag}, parts[0], parts[1], parts[2]}, "part 0 is not a part number"},
 		} {
 			var answer directError
 			if code := d.complete(tc.parts, &answer); code != http.StatusBadRequest || !strings.Contains(answer.Error, tc.want) {
