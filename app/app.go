@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -270,9 +271,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a.s3 = s3store.New(client, s3store.StoreOptions(cfg.S3)...)
-	signing, err := s3store.SigningCredentials(ctx, cfg.S3, cfg.bucket())
-	if err != nil {
-		return nil, err
+	var signing aws.CredentialsProvider
+	if !cfg.DirectDoor.Off {
+		// Only direct uploads' URLs are signed with them: with direct uploads off there
+		// is no role to assume, nor a start to stop for one.
+		if signing, err = s3store.SigningCredentials(ctx, cfg.S3, cfg.bucket()); err != nil {
+			return nil, err
+		}
 	}
 	if signing != nil {
 		// Assumed now, so that a store without STS, or a role the credentials may not
