@@ -496,13 +496,14 @@ func (c *Completer) failed(ctx context.Context, id string, err error) error {
 // dropPartials deletes the objects of the partial uploads final upload u concatenated
 // (tus concatenation), now that its object holds their bytes: not sooner, so that a
 // final upload that fails before it completes can be created again from them. A
-// partial whose record is gone, or that is not the same tenant's partial upload, is
-// left alone; a delete that fails is logged (docs/http-uploads.md says how a bucket
+// partial whose record is gone, that is not the same tenant's partial upload, or that
+// another final upload claimed (none can, while u holds it, unless u was taken for
+// abandoned), is left alone; a delete that fails is logged (docs/http-uploads.md says how a bucket
 // lifecycle rule collects what is left).
 func (c *Completer) dropPartials(ctx context.Context, u *staging.Upload) {
 	for _, id := range u.Concat {
 		p, err := c.store.Get(ctx, id)
-		if err != nil || !p.Partial || p.Tenant != u.Tenant {
+		if err != nil || !p.Partial || p.Tenant != u.Tenant || p.ClaimedBy != "" && p.ClaimedBy != u.ID {
 			c.cfg.Logger.Warn("a concatenated partial upload's object is left", "upload_id", u.ID, "partial", id, "err", err)
 			continue
 		}

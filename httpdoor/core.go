@@ -98,6 +98,12 @@ type Core interface {
 type Partials interface {
 	// Size is their bytes together: the final upload's size.
 	Size() int64
+	// Claim makes them final upload final's, so that no other final upload
+	// concatenates them meanwhile (one whose creating request ended without every
+	// byte gives them up). It is called holding final's append lock, before Open; a
+	// partial claimed by another final upload that may still complete is ErrConflict,
+	// one whose final upload completed ErrInvalid.
+	Claim(ctx context.Context, final string) error
 	// Open returns their bytes, one partial after the other. A partial whose bytes are
 	// not what it was completed with ends the read with an error (of kind DataLoss)
 	// before the read's end. Closing it stops a read under way.

@@ -356,6 +356,13 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 			job.progress = func(off int64) { h.interim(w, r, rq, "Upload-Offset", strconv.FormatInt(off, 10)) }
 		}
 		if parts != nil {
+			cctx, cancel := context.WithTimeout(held, h.cfg.CoreTimeout)
+			err := parts.Claim(cctx, up.ID)
+			cancel()
+			if err != nil {
+				h.failFinal(ctx, w, r, rq, err)
+				return
+			}
 			src := parts.Open(held)
 			defer src.Close()
 			job.src = src

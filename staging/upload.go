@@ -114,6 +114,9 @@ type Upload struct {
 	// Partial and Concat: see NewUpload.
 	Partial bool
 	Concat  []string
+	// ClaimedBy is the final upload that claimed a completed partial upload to
+	// concatenate it ("" until one does; see uploads.Store.ClaimPartial).
+	ClaimedBy string
 	Document
 	// DetectedContentType is the type found in the object's first bytes at completion,
 	// when ContentType was empty or generic.

@@ -13,6 +13,7 @@ import (
 	"github.com/chunkup/chunkup/internal/fault"
 	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
+	"github.com/chunkup/chunkup/staging/uploads"
 )
 
 // Concatenation (tus's extension) makes one upload of several partial ones, which a
@@ -93,6 +94,9 @@ func (c *Core) partial(ctx context.Context, id string) (*staging.Upload, error) 
 	case up.Status != staging.StatusCompleted:
 		return nil, invalidf("partial upload %s is %s, not complete (it has %d bytes): finish it before creating the final upload", id, up.Status, up.ReceivedBytes+up.Tail.Size)
 	}
+	if _, err := c.claimant(ctx, up, ""); err != nil {
+		return nil, err
+	}
 	info, err := c.objects.Head(ctx, up.Bucket, up.Key)
 	switch {
 	case s3store.NotFound(err):
@@ -105,6 +109,94 @@ func (c *Core) partial(ctx context.Context, id string) (*staging.Upload, error) 
 		return nil, fmt.Errorf("upload: partial upload %s has %d bytes in S3, but %d were recorded", id, info.Size, up.Size)
 	}
 	return up, nil
+}
+
+// claimant tells whether final upload final (its id; "" for one not created yet) may
+// claim partial upload p: it returns the final upload to take p's claim from ("" when
+// there is none, or it is final itself), one that ended without completing; or why
+// not, a Conflict while another final upload may still complete with p's bytes, Invalid
+// once one has.
+func (c *Core) claimant(ctx context.Context, p *staging.Upload, final string) (string, error) {
+	by := p.ClaimedBy
+	if by == "" || by == final {
+		return "", nil
+	}
+	x, err := c.get(ctx, by)
+	switch {
+	case errors.Is(err, staging.ErrNotFound):
+		return by, nil // expired and gone
+	case err != nil:
+		return "", err
+	}
+	switch x.Status {
+	case staging.StatusAborted, staging.StatusFailed, staging.StatusExpired:
+		return by, nil
+	case staging.StatusCompleted:
+		return "", invalidf("partial upload %s was concatenated into final upload %s already, which completed (a partial upload is concatenated once): upload that part again", p.ID, by)
+	}
+	if x.Status == staging.StatusActive && !whole(x) {
+		// A final upload is assembled by the request that creates it, which holds its
+		// append lock all along: one whose lock is free lost that request, and will
+		// never have more bytes.
+		locked, err := c.store.AppendLocked(ctx, by)
+		if err != nil {
+			return "", err
+		}
+		if !locked {
+			return by, nil
+		}
+	}
+	return "", fault.New(fault.Conflict, fmt.Sprintf("partial upload %s is being concatenated into final upload %s by another request (a partial upload is concatenated once): wait for that request's answer, or delete that final upload and create this one again", p.ID, by))
+}
+
+// ClaimPartials makes partial uploads ups (as Partials returned them) final upload
+// final's, in order, so that no other final upload concatenates them meanwhile: a
+// final upload whose creating request ended before it held every byte gives them up,
+// and is aborted. It is called by the request that created final, holding its append
+// lock, before it reads their bytes; an error is Partials' (another final upload
+// claimed one since), and leaves the ones claimed before it to final, which the caller
+// aborts.
+func (c *Core) ClaimPartials(ctx context.Context, final string, ups []*staging.Upload) error {
+	tenant := TenantFrom(ctx)
+	for _, p := range ups {
+		claimed := false
+		for try := 0; !claimed; try++ {
+			from, err := c.claimant(ctx, p, final)
+			if err != nil {
+				return err
+			}
+			if try == 3 {
+				return fault.New(fault.Conflict, fmt.Sprintf("partial upload %s is being claimed by other final uploads at the same time (a partial upload is concatenated once): create this final upload again when they are done", p.ID))
+			}
+			err = c.store.ClaimPartial(ctx, p.ID, tenant, final, from)
+			var ce *uploads.ClaimedError
+			switch {
+			case errors.As(err, &ce):
+				// Claimed since it was read: judge the new claimant.
+				p = &staging.Upload{ID: p.ID, ClaimedBy: ce.Final}
+			case errors.Is(err, staging.ErrNotFound):
+				return invalidf("there is no partial upload %s any more (it expired): upload that part again", p.ID)
+			case err != nil:
+				return err
+			default:
+				claimed = true
+				if from != "" {
+					c.dropAbandoned(ctx, from)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// dropAbandoned aborts final upload id, whose partial uploads another one took over
+// (its creating request ended before it held every byte), so that what it holds goes
+// now rather than at its expiry; one that ended already is left as it is.
+func (c *Core) dropAbandoned(ctx context.Context, id string) {
+	_, err := c.Abort(ctx, id, "its partial uploads were concatenated by another final upload: its creating request ended before it held every byte")
+	if err != nil && !fault.Has(err, fault.Conflict) && !fault.Has(err, fault.Ended) && !fault.Has(err, fault.NotFound) {
+		c.cfg.Logger.Warn("abort a final upload whose partial uploads another one took over", "upload_id", id, "err", err)
+	}
 }
 
 // settled reads upload id once it has settled: a partial upload whose bytes have all

@@ -48,6 +48,9 @@ type Store interface {
 	DeclareSize(ctx context.Context, id, tenant string, size int64) error
 	SaveTail(ctx context.Context, id string, n uint32, data []byte) error
 	ReadTail(ctx context.Context, id string, t staging.Tail) ([]byte, error)
+	AppendLocked(ctx context.Context, id string) (bool, error)
+	// Concatenation (see Core.ClaimPartials).
+	ClaimPartial(ctx context.Context, id, tenant, final, from string) error
 }
 
 var _ Store = (*uploads.Store)(nil)

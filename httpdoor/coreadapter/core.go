@@ -40,6 +40,7 @@ type UploadCore interface {
 	LockOpened(ctx context.Context, id string, release func()) (held context.Context, unlock func(), err error)
 	UploadLimit() int64
 	Partials(ctx context.Context, ids []string) ([]*staging.Upload, int64, error)
+	ClaimPartials(ctx context.Context, final string, ups []*staging.Upload) error
 	OpenPartials(ctx context.Context, ups []*staging.Upload) io.ReadCloser
 }
 
@@ -211,6 +212,10 @@ type partials struct {
 
 func (p *partials) Size() int64                            { return p.size }
 func (p *partials) Open(ctx context.Context) io.ReadCloser { return p.core.OpenPartials(ctx, p.ups) }
+
+func (p *partials) Claim(ctx context.Context, final string) error {
+	return busy(p.core.ClaimPartials(ctx, final, p.ups))
+}
 
 // busy is err, but a call that outlasted the door's CoreTimeout (staging waits out
 // backpressure within it) says so: the server is busy, and a retry is worth it.

@@ -450,6 +450,7 @@ func parseUpload(id string, h, m, received map[string]string, partsAll *redis.Ma
 		FirstChunk: rdb.MsTime(h["first_ms"]), Completed: rdb.MsTime(h["completed_ms"]),
 		DetectedContentType: h["detected_ct"], IfAbsent: h["if_absent"] == "1", Tail: parseTail(h["tail"]),
 		Direct: h["direct"] == "1", MultipartChecksummed: h["mpu_crc32c"] == "1", Partial: h["partial"] == "1",
+		ClaimedBy: h["claimed_by"],
 		Document: staging.Document{NodeID: m["node_id"], ConnectorID: m["connector_id"], ParentID: m["parent_id"],
 			Path: m["path"], Drive: m["drive"], CustomMetadata: m["custom_metadata"]},
 	}

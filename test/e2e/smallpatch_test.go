@@ -2,15 +2,19 @@ package e2e
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
+	"github.com/chunkup/chunkup/client"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/test/harness"
 )
@@ -227,4 +231,141 @@ func TestHTTPConcatenationRefusals(t *testing.T) {
 	})
 	r = d.do("POST", "/files/", nil, tus("Upload-Concat", "final;"+part)...)
 	expectHTTP(t, r, http.StatusBadRequest)
+}
+
+// TestHTTPConcatenationClaims: one set of partial uploads feeds one final upload, so
+// that a tenant cannot make the servers read and write the same bytes any number of
+// times at once. Four final uploads naming the same partials at the same moment: one
+// is created and exact, each other one gets 409 while that one is assembled or 400
+// once it completed, and none is left in progress.
+func TestHTTPConcatenationClaims(t *testing.T) {
+	e := newEnv(t)
+	a := e.start(t, e.config())
+	c := e.client(t, a)
+	d := doorOf(t, a.HTTPAddr())
+	data := randomBytes(48<<20, 43)
+	parts := partialUploads(t, c, d, data, 2)
+	const finals = 4
+	type answer struct {
+		code      int
+		loc, body string
+	}
+	answers := make(chan answer, finals)
+	var wg sync.WaitGroup
+	for range finals {
+		wg.Go(func() {
+			code, loc, body, err := postFinal(ctx(t), "http://"+a.HTTPAddr(), parts)
+			if err != nil {
+				t.Errorf("a final upload's creation: %v", err)
+			}
+			answers <- answer{code, loc, body}
+		})
+	}
+	wg.Wait()
+	close(answers)
+	var created []string
+	for ans := range answers {
+		switch {
+		case ans.code == http.StatusCreated:
+			created = append(created, ans.loc)
+		case ans.code == http.StatusConflict && strings.Contains(ans.body, "is being concatenated into final upload"),
+			ans.code == http.StatusBadRequest && strings.Contains(ans.body, "was concatenated into final upload"):
+		default:
+			t.Errorf("a final upload's creation: %d %s", ans.code, ans.body)
+		}
+	}
+	if len(created) != 1 {
+		t.Fatalf("%d final uploads made of the same partial uploads, want 1: %v", len(created), created)
+	}
+	e.requireExact(t, waitCompleted(t, c, idOf(created[0])), data)
+	r, err := c.API().ListUploads(ctx(t), &chunkupv1.ListUploadsRequest{PageSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Uploads) != 0 {
+		t.Fatalf("%d uploads left in progress, want none: %v", len(r.Uploads), r.Uploads)
+	}
+}
+
+// TestHTTPConcatenationAfterAKill: a final upload whose server was killed (-9) while it
+// assembled the partials' bytes gives them up. After a restart, the same final upload
+// created again is answered 409 only while the dead request's append lock lasts, then
+// made, exact; the dead one is ABORTED.
+func TestHTTPConcatenationAfterAKill(t *testing.T) {
+	e := newEnv(t)
+	node := e.serveProcess(t, nil, "serve", "api,worker,completer,cleanup")
+	c := harness.Dial(t, node.GRPCAddr)
+	d := doorOf(t, node.HTTPAddr)
+	data := randomBytes(96<<20, 44)
+	parts := partialUploads(t, c, d, data, 2)
+	go func() { _, _, _, _ = postFinal(ctx(t), "http://"+node.HTTPAddr, parts) }()
+	var dead string
+	waitFor(t, "the final upload to hold some of its bytes", func() bool {
+		r, err := c.API().ListUploads(ctx(t), &chunkupv1.ListUploadsRequest{PageSize: 100})
+		if err != nil || len(r.Uploads) != 1 || r.Uploads[0].ReceivedBytes == 0 {
+			return false
+		}
+		dead = r.Uploads[0].UploadId
+		return true
+	})
+	node.Kill(t)
+	node.Restart(t)
+	base := "http://" + node.HTTPAddr
+	var loc string
+	waitFor(t, "the final upload to be made again", func() bool {
+		code, l, body, err := postFinal(ctx(t), base, parts)
+		switch {
+		case err != nil:
+			t.Fatalf("a final upload's creation: %v", err)
+		case code == http.StatusCreated:
+			loc = l
+			return true
+		case code != http.StatusConflict || !strings.Contains(body, dead):
+			t.Fatalf("a final upload's creation: %d %s; want 409 naming %s, then 201", code, body, dead)
+		}
+		return false
+	})
+	e.requireExact(t, waitCompleted(t, c, idOf(loc)), data)
+	if got := getUpload(t, c, dead).State; got != chunkupv1.UploadState_UPLOAD_STATE_ABORTED {
+		t.Fatalf("the killed final upload is %v, want ABORTED", got)
+	}
+}
+
+// partialUploads sends data as n partial uploads of equal size (the last takes the
+// rest) and returns their paths in order, once they are COMPLETED.
+func partialUploads(t *testing.T, c *client.Client, d *httpDoor, data []byte, n int) []string {
+	t.Helper()
+	var parts []string
+	size := len(data) / n
+	for i := range n {
+		piece := data[i*size:]
+		if i < n-1 {
+			piece = piece[:size]
+		}
+		p := d.create(len(piece), "Upload-Concat", "partial")
+		r := d.do("PATCH", p, bytes.NewReader(piece), "Tus-Resumable", "1.0.0", "Content-Type", tusCT, "Upload-Offset", "0")
+		expectHTTP(t, r, http.StatusNoContent)
+		parts = append(parts, p)
+	}
+	for _, p := range parts {
+		waitCompleted(t, c, idOf(p))
+	}
+	return parts
+}
+
+// postFinal creates a tus final upload of parts at base; an error only for no answer.
+func postFinal(ctx context.Context, base string, parts []string) (code int, loc, body string, err error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", base+"/files/", nil)
+	if err != nil {
+		return 0, "", "", err
+	}
+	req.Header.Set("Tus-Resumable", "1.0.0")
+	req.Header.Set("Upload-Concat", "final;"+strings.Join(parts, " "))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header.Get("Location"), string(b), err
 }

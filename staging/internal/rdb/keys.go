@@ -20,7 +20,8 @@ func upKey(id, suffix string) string { return Prefix + "up:{" + id + "}:" + suff
 // made before the document fields have it as node_id), tenant, created_ms, first_ms
 // (first chunk staged or part recorded), updated_ms, completed_ms, etag, size, crc32c,
 // detected_ct (content type found in the object's first bytes), if_absent ("1": the
-// object must not replace one at its key), error, handoff.
+// object must not replace one at its key), error, handoff, direct, partial, concat,
+// claimed_by (the final upload that concatenates a partial one), tail.
 func StateKey(id string) string { return upKey(id, "state") }
 
 // MetaKey is an upload's metadata hash: name, content_type, client_node_id,

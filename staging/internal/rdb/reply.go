@@ -61,7 +61,8 @@ const (
 	CodeNotReady = "notready"
 	// CodeNoBytes: a tail whose bytes are gone.
 	CodeNoBytes = "nobytes"
-	// CodeHeld: an entry held by its owner (a job being processed).
+	// CodeHeld: an entry held by its owner (a job being processed, an append lock, a
+	// partial upload claimed by a final upload, which follows).
 	CodeHeld = "held"
 	// CodeDead: a job moved to the dead letters.
 	CodeDead = "dead"
