@@ -13,8 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/client"
+	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/test/harness"
 )
