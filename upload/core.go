@@ -49,6 +49,8 @@ type Store interface {
 	SaveTail(ctx context.Context, id string, n uint32, data []byte) error
 	ReadTail(ctx context.Context, id string, t staging.Tail) ([]byte, error)
 	AppendLocked(ctx context.Context, id string) (bool, error)
+	// Direct uploads (see Core.CompleteDirect).
+	RecordedParts(ctx context.Context, id string, total uint32) ([]staging.Part, error)
 	// Concatenation (see Core.ClaimPartials).
 	ClaimPartial(ctx context.Context, id, tenant, final, from string) error
 }

@@ -281,7 +281,7 @@ func (c *Core) completeDirect(ctx context.Context, id string, reported []Reporte
 	}
 	switch u.Status {
 	case staging.StatusCompleted, staging.StatusCompleting:
-		return u, nil
+		return c.sameParts(ctx, u, parts)
 	case staging.StatusActive:
 	default:
 		return nil, &staging.StateError{Status: u.Status}
@@ -295,10 +295,50 @@ func (c *Core) completeDirect(ctx context.Context, id string, reported []Reporte
 		// meanwhile (S3 then no longer lists the parts, and the upload takes no other
 		// outcome): this one returns the upload as that one left it.
 		if now, gerr := c.get(ctx, id); gerr == nil && (now.Status == staging.StatusCompleted || now.Status == staging.StatusCompleting) {
-			return now, nil
+			if _, mismatch := c.sameParts(ctx, now, parts); mismatch == nil {
+				return now, nil
+			}
 		}
 	}
 	return done, err
+}
+
+// sameParts returns direct upload u, completing or completed by another completion
+// (or this one repeated), when report parts (in order) are the parts it recorded: a
+// completion repeated gets the upload, but a report of other parts is refused (Conflict)
+// rather than answered with an object it does not describe.
+func (c *Core) sameParts(ctx context.Context, u *staging.Upload, parts []ReportedPart) (*staging.Upload, error) {
+	if uint32(len(parts)) != u.Total {
+		return nil, c.otherParts(u, fmt.Sprintf("it has %d parts, and this report %d", u.Total, len(parts)))
+	}
+	rec, err := c.store.RecordedParts(ctx, u.ID, u.Total)
+	if err != nil {
+		if errors.Is(err, staging.ErrUnavailable) {
+			return nil, err
+		}
+		// Records older than the parts' (none are made without them): nothing to
+		// compare with.
+		c.cfg.Logger.Warn("a completed direct upload's parts are not recorded", "upload_id", u.ID, "err", err)
+		return u, nil
+	}
+	for i, p := range parts {
+		r := rec[i]
+		switch {
+		case !s3store.SameETag(p.ETag, r.ETag):
+			return nil, c.otherParts(u, fmt.Sprintf("part %d was reported with ETag %s, but it holds %s", p.N, p.ETag, r.ETag))
+		case p.Size > 0 && p.Size != r.Size:
+			return nil, c.otherParts(u, fmt.Sprintf("part %d was reported with %d bytes, but it holds %d", p.N, p.Size, r.Size))
+		case p.CRC32C != nil && !r.NoCRC && *p.CRC32C != r.CRC32C:
+			return nil, c.otherParts(u, fmt.Sprintf("part %d was reported with CRC32C %08x, but it holds bytes with %08x", p.N, *p.CRC32C, r.CRC32C))
+		}
+	}
+	return u, nil
+}
+
+// otherParts: a report that is not the parts direct upload u is being, or was,
+// completed from.
+func (c *Core) otherParts(u *staging.Upload, why string) error {
+	return fault.New(fault.Conflict, fmt.Sprintf("upload %s is %s from parts other than this report's (%s): its object is made of the parts of the completion that came first; read it with GetUpload", u.ID, u.Status, why))
 }
 
 // finishDirect checks the parts S3 holds for active direct upload u against parts (the

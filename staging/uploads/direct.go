@@ -294,3 +294,14 @@ func (s *Store) RecordDirectParts(ctx context.Context, id string, parts []Direct
 	}
 	return ready, nil
 }
+
+// RecordedParts returns the parts upload id recorded, 1 to total in order (a completing
+// or completed direct upload's, which its record keeps for the retention), or an error
+// naming one that is missing.
+func (s *Store) RecordedParts(ctx context.Context, id string, total uint32) ([]staging.Part, error) {
+	h, err := s.c.Client.HGetAll(ctx, rdb.PartsKey(id)).Result()
+	if err != nil {
+		return nil, err
+	}
+	return parseParts(id, h, total)
+}

@@ -831,9 +831,20 @@ func TestDirectCompletionRacingAWrongReport(t *testing.T) {
 			}()
 		}
 		wg.Wait()
+		if strings.HasPrefix(answers[1], "200 ") {
+			t.Fatalf("round %d: the wrong report was answered %q (the right one %q): want 409", round, answers[1], answers[0])
+		}
 		if strings.HasPrefix(answers[0], "200 ") {
 			okRounds++
 			e.requireExact(t, waitCompleted(t, c, d.created.UploadID), data)
+			// Once completed, the right report again gets the upload, the wrong one 409.
+			var done struct{ Status string }
+			if code := d.complete(reports[0], &done); code != http.StatusOK || done.Status != "COMPLETED" {
+				t.Fatalf("round %d: the right report repeated: %d %s, want 200 COMPLETED", round, code, done.Status)
+			}
+			if code := d.complete(reports[1], &done); code != http.StatusConflict {
+				t.Fatalf("round %d: the wrong report after the completion: %d, want 409", round, code)
+			}
 		} else if up := getUpload(t, c, d.created.UploadID); up.State != chunkupv1.UploadState_UPLOAD_STATE_FAILED {
 			t.Fatalf("round %d: the right report answered %q, the wrong one %q, and the upload is %s: want it FAILED when the right report was refused",
 				round, answers[0], answers[1], up.State)

@@ -118,10 +118,12 @@ type UploadServiceClient interface {
 	// process completing it, or, for an upload whose parts carry no CRC32C, the server
 	// reading the object once to learn its CRC32C): size, etag and crc32c are set only
 	// once it is COMPLETED, which WatchUpload or GetUpload then show. Completing a
-	// completed upload again returns it, and so does a completion repeated while the
-	// first is still under way (a retry after a timeout). A wrong report at the same
-	// time as a right one is FAILED_PRECONDITION once the right one recorded the parts
-	// (which then complete), and fails the upload only before that.
+	// completed upload again with the same parts returns it, and so does a completion
+	// repeated while the first is still under way (a retry after a timeout); a report
+	// of other parts (another ETag, size or CRC32C, another count) is then
+	// FAILED_PRECONDITION and changes nothing. A wrong report at the same time as a
+	// right one is FAILED_PRECONDITION once the right one recorded the parts (which
+	// then complete), and fails the upload only before that.
 	CompleteDirect(ctx context.Context, in *CompleteDirectRequest, opts ...grpc.CallOption) (*CompleteDirectResponse, error)
 }
 
@@ -368,10 +370,12 @@ type UploadServiceServer interface {
 	// process completing it, or, for an upload whose parts carry no CRC32C, the server
 	// reading the object once to learn its CRC32C): size, etag and crc32c are set only
 	// once it is COMPLETED, which WatchUpload or GetUpload then show. Completing a
-	// completed upload again returns it, and so does a completion repeated while the
-	// first is still under way (a retry after a timeout). A wrong report at the same
-	// time as a right one is FAILED_PRECONDITION once the right one recorded the parts
-	// (which then complete), and fails the upload only before that.
+	// completed upload again with the same parts returns it, and so does a completion
+	// repeated while the first is still under way (a retry after a timeout); a report
+	// of other parts (another ETag, size or CRC32C, another count) is then
+	// FAILED_PRECONDITION and changes nothing. A wrong report at the same time as a
+	// right one is FAILED_PRECONDITION once the right one recorded the parts (which
+	// then complete), and fails the upload only before that.
 	CompleteDirect(context.Context, *CompleteDirectRequest) (*CompleteDirectResponse, error)
 	mustEmbedUnimplementedUploadServiceServer()
 }
