@@ -127,7 +127,7 @@ deps-node: deps-apt
 # (one chunk and many, resume, if_absent and its races, CRC32C, expiry aborting the
 # multipart upload, strays, ReadObject ranges, the HTTP door). Everything runs on MinIO.
 SEAWEEDFS_TESTS := ./s3store/ ./test/e2e/ ./upload/ ./bench/
-SEAWEEDFS_RUN := ^(TestIfAbsent|TestAbortStraysPages|TestChunkChecksums|TestCompleteAfterCutOffCompletion|TestReason|TestUploadSizes|TestCompletersRace|TestAbandonedUploadExpires|TestReadObject|TestHTTPCurl|TestHTTPSmallPatches|TestHTTPAppendsOfAnySize|TestHTTPIETFVersions|TestHTTPParallelUploads|TestWorkerKilledHoldingClaim|TestObjects|TestRunSmall|TestDirectContractByCurl|TestDirectRefusals|TestDirectUploadExpires|TestDirectSDKAndCLI|TestDirectUppyInBrowser|TestUppyTusInBrowser)$$
+SEAWEEDFS_RUN := ^(TestIfAbsent|TestAbortStraysPages|TestChunkChecksums|TestCompleteAfterCutOffCompletion|TestReason|TestUploadSizes|TestCompletersRace|TestAbandonedUploadExpires|TestReadObject|TestHTTPCurl|TestHTTPSmallPatches|TestHTTPAppendsOfAnySize|TestHTTPIETFVersions|TestHTTPParallelUploads|TestWorkerKilledHoldingClaim|TestObjects|TestRunSmall|TestDirectContractByCurl|TestDirectRefusals|TestDirectPartURLCannotCopy|TestDirectUploadExpires|TestDirectSDKAndCLI|TestDirectUppyInBrowser|TestUppyTusInBrowser)$$
 
 # The same tests but the bench's small run, a third time on versitygw (CHUNKUP_TEST_S3=versitygw,
 # its POSIX backend).

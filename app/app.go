@@ -7,6 +7,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -275,18 +276,17 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if !cfg.DirectDoor.Off {
 		// Only direct uploads' URLs are signed with them: with direct uploads off there
 		// is no role to assume, nor a start to stop for one.
-		if signing, err = s3store.SigningCredentials(ctx, cfg.S3, cfg.bucket()); err != nil {
-			return nil, err
+		ttl := cmp.Or(cfg.Upload.DirectURLTTL, upload.DefaultDirectURLTTL)
+		signing, err = s3store.SigningCredentials(ctx, cfg.S3, cfg.bucket(), ttl)
+		if err == nil && signing != nil {
+			// Assumed now, so that a store without STS, or a role the credentials may
+			// not assume, stops the start (or, for auto, is known) rather than failing
+			// every direct upload's first signing.
+			_, err = signing.Retrieve(ctx)
 		}
-	}
-	if signing != nil {
-		// Assumed now, so that a store without STS, or a role the credentials may not
-		// assume, stops the start (or, for auto, is known) rather than failing every
-		// direct upload's first signing.
-		_, err := signing.Retrieve(ctx)
 		switch {
 		case err != nil && cfg.S3.SignRole == s3store.SignRoleAuto:
-			a.log.Info("direct uploads' URLs are signed with chunkup's own S3 credentials: the store let chunkup assume no role for them (docs/direct-uploads.md, --s3-sign-role)", "err", err)
+			a.log.Warn("direct uploads' URLs are signed with chunkup's own S3 credentials, not a write-only role's: on a store that honours an unsigned x-amz-copy-source on them (MinIO), a client could copy any object into its upload (docs/direct-uploads.md, --s3-sign-role)", "err", err)
 			signing = nil
 		case err != nil:
 			return nil, fmt.Errorf("s3: assume the role that signs direct uploads (--s3-sign-role %s): %w", cfg.S3.SignRole, err)

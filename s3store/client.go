@@ -2,6 +2,7 @@ package s3store
 
 import (
 	"context"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -33,8 +34,8 @@ func NewClient(ctx context.Context, cfg Config) (*s3.Client, error) {
 
 // SigningCredentials are the credentials direct uploads' URLs are signed with (see
 // s3client.SigningCredentials): nil for the client's own.
-func SigningCredentials(ctx context.Context, cfg Config, bucket string) (aws.CredentialsProvider, error) {
-	return s3client.SigningCredentials(ctx, cfg, bucket)
+func SigningCredentials(ctx context.Context, cfg Config, bucket string, urlTTL time.Duration) (aws.CredentialsProvider, error) {
+	return s3client.SigningCredentials(ctx, cfg, bucket, urlTTL)
 }
 
 // SignRoleAuto: see s3client.SignRoleAuto.

@@ -592,8 +592,12 @@ func uploadLine(up *chunkupv1.Upload) string {
 		where, len(up.ReceivedChunks), total, up.ReceivedBytes, of, up.UploadedChunks, up.UploadedBytes)
 	if up.Direct {
 		// Its parts go from the client to S3: the server counts none before completing.
-		line = fmt.Sprintf("%s direct to S3, %s parts%s bytes: the client puts them into S3, and the server checks them when it completes",
-			where, total, of)
+		size := ""
+		if up.ExpectedSize >= 0 {
+			size = fmt.Sprintf(", %d bytes in all", up.ExpectedSize)
+		}
+		line = fmt.Sprintf("%s direct to S3, %s parts%s: the client puts them into S3, and the server checks them when it completes",
+			where, total, size)
 	}
 	if up.Error != "" {
 		line += ": " + up.Error

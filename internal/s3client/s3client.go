@@ -100,9 +100,23 @@ func New(ctx context.Context, cfg Config) (*s3.Client, error) {
 // cfg.SignRole, that role's, assumed through STS with a session policy allowing only
 // s3:PutObject on bucket's objects (an UploadPart; not the s3:GetObject a copy needs),
 // cached and renewed before they expire; without, nil (the client's own).
-func SigningCredentials(ctx context.Context, cfg Config, bucket string) (aws.CredentialsProvider, error) {
+//
+// A presigned URL stops working when the credentials that signed it expire, so the
+// credentials sign only while they have at least urlTTL (the URLs' lifetime) left: the
+// session lasts an hour (the longest AWS grants a role by default) or urlTTL and a
+// quarter of an hour, at most 12 hours (the longest any role may have), and is renewed
+// urlTTL before it ends. For SignRoleAuto the store is asked once, without retries: it
+// is a probe, which a store without STS answers with an error (SeaweedFS: 503).
+func SigningCredentials(ctx context.Context, cfg Config, bucket string, urlTTL time.Duration) (aws.CredentialsProvider, error) {
 	if cfg.SignRole == "" {
 		return nil, nil
+	}
+	session := max(time.Hour, urlTTL+15*time.Minute)
+	if session > MaxSignSession {
+		return nil, fmt.Errorf("signed URLs valid for %v cannot be signed by a role, whose credentials last at most %v: sign with the client's own credentials, or make the URLs' lifetime at most %v", urlTTL, MaxSignSession, MaxSignSession-15*time.Minute)
+	}
+	if cfg.SignRole == SignRoleAuto {
+		cfg.MaxAttempts = 1
 	}
 	awsCfg, err := load(ctx, cfg)
 	if err != nil {
@@ -121,9 +135,12 @@ func SigningCredentials(ctx context.Context, cfg Config, bucket string) (aws.Cre
 	return aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(stsClient, role, func(o *stscreds.AssumeRoleOptions) {
 		o.RoleSessionName = "chunkup-direct-uploads"
 		o.Policy = aws.String(policy)
-		o.Duration = time.Hour
-	})), nil
+		o.Duration = session
+	}), func(o *aws.CredentialsCacheOptions) { o.ExpiryWindow = urlTTL }), nil
 }
+
+// MaxSignSession is the longest a role's session may last (AWS's limit for any role).
+const MaxSignSession = 12 * time.Hour
 
 // load is the AWS configuration of cfg.
 func load(ctx context.Context, cfg Config) (aws.Config, error) {

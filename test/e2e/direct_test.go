@@ -858,13 +858,16 @@ func TestDirectCompletionRacingAWrongReport(t *testing.T) {
 // presigned UploadPart, which makes the part a copy of any object its signer may read:
 // with URLs signed by chunkup's own credentials, a tenant could complete an upload
 // holding another tenant's object. Signed by the role --s3-sign-role assumes (allowed
-// s3:PutObject only), the copy is refused, and the client's own bytes still go.
+// s3:PutObject only), the copy is refused, and the client's own bytes still go. On
+// SeaweedFS and versitygw, which have no STS, serve's default (auto) signs with
+// chunkup's own credentials, and the store refuses the unsigned header itself.
 func TestDirectPartURLCannotCopy(t *testing.T) {
 	e := newEnv(t)
 	own := e.client(t, e.start(t, e.config())) // it makes the bucket
-	roled, auto := e.config(), e.config()
-	roled.S3.SignRole, auto.S3.SignRole = "arn:minio:iam:::role/chunkup-direct", s3store.SignRoleAuto
-	signedByRole, signedByAuto := e.client(t, e.start(t, roled)), e.client(t, e.start(t, auto))
+	_, minio := e.minio.(*testenv.MinIO)
+	auto := e.config()
+	auto.S3.SignRole = s3store.SignRoleAuto
+	signedByAuto := e.client(t, e.start(t, auto))
 	secret := randomBytes(5<<20, 77)
 	const victim = "someone-else/secret.bin"
 	if _, err := e.s3.PutObject(ctx(t), &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(victim), Body: bytes.NewReader(secret)}); err != nil {
@@ -887,18 +890,20 @@ func TestDirectPartURLCannotCopy(t *testing.T) {
 	copyOf := []string{"x-amz-copy-source", "/" + bucket + "/" + victim}
 	zeros := make([]byte, len(secret))
 
-	t.Run("signed by chunkup's own credentials, MinIO copies", func(t *testing.T) {
-		// What the role is for: if a MinIO release refused the copy, this would say so.
-		_, part := signPart1(t, own)
-		if res := putSigned(t, part, zeros, copyOf...); res.StatusCode != http.StatusOK {
-			t.Fatalf("MinIO answered the copy %d: it no longer takes an unsigned x-amz-copy-source", res.StatusCode)
-		}
-	})
+	if minio {
+		t.Run("signed by chunkup's own credentials, MinIO copies", func(t *testing.T) {
+			// What the role is for: if a MinIO release refused the copy, this would say so.
+			_, part := signPart1(t, own)
+			if res := putSigned(t, part, zeros, copyOf...); res.StatusCode != http.StatusOK {
+				t.Fatalf("MinIO answered the copy %d: it no longer takes an unsigned x-amz-copy-source", res.StatusCode)
+			}
+		})
+	}
 	refusesCopy := func(t *testing.T, c *client.Client) {
 		t.Helper()
 		id, part := signPart1(t, c)
-		if res := putSigned(t, part, zeros, copyOf...); res.StatusCode != http.StatusForbidden {
-			t.Fatalf("the copy through a part URL the role signed was answered %d, want 403", res.StatusCode)
+		if res := putSigned(t, part, zeros, copyOf...); res.StatusCode/100 != 4 {
+			t.Fatalf("the copy through a signed part URL was answered %d, want a refusal (4xx)", res.StatusCode)
 		}
 		// The client's own bytes go, and complete.
 		mine := randomBytes(len(secret), 78)
@@ -912,11 +917,12 @@ func TestDirectPartURLCannotCopy(t *testing.T) {
 		}
 		e.requireExact(t, waitCompleted(t, c, id), mine)
 	}
-	for _, tc := range []struct {
-		name string
-		c    *client.Client
-	}{{"signed by the role, MinIO refuses the copy", signedByRole}, {"signed by auto's role (serve's default), MinIO refuses the copy", signedByAuto}} {
-		t.Run(tc.name, func(t *testing.T) { refusesCopy(t, tc.c) })
+	t.Run("signed as serve's default (auto) signs, the copy is refused", func(t *testing.T) { refusesCopy(t, signedByAuto) })
+	if minio {
+		roled := e.config()
+		roled.S3.SignRole = "arn:minio:iam:::role/chunkup-direct"
+		signedByRole := e.client(t, e.start(t, roled))
+		t.Run("signed by a role named, MinIO refuses the copy", func(t *testing.T) { refusesCopy(t, signedByRole) })
 	}
 }
 

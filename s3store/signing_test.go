@@ -1,0 +1,42 @@
+package s3store_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chunkup/chunkup/internal/testenv"
+	"github.com/chunkup/chunkup/s3store"
+)
+
+// TestSigningCredentialsOutlastTheURLs: a presigned URL dies with the credentials that
+// signed it, so a role's credentials sign only while their session has at least the
+// URLs' lifetime left (they are renewed that long before the session ends), and a
+// lifetime no role's session can cover is refused.
+func TestSigningCredentialsOutlastTheURLs(t *testing.T) {
+	m := testenv.StartMinIO(t)
+	ctx := testenv.Context(t, time.Minute)
+	cfg := m.S3Config()
+	cfg.SignRole = "arn:minio:iam:::role/chunkup-test"
+	for _, ttl := range []time.Duration{15 * time.Minute, 50 * time.Minute, 3 * time.Hour} {
+		creds, err := s3store.SigningCredentials(ctx, cfg, "bkt", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := creds.Retrieve(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The cache hands them out until ttl before the session ends: a URL signed at
+		// the last moment still lives its whole lifetime.
+		session := max(time.Hour, ttl+15*time.Minute)
+		left := time.Until(c.Expires)
+		if !c.CanExpire || left > session-ttl || left < session-ttl-time.Minute {
+			t.Fatalf("URLs valid for %v: the credentials sign for %v more, want %v (a session of %v renewed %v before its end)", ttl, left, session-ttl, session, ttl)
+		}
+	}
+	_, err := s3store.SigningCredentials(ctx, cfg, "bkt", 12*time.Hour)
+	if err == nil || !strings.Contains(err.Error(), "at most 12h0m0s") {
+		t.Fatalf("URLs valid for 12h signed by a role: %v, want a refusal", err)
+	}
+}
