@@ -86,6 +86,12 @@ type Config struct {
 	LocalReady bool
 	// Concurrency is how many uploads are completed at once. Zero means 2.
 	Concurrency int
+	// ReadsPerTenant is how many of one tenant's objects this process reads whole at
+	// once to learn their CRC32C (direct uploads whose client gave no checksums: an
+	// Uppy upload). A completion that would read more waits its turn without holding
+	// one of the Concurrency slots, so that one tenant's large objects do not hold up
+	// other tenants' completions. Zero means 1.
+	ReadsPerTenant int
 	// RetryBase and RetryMax bound the backoff after a transient S3 error. Zero means
 	// 1 s and 30 s.
 	RetryBase, RetryMax time.Duration
@@ -111,7 +117,7 @@ type Metrics interface {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	if c.Lease < 0 || c.SweepInterval < 0 || c.Concurrency < 0 || c.RetryBase < 0 || c.RetryMax < 0 || c.S3Timeout < 0 {
+	if c.Lease < 0 || c.SweepInterval < 0 || c.Concurrency < 0 || c.ReadsPerTenant < 0 || c.RetryBase < 0 || c.RetryMax < 0 || c.S3Timeout < 0 {
 		return errors.New("completion: settings must not be negative")
 	}
 	if c.Lease > 0 && c.Lease < time.Second {
@@ -137,6 +143,10 @@ type Completer struct {
 	mu       sync.Mutex
 	inflight map[string]bool
 	failures map[string]int
+	// reading counts each tenant's objects being read for their CRC32C; waiting holds,
+	// in order, the completions of a tenant at its ReadsPerTenant that wait their turn.
+	reading map[string]int
+	waiting map[string][]string
 }
 
 // New returns a Completer. ready (the process's notify.Hub Ready; nil for none)
@@ -154,6 +164,9 @@ func New(store Store, s3c Objects, ender Ender, ready <-chan string, cfg Config)
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 2
 	}
+	if cfg.ReadsPerTenant == 0 {
+		cfg.ReadsPerTenant = 1
+	}
 	if cfg.RetryBase == 0 {
 		cfg.RetryBase = time.Second
 	}
@@ -169,6 +182,7 @@ func New(store Store, s3c Objects, ender Ender, ready <-chan string, cfg Config)
 	return &Completer{
 		cfg: cfg, store: store, s3: s3c, ender: ender, token: ids.NewToken(),
 		ready: ready, busy: retry.NewNudge(), inflight: map[string]bool{}, failures: map[string]int{},
+		reading: map[string]int{}, waiting: map[string][]string{},
 	}, nil
 }
 
@@ -278,6 +292,15 @@ func (c *Completer) complete(ctx context.Context, id string, head []byte) (*stag
 		return nil, nil
 	}
 
+	reads := slices.ContainsFunc(parts, func(p staging.Part) bool { return p.NoCRC })
+	if reads {
+		if !c.takeRead(u.Tenant, id) {
+			// Due again once a read of the tenant's ends (or, should this process die,
+			// when its guard has expired).
+			return nil, c.store.Retry(ctx, id, c.store.Now().Add(c.cfg.Lease))
+		}
+		defer c.endRead(ctx, u.Tenant)
+	}
 	var size int64
 	var sum uint32
 	for _, p := range parts {
@@ -291,7 +314,7 @@ func (c *Completer) complete(ctx context.Context, id string, head []byte) (*stag
 			return nil, c.failed(ctx, id, err)
 		}
 	}
-	if slices.ContainsFunc(parts, func(p staging.Part) bool { return p.NoCRC }) {
+	if reads {
 		// A direct upload whose client gave no checksums: the object's CRC32C (which
 		// its record, its event and its readers' checks carry) is learnt by reading it.
 		var n int64
@@ -434,6 +457,45 @@ func (c *Completer) completeMultipart(ctx context.Context, id string, b staging.
 	}
 	return c.s3.Complete(ctx, b.Bucket, b.Key, b.MultipartID, b.MultipartChecksummed, ps, size, sum,
 		s3store.Owner{UploadID: id, IfAbsent: b.IfAbsent})
+}
+
+// takeRead counts a read of tenant's objects for upload id's completion, unless the
+// tenant has ReadsPerTenant under way: then id waits for one of them to end.
+func (c *Completer) takeRead(tenant, id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reading[tenant] >= c.cfg.ReadsPerTenant {
+		if !slices.Contains(c.waiting[tenant], id) {
+			c.waiting[tenant] = append(c.waiting[tenant], id)
+		}
+		return false
+	}
+	c.reading[tenant]++
+	return true
+}
+
+// endRead ends a read of tenant's objects: the completion that waited longest for it
+// is due now.
+func (c *Completer) endRead(ctx context.Context, tenant string) {
+	c.mu.Lock()
+	c.reading[tenant]--
+	if c.reading[tenant] == 0 {
+		delete(c.reading, tenant)
+	}
+	var next string
+	if w := c.waiting[tenant]; len(w) > 0 {
+		next = w[0]
+		if c.waiting[tenant] = w[1:]; len(w) == 1 {
+			delete(c.waiting, tenant)
+		}
+	}
+	c.mu.Unlock()
+	if next != "" {
+		if err := c.store.Retry(context.WithoutCancel(ctx), next, c.store.Now()); err != nil {
+			c.cfg.Logger.Warn("a completion waiting for its tenant's reads is due at its guard's expiry", "upload_id", next, "err", err)
+		}
+		c.busy.Work()
+	}
 }
 
 // objectCRC reads the completed object of size bytes for its CRC32C, within the S3
