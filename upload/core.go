@@ -240,6 +240,15 @@ const (
 	DefaultLockLease          = 15 * time.Second
 )
 
+// CheckDirectAbove checks the size from which direct uploads are offered (see
+// Config.DirectAbove): 0 for none, else at least S3's smallest part.
+func CheckDirectAbove(n int64) error {
+	if n < 0 || n > 0 && n < MinPartSize {
+		return errors.New("it must be at least 5 MiB, S3's smallest part, or 0 to offer no direct uploads")
+	}
+	return nil
+}
+
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	if c.Bucket == "" {
@@ -263,8 +272,8 @@ func (c Config) Validate() error {
 	if c.DirectURLTTL < 0 || c.DirectURLTTL > 7*24*time.Hour || c.DirectURLTTL > 0 && c.DirectURLTTL < time.Second {
 		return errors.New("upload: the direct URL TTL must be between 1s and 7 days (SigV4's limit)")
 	}
-	if c.DirectAbove < 0 || c.DirectAbove > 0 && c.DirectAbove < MinPartSize {
-		return errors.New("upload: direct uploads can be offered from 5 MiB (S3's smallest part) up, or not at all (0)")
+	if err := CheckDirectAbove(c.DirectAbove); err != nil {
+		return fmt.Errorf("upload: direct uploads offered above %d bytes: %w", c.DirectAbove, err)
 	}
 	if c.LockLease < 0 || c.LockLease > 0 && c.LockLease < 30*time.Millisecond {
 		return errors.New("upload: the lock lease must be at least 30ms")

@@ -520,11 +520,11 @@ func clientFlags(fs *flagSet) (server *string, asJSON *bool) {
 	return server, asJSON
 }
 
-// checkDirectAbove refuses a --direct-above of cmd that S3 cannot take, in the flag's
-// words (the core's own check speaks of its configuration).
+// checkDirectAbove refuses a --direct-above of cmd that S3 cannot take (the core's
+// rule) as a usage error naming the flag, before anything starts.
 func checkDirectAbove(cmd string, d int64) error {
-	if d > 0 && d < core.MinPartSize {
-		return usageError{fmt.Errorf("%s: --direct-above %s is below 5MiB, S3's smallest part: give at least 5MiB, or 0 to offer no direct uploads", cmd, sizeString(d))}
+	if err := core.CheckDirectAbove(d); err != nil {
+		return usageError{fmt.Errorf("%s: --direct-above %s: %v", cmd, sizeString(d), err)}
 	}
 	return nil
 }
