@@ -279,17 +279,24 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		ttl := cmp.Or(cfg.Upload.DirectURLTTL, upload.DefaultDirectURLTTL)
 		signing, err = s3store.SigningCredentials(ctx, cfg.S3, cfg.bucket(), ttl)
 		if err == nil && signing != nil {
-			// Assumed now, so that a store without STS, or a role the credentials may
-			// not assume, stops the start (or, for auto, is known) rather than failing
-			// every direct upload's first signing.
+			// Assumed now, so that a role the credentials may not assume stops the
+			// start rather than failing every direct upload's first signing.
 			_, err = signing.Retrieve(ctx)
 		}
+		var noRole *s3store.NoRoleError
+		var lifetime *s3store.LifetimeError
 		switch {
-		case err != nil && cfg.S3.SignRole == s3store.SignRoleAuto:
-			a.log.Warn("direct uploads' URLs are signed with chunkup's own S3 credentials, not a write-only role's: on a store that honours an unsigned x-amz-copy-source on them (MinIO), a client could copy any object into its upload (docs/direct-uploads.md, --s3-sign-role)", "err", err)
+		case errors.As(err, &noRole):
+			a.log.Warn("direct uploads' URLs are signed with chunkup's own S3 credentials, not a write-only role's: on a store that honours an unsigned x-amz-copy-source on them (MinIO), a client could copy any object into its upload (docs/direct-uploads.md, --s3-sign-role)", "err", noRole.Err)
 			signing = nil
+		case errors.As(err, &lifetime):
+			return nil, fmt.Errorf("s3: --direct-url-ttl %v with --s3-sign-role %s: %w (--s3-sign-role off)", lifetime.TTL, cfg.S3.SignRole, err)
 		case err != nil:
-			return nil, fmt.Errorf("s3: assume the role that signs direct uploads (--s3-sign-role %s): %w", cfg.S3.SignRole, err)
+			hint := ""
+			if ttl > 45*time.Minute {
+				hint = fmt.Sprintf(" (URLs valid for %v need a session of %v: raise the role's maximum session duration, or make --direct-url-ttl at most 45m)", ttl, max(time.Hour, ttl+15*time.Minute))
+			}
+			return nil, fmt.Errorf("s3: assume the role that signs direct uploads (--s3-sign-role %s): %w%s", cfg.S3.SignRole, err, hint)
 		}
 	}
 	a.presigner = s3store.NewPresigner(client, cfg.S3.PublicEndpoint, signing)

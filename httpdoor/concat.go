@@ -102,11 +102,33 @@ func (h *Handler) concatHeader(up Upload) string {
 // expired), and the answer names no upload to resume: the client creates the final
 // upload again, from the partials, which are still there.
 func (h *Handler) failFinal(ctx context.Context, w http.ResponseWriter, r *http.Request, rq *request, err error) {
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.CoreTimeout)
-	if aerr := h.core.Abort(actx, rq.id); aerr != nil {
-		h.cfg.Logger.Warn("abort a final upload that could not be assembled", "upload", rq.id, "err", err, "abort_err", aerr)
-	}
-	cancel()
+	h.abortFinal(ctx, rq.id, err)
 	rq.id, rq.upload, rq.created, rq.offsetKnown = "", nil, "", false
 	h.fail(w, r, rq, err)
+}
+
+// abortFinal aborts final upload id, which its creating request gives up for err.
+func (h *Handler) abortFinal(ctx context.Context, id string, err error) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.CoreTimeout)
+	defer cancel()
+	if aerr := h.core.Abort(actx, id); aerr != nil {
+		h.cfg.Logger.Warn("abort a final upload that could not be assembled", "upload", id, "err", err, "abort_err", aerr)
+	}
+}
+
+// existingFinal answers a final upload's creation with final upload id, of the same
+// partial uploads, which has every byte: 201 with its URL and offset, as the first
+// creation was answered.
+func (h *Handler) existingFinal(ctx context.Context, w http.ResponseWriter, r *http.Request, rq *request, id string) {
+	cctx, cancel := context.WithTimeout(ctx, h.cfg.CoreTimeout)
+	up, err := h.core.Get(cctx, id)
+	cancel()
+	if err != nil {
+		h.fail(w, r, rq, err)
+		return
+	}
+	st := summarize(up)
+	loc := h.location(id)
+	rq.id, rq.upload, rq.created = id, &up, loc
+	h.respond(ctx, w, r, rq, up, appendResult{offset: st.chunkOffset, crc: st.chunkCRC, complete: st.complete, size: up.Size}, http.StatusCreated, loc)
 }

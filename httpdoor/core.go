@@ -90,8 +90,20 @@ type Core interface {
 	// Concat checks the partial uploads ids that a final upload concatenates (tus
 	// concatenation), in that order: each the caller's, created partial, complete and
 	// not concatenated already. Any other is ErrInvalid, naming it, with nothing
-	// changed; together larger than the limit, ErrTooLarge.
+	// changed; together larger than the limit, ErrTooLarge; one another final upload
+	// is concatenating, ErrConflict. A final upload of the same partials, in the same
+	// order, that has every byte is a *FinalExistsError naming it (a creation
+	// repeated: it is answered with that upload); one being assembled is ErrLocked.
 	Concat(ctx context.Context, ids []string) (Partials, error)
+}
+
+// FinalExistsError: Core.Concat's answer when a final upload of the same partial
+// uploads, in the same order, exists and has every byte: a tus client that lost the
+// answer to its creation creates it again, and gets that upload.
+type FinalExistsError struct{ ID string }
+
+func (e *FinalExistsError) Error() string {
+	return "final upload " + e.ID + " of the same partial uploads exists already"
 }
 
 // Partials are the partial uploads a final upload concatenates, checked by Core.Concat.
@@ -102,7 +114,8 @@ type Partials interface {
 	// concatenates them meanwhile (one whose creating request ended without every
 	// byte gives them up). It is called holding final's append lock, before Open; a
 	// partial claimed by another final upload that may still complete is ErrConflict,
-	// one whose final upload completed ErrInvalid.
+	// one whose final upload completed ErrInvalid, and a final upload of the same
+	// partials that has every byte a *FinalExistsError (as from Concat).
 	Claim(ctx context.Context, final string) error
 	// Open returns their bytes, one partial after the other. A partial whose bytes are
 	// not what it was completed with ends the read with an error (of kind DataLoss)

@@ -291,7 +291,11 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 		cctx, cancel := context.WithTimeout(ctx, h.cfg.CoreTimeout)
 		parts, err = h.core.Concat(cctx, hd.concat)
 		cancel()
+		var fe *FinalExistsError
 		switch {
+		case errors.As(err, &fe):
+			h.existingFinal(ctx, w, r, rq, fe.ID)
+			return
 		case err != nil:
 			h.fail(w, r, rq, err)
 			return
@@ -359,6 +363,16 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 			cctx, cancel := context.WithTimeout(held, h.cfg.CoreTimeout)
 			err := parts.Claim(cctx, up.ID)
 			cancel()
+			var fe *FinalExistsError
+			if errors.As(err, &fe) {
+				// The same final upload, created at the same moment by another request,
+				// which claimed the partials first: this one goes, and the answer is
+				// that one.
+				h.abortFinal(ctx, up.ID, err)
+				rq.id, rq.upload, rq.created, rq.offsetKnown = "", nil, "", false
+				h.existingFinal(ctx, w, r, rq, fe.ID)
+				return
+			}
 			if err != nil {
 				h.failFinal(ctx, w, r, rq, err)
 				return

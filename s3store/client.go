@@ -32,6 +32,12 @@ func NewClient(ctx context.Context, cfg Config) (*s3.Client, error) {
 	return s3client.New(ctx, cfg)
 }
 
+// LifetimeError and NoRoleError are SigningCredentials' errors (see s3client's).
+type (
+	LifetimeError = s3client.LifetimeError
+	NoRoleError   = s3client.NoRoleError
+)
+
 // SigningCredentials are the credentials direct uploads' URLs are signed with (see
 // s3client.SigningCredentials): nil for the client's own.
 func SigningCredentials(ctx context.Context, cfg Config, bucket string, urlTTL time.Duration) (aws.CredentialsProvider, error) {

@@ -74,6 +74,10 @@ type Params struct {
 	Tenant string
 	// Direct: its parts go straight into S3 (NewUpload.Direct); it takes no chunks.
 	Direct bool
+	// Final: a final upload of tus concatenation (NewUpload.Concat), whose bytes are
+	// its partial uploads', appended by the request that creates it; it takes no other
+	// chunks.
+	Final bool
 }
 
 // Upload is an upload's state as stored.

@@ -49,9 +49,17 @@ type Taken struct {
 // the chunk's own checksum (every check that needs nothing stored), and returns the
 // chunk's CRC32C.
 func (c *Core) Check(p staging.Params, ch *Chunk) (uint32, error) {
+	if p.Final {
+		return 0, Explain(ch.UploadID, errFinalChunk)
+	}
 	sum, err := c.check(p, ch)
 	return sum, Explain(ch.UploadID, err)
 }
+
+// errFinalChunk refuses a chunk sent on its own to a final upload (tus
+// concatenation), whose bytes are its partial uploads' (Check and Take are the gRPC
+// door's; the HTTP door's request that creates it appends them with Stage).
+var errFinalChunk = invalidf("it is a final upload of tus concatenation: its bytes are its partial uploads', and it takes no chunks of its own")
 
 func (c *Core) check(p staging.Params, ch *Chunk) (uint32, error) {
 	n := ch.N
@@ -76,6 +84,9 @@ func (c *Core) check(p staging.Params, ch *Chunk) (uint32, error) {
 // the chunk is durable. sum, when not nil, is the chunk's CRC32C as Check returned it
 // (the chunk was checked already).
 func (c *Core) Take(ctx context.Context, p staging.Params, ch *Chunk, sum *uint32) (Taken, error) {
+	if p.Final {
+		return Taken{}, Explain(ch.UploadID, errFinalChunk)
+	}
 	var s uint32
 	if sum != nil {
 		s = *sum

@@ -7,6 +7,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,7 +64,7 @@ func (c *Core) Partials(ctx context.Context, ids []string) ([]*staging.Upload, i
 			return nil, 0, invalidf("partial upload %s is named twice; name each partial upload once, in order", Quote(id))
 		}
 		seen[id] = true
-		up, err := c.partial(ctx, id)
+		up, err := c.partial(ctx, id, ids)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -77,7 +78,7 @@ func (c *Core) Partials(ctx context.Context, ids []string) ([]*staging.Upload, i
 }
 
 // partial reads partial upload id for Partials.
-func (c *Core) partial(ctx context.Context, id string) (*staging.Upload, error) {
+func (c *Core) partial(ctx context.Context, id string, ids []string) (*staging.Upload, error) {
 	if ValidID(id) != nil {
 		return nil, invalidf("%s names no upload of this server; name partial uploads by the URLs their creation returned", Quote(id))
 	}
@@ -94,7 +95,7 @@ func (c *Core) partial(ctx context.Context, id string) (*staging.Upload, error) 
 	case up.Status != staging.StatusCompleted:
 		return nil, invalidf("partial upload %s is %s, not complete (it has %d bytes): finish it before creating the final upload", id, up.Status, up.ReceivedBytes+up.Tail.Size)
 	}
-	if _, err := c.claimant(ctx, up, ""); err != nil {
+	if _, err := c.claimant(ctx, up, "", ids); err != nil {
 		return nil, err
 	}
 	info, err := c.objects.Head(ctx, up.Bucket, up.Key)
@@ -111,15 +112,28 @@ func (c *Core) partial(ctx context.Context, id string) (*staging.Upload, error) 
 	return up, nil
 }
 
-// claimant tells whether final upload final (its id; "" for one not created yet) may
-// claim partial upload p: it returns the final upload to take p's claim from ("" when
-// there is none, or it is final itself), one that ended without completing; or why
-// not, a Conflict while another final upload may still complete with p's bytes, Invalid
-// once one has.
-func (c *Core) claimant(ctx context.Context, p *staging.Upload, final string) (string, error) {
+// claimant tells whether final upload final (its id; "" for one not created yet),
+// concatenating partial uploads ids, may claim partial upload p: it returns the final
+// upload to take p's claim from ("" when there is none, or it is final itself), one
+// that ended without holding every byte. Otherwise the error says why not:
+//   - a final upload of the same partials, in the same order, that has every byte is
+//     a *FinalExistsError (the creation was repeated, its answer lost); one still
+//     being assembled is Locked (retry in a moment);
+//   - another final upload that may still complete with p's bytes is a Conflict, and
+//     one that completed with them Invalid.
+func (c *Core) claimant(ctx context.Context, p *staging.Upload, final string, ids []string) (string, error) {
 	by := p.ClaimedBy
 	if by == "" || by == final {
 		return "", nil
+	}
+	// The lock before the status: a final upload is assembled by the request that
+	// creates it, which holds its append lock from before its claims until after its
+	// last byte, so one found unlocked and then short of bytes has lost that request
+	// and will never have more. (Read the other way round, a request that ended
+	// between the two reads would look dead.)
+	locked, err := c.store.AppendLocked(ctx, by)
+	if err != nil {
+		return "", err
 	}
 	x, err := c.get(ctx, by)
 	switch {
@@ -128,40 +142,51 @@ func (c *Core) claimant(ctx context.Context, p *staging.Upload, final string) (s
 	case err != nil:
 		return "", err
 	}
+	same := slices.Equal(x.Concat, ids)
 	switch x.Status {
 	case staging.StatusAborted, staging.StatusFailed, staging.StatusExpired:
 		return by, nil
 	case staging.StatusCompleted:
-		return "", invalidf("partial upload %s was concatenated into final upload %s already, which completed (a partial upload is concatenated once): upload that part again", p.ID, by)
-	}
-	if x.Status == staging.StatusActive && !whole(x) {
-		// A final upload is assembled by the request that creates it, which holds its
-		// append lock all along: one whose lock is free lost that request, and will
-		// never have more bytes.
-		locked, err := c.store.AppendLocked(ctx, by)
-		if err != nil {
-			return "", err
+		if same {
+			return "", &FinalExistsError{ID: by}
 		}
-		if !locked {
-			return by, nil
-		}
+		return "", invalidf("partial upload %s was concatenated into final upload %s already, which completed: a partial upload is concatenated once, so upload that part again to make another final upload of it", p.ID, by)
 	}
-	return "", fault.New(fault.Conflict, fmt.Sprintf("partial upload %s is being concatenated into final upload %s by another request (a partial upload is concatenated once): wait for that request's answer, or delete that final upload and create this one again", p.ID, by))
+	full := x.Status == staging.StatusCompleting || whole(x)
+	switch {
+	case full && same:
+		return "", &FinalExistsError{ID: by}
+	case full:
+		return "", fault.New(fault.Conflict, fmt.Sprintf("partial upload %s is in final upload %s, which has every byte and is being stored: a partial upload is concatenated once, so upload that part again to make another final upload of it", p.ID, by))
+	case !locked:
+		return by, nil
+	case same:
+		return "", &fault.Error{Kind: fault.Locked, Msg: fmt.Sprintf("final upload %s of the same partial uploads is being assembled by another request: retry in a moment to get it", by), RetryAfter: time.Second}
+	}
+	return "", fault.New(fault.Conflict, fmt.Sprintf("partial upload %s is being concatenated into final upload %s by another request: a partial upload is concatenated once; wait for that request's answer, or delete final upload %s and create this one again", p.ID, by, by))
 }
 
-// ClaimPartials makes partial uploads ups (as Partials returned them) final upload
-// final's, in order, so that no other final upload concatenates them meanwhile: a
-// final upload whose creating request ended before it held every byte gives them up,
-// and is aborted. It is called by the request that created final, holding its append
-// lock, before it reads their bytes; an error is Partials' (another final upload
-// claimed one since), and leaves the ones claimed before it to final, which the caller
-// aborts.
-func (c *Core) ClaimPartials(ctx context.Context, final string, ups []*staging.Upload) error {
+// FinalExistsError: a final upload of the same partial uploads, in the same order,
+// exists already and has every byte (a creation repeated after its answer was lost).
+type FinalExistsError struct{ ID string }
+
+func (e *FinalExistsError) Error() string {
+	return "final upload " + e.ID + " of the same partial uploads exists already"
+}
+
+// ClaimPartials makes partial uploads ups (as Partials returned them for ids) final
+// upload final's, in order, so that no other final upload concatenates them
+// meanwhile: a final upload whose creating request ended before it held every byte
+// gives them up, and is aborted. It is called by the request that created final,
+// holding its append lock, before it reads their bytes; an error is claimant's
+// (another final upload claimed one since), and leaves the ones claimed before it to
+// final, which the caller aborts.
+func (c *Core) ClaimPartials(ctx context.Context, final string, ids []string, ups []*staging.Upload) error {
 	tenant := TenantFrom(ctx)
 	for _, p := range ups {
 		claimed := false
 		for try := 0; !claimed; try++ {
-			from, err := c.claimant(ctx, p, final)
+			from, err := c.claimant(ctx, p, final, ids)
 			if err != nil {
 				return err
 			}
@@ -170,18 +195,21 @@ func (c *Core) ClaimPartials(ctx context.Context, final string, ups []*staging.U
 			}
 			err = c.store.ClaimPartial(ctx, p.ID, tenant, final, from)
 			var ce *uploads.ClaimedError
+			var se *staging.StateError
 			switch {
 			case errors.As(err, &ce):
 				// Claimed since it was read: judge the new claimant.
 				p = &staging.Upload{ID: p.ID, ClaimedBy: ce.Final}
 			case errors.Is(err, staging.ErrNotFound):
 				return invalidf("there is no partial upload %s any more (it expired): upload that part again", p.ID)
+			case errors.As(err, &se):
+				return invalidf("partial upload %s is %s now, not complete: upload that part again", p.ID, se.Status)
 			case err != nil:
 				return err
 			default:
 				claimed = true
 				if from != "" {
-					c.dropAbandoned(ctx, from)
+					c.dropAbandoned(ctx, from, final)
 				}
 			}
 		}
@@ -189,13 +217,13 @@ func (c *Core) ClaimPartials(ctx context.Context, final string, ups []*staging.U
 	return nil
 }
 
-// dropAbandoned aborts final upload id, whose partial uploads another one took over
-// (its creating request ended before it held every byte), so that what it holds goes
-// now rather than at its expiry; one that ended already is left as it is.
-func (c *Core) dropAbandoned(ctx context.Context, id string) {
-	_, err := c.Abort(ctx, id, "its partial uploads were concatenated by another final upload: its creating request ended before it held every byte")
-	if err != nil && !fault.Has(err, fault.Conflict) && !fault.Has(err, fault.Ended) && !fault.Has(err, fault.NotFound) {
-		c.cfg.Logger.Warn("abort a final upload whose partial uploads another one took over", "upload_id", id, "err", err)
+// dropAbandoned aborts final upload id, whose partial uploads final took over because
+// its creating request ended before it held every byte, so that what it holds goes
+// now rather than at its expiry. One that ended already is left as it is.
+func (c *Core) dropAbandoned(ctx context.Context, id, final string) {
+	_, err := c.Abort(ctx, id, fmt.Sprintf("its creating request ended before it held every byte, and final upload %s took its partial uploads over", final))
+	if err != nil && !fault.Has(err, fault.Ended) && !fault.Has(err, fault.NotFound) {
+		c.cfg.Logger.Warn("abort a final upload whose partial uploads another one took over", "upload_id", id, "taken_by", final, "err", err)
 	}
 }
 

@@ -206,8 +206,9 @@ type Config struct {
 	// stages it in Redis otherwise; StagingAlways stages every chunk. Zero means
 	// StagingAdaptive. Write-through needs the worker role in the process (Deps.Through).
 	Staging string
-	// LockLease is the lease of an upload's append lock in Redis (see Lock). Zero
-	// means 15 s.
+	// LockLease is the lease of an upload's append lock in Redis (see Lock): how long
+	// an upload stays locked after its appending request's process died. Zero means
+	// 6 s, within the 9 s tus-js-client's default retries span.
 	LockLease time.Duration
 	// DirectURLTTL is how long a direct upload's signed part URLs are valid. Zero
 	// means DefaultDirectURLTTL; at most 7 days (SigV4's limit).
@@ -237,7 +238,7 @@ const (
 	// that chunkup serve sets: about 14 MB of Redis per tenant for uploads abandoned
 	// before they expire.
 	DefaultMaxActivePerTenant = 10_000
-	DefaultLockLease          = 15 * time.Second
+	DefaultLockLease          = 6 * time.Second
 )
 
 // CheckDirectAbove checks the size from which direct uploads are offered (see

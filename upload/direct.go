@@ -249,7 +249,8 @@ func (e *MismatchError) Kind() fault.Kind { return fault.Conflict }
 // is aborted), so that no object is made of other bytes than the client's. Otherwise
 // the parts are recorded and the upload completed through the completer, at once when
 // this process has one; it returns the upload as it is then (COMPLETED, or COMPLETING
-// while the completer role finishes it). Completing a COMPLETED upload again returns it.
+// while the completer role finishes it). Completing a completing or completed upload
+// again with the same parts returns it; with other parts it is a Conflict (sameParts).
 func (c *Core) CompleteDirect(ctx context.Context, id string, reported []ReportedPart) (*staging.Upload, error) {
 	up, err := c.completeDirect(ctx, id, reported)
 	return up, Explain(id, err)
@@ -312,14 +313,14 @@ func (c *Core) sameParts(ctx context.Context, u *staging.Upload, parts []Reporte
 		return nil, c.otherParts(u, fmt.Sprintf("it has %d parts, and this report %d", u.Total, len(parts)))
 	}
 	rec, err := c.store.RecordedParts(ctx, u.ID, u.Total)
-	if err != nil {
-		if errors.Is(err, staging.ErrUnavailable) {
-			return nil, err
-		}
-		// Records older than the parts' (none are made without them): nothing to
-		// compare with.
+	switch {
+	case errors.Is(err, uploads.ErrPartMissing):
+		// None is completed without them: nothing to compare with, and no reason to
+		// refuse a repeat.
 		c.cfg.Logger.Warn("a completed direct upload's parts are not recorded", "upload_id", u.ID, "err", err)
 		return u, nil
+	case err != nil:
+		return nil, err
 	}
 	for i, p := range parts {
 		r := rec[i]

@@ -40,7 +40,7 @@ type UploadCore interface {
 	LockOpened(ctx context.Context, id string, release func()) (held context.Context, unlock func(), err error)
 	UploadLimit() int64
 	Partials(ctx context.Context, ids []string) ([]*staging.Upload, int64, error)
-	ClaimPartials(ctx context.Context, final string, ups []*staging.Upload) error
+	ClaimPartials(ctx context.Context, final string, ids []string, ups []*staging.Upload) error
 	OpenPartials(ctx context.Context, ups []*staging.Upload) io.ReadCloser
 }
 
@@ -198,14 +198,24 @@ func (c *Core) LockOpened(ctx context.Context, id string, release func()) (conte
 func (c *Core) Concat(ctx context.Context, ids []string) (httpdoor.Partials, error) {
 	ups, size, err := c.core.Partials(ctx, ids)
 	if err != nil {
-		return nil, busy(err)
+		return nil, finalExists(busy(err))
 	}
-	return &partials{core: c.core, ups: ups, size: size}, nil
+	return &partials{core: c.core, ids: ids, ups: ups, size: size}, nil
+}
+
+// finalExists is err, but the core's *upload.FinalExistsError is the door's.
+func finalExists(err error) error {
+	var fe *upload.FinalExistsError
+	if errors.As(err, &fe) {
+		return &httpdoor.FinalExistsError{ID: fe.ID}
+	}
+	return err
 }
 
 // partials are a final upload's partial uploads, as the core checked them.
 type partials struct {
 	core UploadCore
+	ids  []string
 	ups  []*staging.Upload
 	size int64
 }
@@ -214,7 +224,7 @@ func (p *partials) Size() int64                            { return p.size }
 func (p *partials) Open(ctx context.Context) io.ReadCloser { return p.core.OpenPartials(ctx, p.ups) }
 
 func (p *partials) Claim(ctx context.Context, final string) error {
-	return busy(p.core.ClaimPartials(ctx, final, p.ups))
+	return finalExists(busy(p.core.ClaimPartials(ctx, final, p.ids, p.ups)))
 }
 
 // busy is err, but a call that outlasted the door's CoreTimeout (staging waits out

@@ -105,39 +105,63 @@ func New(ctx context.Context, cfg Config) (*s3.Client, error) {
 // credentials sign only while they have at least urlTTL (the URLs' lifetime) left: the
 // session lasts an hour (the longest AWS grants a role by default) or urlTTL and a
 // quarter of an hour, at most 12 hours (the longest any role may have), and is renewed
-// urlTTL before it ends. For SignRoleAuto the store is asked once, without retries: it
-// is a probe, which a store without STS answers with an error (SeaweedFS: 503).
+// urlTTL before it ends. A longer urlTTL is a *LifetimeError. For SignRoleAuto the
+// store is asked once first, without retries (a probe, which a store without STS
+// answers with an error: SeaweedFS, versitygw), and its error is a *NoRoleError.
 func SigningCredentials(ctx context.Context, cfg Config, bucket string, urlTTL time.Duration) (aws.CredentialsProvider, error) {
 	if cfg.SignRole == "" {
 		return nil, nil
 	}
 	session := max(time.Hour, urlTTL+15*time.Minute)
 	if session > MaxSignSession {
-		return nil, fmt.Errorf("signed URLs valid for %v cannot be signed by a role, whose credentials last at most %v: sign with the client's own credentials, or make the URLs' lifetime at most %v", urlTTL, MaxSignSession, MaxSignSession-15*time.Minute)
+		return nil, &LifetimeError{TTL: urlTTL}
 	}
-	if cfg.SignRole == SignRoleAuto {
-		cfg.MaxAttempts = 1
+	role := cfg.SignRole
+	if role == SignRoleAuto {
+		role = AutoSignRole
+		probe := cfg
+		probe.MaxAttempts = 1
+		if _, err := assumer(ctx, probe, bucket, role, session).Retrieve(ctx); err != nil {
+			return nil, &NoRoleError{Err: err}
+		}
 	}
+	p := assumer(ctx, cfg, bucket, role, session)
+	return aws.NewCredentialsCache(p, func(o *aws.CredentialsCacheOptions) { o.ExpiryWindow = urlTTL }), nil
+}
+
+// assumer assumes role for a session of d with the write-only policy on bucket.
+func assumer(ctx context.Context, cfg Config, bucket, role string, d time.Duration) aws.CredentialsProvider {
 	awsCfg, err := load(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) { return aws.Credentials{}, err })
 	}
 	stsClient := sts.NewFromConfig(awsCfg, func(o *sts.Options) {
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
 	})
-	role := cfg.SignRole
-	if role == SignRoleAuto {
-		role = AutoSignRole
-	}
 	policy := fmt.Sprintf(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:PutObject"],"Resource":["arn:aws:s3:::%s/*"]}]}`, bucket)
-	return aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(stsClient, role, func(o *stscreds.AssumeRoleOptions) {
+	return stscreds.NewAssumeRoleProvider(stsClient, role, func(o *stscreds.AssumeRoleOptions) {
 		o.RoleSessionName = "chunkup-direct-uploads"
 		o.Policy = aws.String(policy)
-		o.Duration = session
-	}), func(o *aws.CredentialsCacheOptions) { o.ExpiryWindow = urlTTL }), nil
+		o.Duration = d
+	})
 }
+
+// LifetimeError: signed URLs meant to live longer than a role's session can.
+type LifetimeError struct{ TTL time.Duration }
+
+func (e *LifetimeError) Error() string {
+	return fmt.Sprintf("signed URLs valid for %v cannot be signed by a role, whose credentials last at most %v: make the URLs' lifetime at most %v, or sign them with the client's own credentials", e.TTL, MaxSignSession, MaxSignSession-15*time.Minute)
+}
+
+// NoRoleError: the store let SignRoleAuto assume no role.
+type NoRoleError struct{ Err error }
+
+func (e *NoRoleError) Error() string {
+	return "the store lets chunkup assume no role: " + e.Err.Error()
+}
+func (e *NoRoleError) Unwrap() error { return e.Err }
 
 // MaxSignSession is the longest a role's session may last (AWS's limit for any role).
 const MaxSignSession = 12 * time.Hour

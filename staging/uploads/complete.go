@@ -2,6 +2,7 @@ package uploads
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -180,17 +181,20 @@ func (c *Completions) Parts(ctx context.Context, id string, total uint32) ([]sta
 	return parseParts(id, h, total)
 }
 
+// ErrPartMissing: a part the upload should have recorded is not (or not readably).
+var ErrPartMissing = errors.New("a part is not recorded")
+
 func parseParts(id string, h map[string]string, total uint32) ([]staging.Part, error) {
 	parts := make([]staging.Part, total)
 	for i := range parts {
 		n := uint32(i + 1)
 		v, ok := h[strconv.FormatUint(uint64(n), 10)]
 		if !ok {
-			return nil, fmt.Errorf("staging: upload %s has no part %d", id, n)
+			return nil, fmt.Errorf("staging: upload %s has no part %d: %w", id, n, ErrPartMissing)
 		}
 		f := strings.Split(v, "|")
 		if len(f) != 3 {
-			return nil, fmt.Errorf("staging: upload %s part %d is malformed", id, n)
+			return nil, fmt.Errorf("staging: upload %s part %d is malformed: %w", id, n, ErrPartMissing)
 		}
 		parts[i] = staging.Part{N: n, ETag: f[0], CRC32C: rdb.U32(f[1]), Size: rdb.I64(f[2]), NoCRC: f[1] == rdb.NoCRC}
 	}

@@ -354,7 +354,7 @@ func (s *Store) createArgs(u staging.NewUpload) ([]string, []any, error) {
 
 // Params reads an upload's immutable parameters.
 func (s *Store) Params(ctx context.Context, id string) (staging.Params, error) {
-	v, err := s.c.Client.HMGet(ctx, rdb.StateKey(id), "chunk_size", "expected_size", "tenant", "direct").Result()
+	v, err := s.c.Client.HMGet(ctx, rdb.StateKey(id), "chunk_size", "expected_size", "tenant", "direct", "concat").Result()
 	if err != nil {
 		return staging.Params{}, err
 	}
@@ -366,6 +366,7 @@ func (s *Store) Params(ctx context.Context, id string) (staging.Params, error) {
 	p.ExpectedSize = rdb.I64(v[1])
 	p.Tenant = rdb.Str(v[2])
 	p.Direct = rdb.Str(v[3]) == "1"
+	p.Final = rdb.Str(v[4]) != ""
 	if p.ExpectedSize >= 0 {
 		p.Total = staging.TotalChunks(p.ExpectedSize, p.ChunkSize)
 	}

@@ -117,7 +117,7 @@ func (f *failing) CompleteDirect(_ context.Context, id string, _ []upload.Report
 func (f *failing) Partials(context.Context, []string) ([]*staging.Upload, int64, error) {
 	return nil, 0, f.fail("")
 }
-func (f *failing) ClaimPartials(context.Context, string, []*staging.Upload) error {
+func (f *failing) ClaimPartials(context.Context, string, []string, []*staging.Upload) error {
 	return f.fail("")
 }
 func (f *failing) OpenPartials(context.Context, []*staging.Upload) io.ReadCloser {

@@ -980,6 +980,14 @@ func TestDirectConcurrentCompletions(t *testing.T) {
 		}
 		e.requireExact(t, waitCompleted(t, c, id), data)
 		ids = append(ids, id)
+		// Once completed, a report of other parts is refused, and changes nothing.
+		other := []*chunkupv1.DirectPart{reported[0], {PartNumber: 2, Etag: `"00000000000000000000000000000000"`}}
+		if _, err := c.API().CompleteDirect(ctx(t), &chunkupv1.CompleteDirectRequest{UploadId: id, Parts: other}); status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("round %d: a report of other parts after the completion: %v, want FAILED_PRECONDITION", round, err)
+		}
+		if got := getUpload(t, c, id).State; got != chunkupv1.UploadState_UPLOAD_STATE_COMPLETED {
+			t.Fatalf("round %d: after a refused report the upload is %s", round, got)
+		}
 
 		d := newDirect(t, base, "twice-http.bin", "application/octet-stream")
 		var parts []directPart

@@ -5,13 +5,17 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/chunkup/chunkup/client"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
@@ -193,8 +197,9 @@ func TestHTTPParallelUploads(t *testing.T) {
 
 // TestHTTPConcatenationRefusals: on chunkup's own core, a final upload naming a partial
 // that still misses bytes is 400 and creates nothing; once the partial is whole the
-// same final upload is made, exact; once that completed, the partial's object is gone
-// and a final upload naming it again is 400.
+// same final upload is made, exact; once that completed, the same final upload again is
+// answered with it, a final upload of other partials naming it is 400, and a chunk sent
+// to the final upload over gRPC is INVALID_ARGUMENT.
 func TestHTTPConcatenationRefusals(t *testing.T) {
 	e := newEnv(t)
 	a := e.start(t, e.config())
@@ -229,68 +234,133 @@ func TestHTTPConcatenationRefusals(t *testing.T) {
 		_, err := e.s3.HeadObject(ctx(t), &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(partKey)})
 		return err != nil
 	})
+	// The same final upload again (a client that lost the answer) gets that one; a
+	// final upload of other partials naming it again is 400.
 	r = d.do("POST", "/files/", nil, tus("Upload-Concat", "final;"+part)...)
+	expectHTTP(t, r, http.StatusCreated)
+	if got := r.Header.Get("Location"); idOf(got) != final.UploadId || headerInt(t, r.Header, "Upload-Offset") != int64(len(data)) {
+		t.Fatalf("the same final upload created again: Location %q offset %s, want %s's whole", got, r.Header.Get("Upload-Offset"), final.UploadId)
+	}
+	other := d.create(1, "Upload-Concat", "partial")
+	r = d.do("PATCH", other, bytes.NewReader([]byte("x")), tus("Content-Type", tusCT, "Upload-Offset", "0")...)
+	expectHTTP(t, r, http.StatusNoContent)
+	waitCompleted(t, c, idOf(other))
+	r = d.do("POST", "/files/", nil, tus("Upload-Concat", "final;"+part+" "+other)...)
 	expectHTTP(t, r, http.StatusBadRequest)
+	if !strings.Contains(string(r.body), "was concatenated into final upload "+final.UploadId) {
+		t.Fatalf("a partial concatenated already, in another final upload: %s", r.body)
+	}
+	// A final upload takes no chunks of its own over gRPC either.
+	stream, err := c.API().UploadChunk(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&chunkupv1.UploadChunkRequest{UploadId: final.UploadId, ChunkNumber: 1, Data: []byte("x"), IsLast: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "final upload") {
+		t.Fatalf("a chunk sent to a final upload over gRPC: %v, want INVALID_ARGUMENT", err)
+	}
 }
 
 // TestHTTPConcatenationClaims: one set of partial uploads feeds one final upload, so
 // that a tenant cannot make the servers read and write the same bytes any number of
-// times at once. Four final uploads naming the same partials at the same moment: one
-// is created and exact, each other one gets 409 while that one is assembled or 400
-// once it completed, and none is left in progress.
+// times at once. Four final uploads of the same partials at the same moment (a client
+// retrying, two tabs): one is made, and each other creation is answered with it (201,
+// its URL) or told to retry while it is assembled (423); one upload, exact. Four final
+// uploads each naming the partials with one of its own: one is made, the
+// others get 409 (being concatenated) or 400 (concatenated already), and their
+// uploads are aborted (none is left in progress).
 func TestHTTPConcatenationClaims(t *testing.T) {
 	e := newEnv(t)
 	a := e.start(t, e.config())
 	c := e.client(t, a)
 	d := doorOf(t, a.HTTPAddr())
+	base := "http://" + a.HTTPAddr()
 	data := randomBytes(48<<20, 43)
 	parts := partialUploads(t, c, d, data, 2)
-	const finals = 4
 	type answer struct {
 		code      int
 		loc, body string
 	}
-	answers := make(chan answer, finals)
-	var wg sync.WaitGroup
-	for range finals {
-		wg.Go(func() {
-			code, loc, body, err := postFinal(ctx(t), "http://"+a.HTTPAddr(), parts)
-			if err != nil {
-				t.Errorf("a final upload's creation: %v", err)
-			}
-			answers <- answer{code, loc, body}
-		})
+	at := func(lists [][]string) []answer {
+		answers := make([]answer, len(lists))
+		var wg sync.WaitGroup
+		for i, list := range lists {
+			wg.Go(func() {
+				code, loc, body, err := postFinal(ctx(t), base, list)
+				if err != nil {
+					t.Errorf("a final upload's creation: %v", err)
+				}
+				answers[i] = answer{code, loc, body}
+			})
+		}
+		wg.Wait()
+		return answers
 	}
-	wg.Wait()
-	close(answers)
-	var created []string
-	for ans := range answers {
+	inProgress := func() int {
+		r, err := c.API().ListUploads(ctx(t), &chunkupv1.ListUploadsRequest{PageSize: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(r.Uploads)
+	}
+
+	made := map[string]bool{}
+	for _, ans := range at([][]string{parts, parts, parts, parts}) {
+		switch ans.code {
+		case http.StatusCreated:
+			made[idOf(ans.loc)] = true
+		case http.StatusLocked:
+			if !strings.Contains(ans.body, "of the same partial uploads is being assembled") {
+				t.Errorf("423: %s", ans.body)
+			}
+		default:
+			t.Errorf("a final upload's creation: %d %s", ans.code, ans.body)
+		}
+	}
+	if len(made) != 1 {
+		t.Fatalf("%d final uploads made of the same partial uploads, want 1: %v", len(made), made)
+	}
+	for id := range made {
+		e.requireExact(t, waitCompleted(t, c, id), data)
+	}
+	if n := inProgress(); n != 0 {
+		t.Fatalf("%d uploads left in progress, want none", n)
+	}
+
+	more := partialUploads(t, c, d, randomBytes(48<<20, 45), 1)
+	var lists [][]string
+	for range 4 {
+		own := partialUploads(t, c, d, randomBytes(1000, 46), 1)
+		lists = append(lists, append(slices.Clone(more), own...))
+	}
+	created := 0
+	for _, ans := range at(lists) {
 		switch {
 		case ans.code == http.StatusCreated:
-			created = append(created, ans.loc)
+			created++
+			waitCompleted(t, c, idOf(ans.loc))
 		case ans.code == http.StatusConflict && strings.Contains(ans.body, "is being concatenated into final upload"),
+			ans.code == http.StatusConflict && strings.Contains(ans.body, "which has every byte and is being stored"),
 			ans.code == http.StatusBadRequest && strings.Contains(ans.body, "was concatenated into final upload"):
 		default:
 			t.Errorf("a final upload's creation: %d %s", ans.code, ans.body)
 		}
 	}
-	if len(created) != 1 {
-		t.Fatalf("%d final uploads made of the same partial uploads, want 1: %v", len(created), created)
+	if created != 1 {
+		t.Fatalf("%d final uploads made of the same partial upload, want 1", created)
 	}
-	e.requireExact(t, waitCompleted(t, c, idOf(created[0])), data)
-	r, err := c.API().ListUploads(ctx(t), &chunkupv1.ListUploadsRequest{PageSize: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Uploads) != 0 {
-		t.Fatalf("%d uploads left in progress, want none: %v", len(r.Uploads), r.Uploads)
+	if n := inProgress(); n != 0 {
+		t.Fatalf("%d uploads left in progress, want none", n)
 	}
 }
 
 // TestHTTPConcatenationAfterAKill: a final upload whose server was killed (-9) while it
 // assembled the partials' bytes gives them up. After a restart, the same final upload
-// created again is answered 409 only while the dead request's append lock lasts, then
-// made, exact; the dead one is ABORTED.
+// created again is answered 423 (retry) while the dead request's append lock lasts
+// (6 s, within tus-js-client's default retries), then made, exact; the dead one is
+// ABORTED.
 func TestHTTPConcatenationAfterAKill(t *testing.T) {
 	e := newEnv(t)
 	node := e.serveProcess(t, nil, "serve", "api,worker,completer,cleanup")
@@ -309,7 +379,11 @@ func TestHTTPConcatenationAfterAKill(t *testing.T) {
 		return true
 	})
 	node.Kill(t)
+	killed := time.Now()
 	node.Restart(t)
+	if got := getUpload(t, c, dead).ReceivedBytes; got >= int64(len(data)) {
+		t.Fatalf("the final upload had all its bytes before the kill (%d): make the partials larger", got)
+	}
 	base := "http://" + node.HTTPAddr
 	var loc string
 	waitFor(t, "the final upload to be made again", func() bool {
@@ -318,10 +392,13 @@ func TestHTTPConcatenationAfterAKill(t *testing.T) {
 		case err != nil:
 			t.Fatalf("a final upload's creation: %v", err)
 		case code == http.StatusCreated:
+			if time.Since(killed) < 4*time.Second {
+				t.Fatalf("the final upload was made again %v after the kill, while the dead request's lock (6 s) still held", time.Since(killed))
+			}
 			loc = l
 			return true
-		case code != http.StatusConflict || !strings.Contains(body, dead):
-			t.Fatalf("a final upload's creation: %d %s; want 409 naming %s, then 201", code, body, dead)
+		case code != http.StatusLocked || !strings.Contains(body, dead):
+			t.Fatalf("a final upload's creation: %d %s; want 423 naming %s, then 201", code, body, dead)
 		}
 		return false
 	})
