@@ -104,12 +104,21 @@ func (c *Core) door(u *staging.Upload) httpdoor.Upload {
 		Tail: httpdoor.Tail{N: u.Tail.N, Size: u.Tail.Size, CRC32C: u.Tail.CRC32C}, Expires: c.core.Expires(u),
 		Partial: u.Partial, Concat: u.Concat,
 	}
+	var sum int64
 	for _, ch := range u.Chunks {
 		up.Chunks = append(up.Chunks, httpdoor.Chunk{N: ch.N, Size: ch.Size, CRC32C: ch.CRC32C, Stored: ch.Stored})
-		if up.Size < 0 && u.Total > 0 && ch.N == u.Total {
+		sum += ch.Size
+		if up.Size < 0 && u.Total > 0 && ch.N == u.Total && !u.Direct {
 			// An upload of unknown size whose last chunk has arrived: the chunks say it.
 			up.Size = int64(u.Total-1)*u.ChunkSize + ch.Size
 		}
+	}
+	switch {
+	case u.Status == staging.StatusCompleted:
+		up.Size = u.Size // the object's
+	case up.Size < 0 && u.Direct && u.Total > 0 && uint32(len(u.Chunks)) == u.Total:
+		// A direct upload's parts are the client's size, not the chunk size.
+		up.Size = sum
 	}
 	switch u.Status {
 	case staging.StatusFailed, staging.StatusAborted, staging.StatusExpired:

@@ -177,6 +177,12 @@ func TestDirectContractByCurl(t *testing.T) {
 	if code := d.complete(parts, &done); code != http.StatusOK || done.Status != "COMPLETED" {
 		t.Fatalf("complete again: %d %+v", code, done)
 	}
+	// The HTTP door tells the object's length, not one counted in chunks of the
+	// upload's chunk size (its parts are 5 MiB).
+	r := doorOf(t, a.HTTPAddr()).do("HEAD", "/files/"+d.created.UploadID, nil, "Tus-Resumable", "1.0.0")
+	if r.Header.Get("Upload-Length") != strconv.Itoa(len(data)) || r.Header.Get("Upload-Offset") != strconv.Itoa(len(data)) {
+		t.Fatalf("tus HEAD of the completed direct upload: Upload-Length %q, Upload-Offset %q; want %d", r.Header.Get("Upload-Length"), r.Header.Get("Upload-Offset"), len(data))
+	}
 
 	png := testdocs.PNG("INVOICE 7373", "DIRECT DOOR")
 	p := newDirect(t, base, "scan.png", "image/png")
