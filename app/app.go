@@ -297,6 +297,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 				hint = fmt.Sprintf(" (URLs valid for %v need a session of %v: raise the role's maximum session duration, or make --direct-url-ttl at most 45m)", ttl, max(time.Hour, ttl+15*time.Minute))
 			}
 			return nil, fmt.Errorf("s3: assume the role that signs direct uploads (--s3-sign-role %s): %w%s", cfg.S3.SignRole, err, hint)
+		case signing != nil:
+			a.log.Info("direct uploads' URLs are signed by an assumed role allowed only s3:PutObject in the bucket (--s3-sign-role)", "role", cfg.S3.SignRole)
 		}
 	}
 	a.presigner = s3store.NewPresigner(client, cfg.S3.PublicEndpoint, signing)

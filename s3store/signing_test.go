@@ -2,6 +2,8 @@ package s3store_test
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -43,5 +45,45 @@ func TestSigningCredentialsOutlastTheURLs(t *testing.T) {
 		if !errors.As(err, &lifetime) || !strings.Contains(err.Error(), "at most 11h45m0s") {
 			t.Fatalf("URLs valid for 12h signed by role %s: %v, want a refusal saying how long they may live", role, err)
 		}
+	}
+}
+
+// TestAutoRoleWaitsForTheStore: with auto, a store that does not answer (down, or
+// starting alongside chunkup) is asked again rather than taken for one without STS:
+// falling back would sign with chunkup's own credentials for the process's whole life,
+// and a signed part URL on MinIO could then copy another tenant's object. A store that
+// answers with a refusal is a NoRoleError at once.
+func TestAutoRoleWaitsForTheStore(t *testing.T) {
+	m := testenv.StartMinIO(t)
+	ctx := testenv.Context(t, time.Minute)
+	cfg := m.S3Config()
+	cfg.SignRole = s3store.SignRoleAuto
+	m.Stop()
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		time.Sleep(time.Second) // the store comes up while the probe is asking
+		m.Start(t)
+	}()
+	creds, err := s3store.SigningCredentials(ctx, cfg, "bkt", 15*time.Minute)
+	<-started
+	if err != nil {
+		t.Fatalf("auto against a store that came up a second later: %v, want the role", err)
+	}
+	if c, err := creds.Retrieve(ctx); err != nil || c.SessionToken == "" {
+		t.Fatalf("the role's credentials: %v (session token %q)", err, c.SessionToken)
+	}
+
+	// An endpoint that answers every request 405, as versitygw answers AssumeRole.
+	noSTS := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}))
+	t.Cleanup(noSTS.Close)
+	refusing := cfg
+	refusing.Endpoint = noSTS.URL
+	_, err = s3store.SigningCredentials(ctx, refusing, "bkt", 15*time.Minute)
+	var noRole *s3store.NoRoleError
+	if !errors.As(err, &noRole) {
+		t.Fatalf("auto against an endpoint that answers without STS: %v, want a NoRoleError", err)
 	}
 }

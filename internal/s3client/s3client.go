@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
@@ -106,8 +107,7 @@ func New(ctx context.Context, cfg Config) (*s3.Client, error) {
 // session lasts an hour (the longest AWS grants a role by default) or urlTTL and a
 // quarter of an hour, at most 12 hours (the longest any role may have), and is renewed
 // urlTTL before it ends. A longer urlTTL is a *LifetimeError. For SignRoleAuto the
-// store is asked once first, without retries (a probe, which a store without STS
-// answers with an error: SeaweedFS, versitygw), and its error is a *NoRoleError.
+// store is asked first (probeRole): a refusal is a *NoRoleError.
 func SigningCredentials(ctx context.Context, cfg Config, bucket string, urlTTL time.Duration) (aws.CredentialsProvider, error) {
 	if cfg.SignRole == "" {
 		return nil, nil
@@ -119,15 +119,48 @@ func SigningCredentials(ctx context.Context, cfg Config, bucket string, urlTTL t
 	role := cfg.SignRole
 	if role == SignRoleAuto {
 		role = AutoSignRole
-		probe := cfg
-		probe.MaxAttempts = 1
-		if _, err := assumer(ctx, probe, bucket, role, session).Retrieve(ctx); err != nil {
-			return nil, &NoRoleError{Err: err}
+		if err := probeRole(ctx, cfg, bucket, role, session); err != nil {
+			return nil, err
 		}
 	}
 	p := assumer(ctx, cfg, bucket, role, session)
 	return aws.NewCredentialsCache(p, func(o *aws.CredentialsCacheOptions) { o.ExpiryWindow = urlTTL }), nil
 }
+
+// probeRole asks the store once whether chunkup may assume role, without the SDK's
+// retries: an answer refusing it (a store without STS answers 4xx or 5xx) is a
+// *NoRoleError at once. No answer at all (the store is down, or starting alongside
+// chunkup) is not a refusal: falling back then would sign with chunkup's own
+// credentials for the process's whole life on a store where a role was to be had, so
+// the probe is repeated, for up to probePatience, and then it is the start's error.
+func probeRole(ctx context.Context, cfg Config, bucket, role string, session time.Duration) error {
+	cfg.MaxAttempts = 1
+	wait := 250 * time.Millisecond
+	deadline := time.Now().Add(probePatience)
+	for {
+		_, err := assumer(ctx, cfg, bucket, role, session).Retrieve(ctx)
+		var answered *awshttp.ResponseError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &answered) && answered.HTTPStatusCode() > 0:
+			return &NoRoleError{Err: err}
+		case time.Now().Add(wait).After(deadline):
+			return fmt.Errorf("the store did not answer whether chunkup may assume a role to sign direct uploads' URLs, for %v: %w", probePatience, err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 4*time.Second)
+	}
+}
+
+// probePatience is how long probeRole waits for a store that does not answer.
+const probePatience = 30 * time.Second
 
 // assumer assumes role for a session of d with the write-only policy on bucket.
 func assumer(ctx context.Context, cfg Config, bucket, role string, d time.Duration) aws.CredentialsProvider {
@@ -152,7 +185,7 @@ func assumer(ctx context.Context, cfg Config, bucket, role string, d time.Durati
 type LifetimeError struct{ TTL time.Duration }
 
 func (e *LifetimeError) Error() string {
-	return fmt.Sprintf("signed URLs valid for %v cannot be signed by a role, whose credentials last at most %v: make the URLs' lifetime at most %v, or sign them with the client's own credentials", e.TTL, MaxSignSession, MaxSignSession-15*time.Minute)
+	return fmt.Sprintf("signed URLs valid for %v cannot be signed by a role, whose credentials last at most %v: make the URLs' lifetime at most %v, or sign them with chunkup's own S3 credentials", e.TTL, MaxSignSession, MaxSignSession-15*time.Minute)
 }
 
 // NoRoleError: the store let SignRoleAuto assume no role.
