@@ -93,7 +93,9 @@ type Core interface {
 	// changed; together larger than the limit, ErrTooLarge; one another final upload
 	// is concatenating, ErrConflict. A final upload of the same partials, in the same
 	// order, that has every byte is a *FinalExistsError naming it (a creation
-	// repeated: it is answered with that upload); one being assembled is ErrLocked.
+	// repeated: it is answered with that upload); one being assembled is ErrLocked. A
+	// tenant assembling as many final uploads as the core allows waits for a place,
+	// then is ErrUnavailable.
 	Concat(ctx context.Context, ids []string) (Partials, error)
 }
 
@@ -110,6 +112,9 @@ func (e *FinalExistsError) Error() string {
 type Partials interface {
 	// Size is their bytes together: the final upload's size.
 	Size() int64
+	// Done gives back what Concat took for the final upload's assembly (the tenant's
+	// place to assemble one); the creating request calls it once it is over.
+	Done()
 	// Claim makes them final upload final's, so that no other final upload
 	// concatenates them meanwhile (one whose creating request ended without every
 	// byte gives them up). It is called holding final's append lock, before Open; a

@@ -374,3 +374,4 @@ type memPartials []byte
 func (p memPartials) Size() int64                         { return int64(len(p)) }
 func (p memPartials) Open(context.Context) io.ReadCloser  { return io.NopCloser(bytes.NewReader(p)) }
 func (p memPartials) Claim(context.Context, string) error { return nil }
+func (p memPartials) Done()                               {}

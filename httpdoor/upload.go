@@ -299,7 +299,9 @@ func (h *Handler) create(ctx context.Context, w http.ResponseWriter, r *http.Req
 		case err != nil:
 			h.fail(w, r, rq, err)
 			return
-		case hd.length >= 0 && hd.length != parts.Size():
+		}
+		defer parts.Done()
+		if hd.length >= 0 && hd.length != parts.Size() {
 			h.fail(w, r, rq, fmt.Errorf("%w: Upload-Length %d, but the partial uploads have %d bytes together; no upload was created (a final upload needs no Upload-Length)", ErrInvalid, hd.length, parts.Size()))
 			return
 		}

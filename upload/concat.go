@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/chunkup/chunkup/internal/fault"
@@ -215,6 +216,58 @@ func (c *Core) ClaimPartials(ctx context.Context, final string, ids []string, up
 		}
 	}
 	return nil
+}
+
+// AssemblySlot waits, up to assemblyWait, for one of the caller's tenant's places to
+// assemble a final upload (Config.AssembliesPerTenant) and returns its release. A
+// tenant whose places stay taken is refused as busy (Unavailable, with a delay), with
+// nothing created; a tenant cannot keep the servers reading and writing bytes it sent
+// once (a final upload deleted while it is assembled frees its partials for the next)
+// more than that many at a time.
+func (c *Core) AssemblySlot(ctx context.Context) (func(), error) {
+	if c.assemblies == nil {
+		return func() {}, nil
+	}
+	tenant := TenantFrom(ctx)
+	wctx, cancel := context.WithTimeout(ctx, assemblyWait)
+	defer cancel()
+	release, err := c.assemblies.take(wctx, tenant)
+	switch {
+	case err == nil:
+		return release, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	}
+	return nil, &fault.Error{Kind: fault.Unavailable, RetryAfter: 2 * time.Second, Msg: fmt.Sprintf(
+		"tenant %s is assembling %d final uploads at once on this server, the most it allows; nothing was created: retry in a moment", Quote(tenant), c.assemblies.per)}
+}
+
+// assemblyWait is how long a final upload's creation waits for its tenant's place.
+const assemblyWait = 10 * time.Second
+
+// assemblies counts each tenant's final uploads being assembled: a semaphore of per
+// places for each tenant that assembled one.
+type assemblies struct {
+	mu   sync.Mutex
+	per  int
+	held map[string]chan struct{}
+}
+
+func (a *assemblies) take(ctx context.Context, tenant string) (func(), error) {
+	a.mu.Lock()
+	sem := a.held[tenant]
+	if sem == nil {
+		sem = make(chan struct{}, a.per)
+		a.held[tenant] = sem
+	}
+	a.mu.Unlock()
+	select {
+	case sem <- struct{}{}:
+		var once sync.Once
+		return func() { once.Do(func() { <-sem }) }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // dropAbandoned aborts final upload id, whose partial uploads final took over because

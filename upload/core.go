@@ -188,6 +188,12 @@ type Config struct {
 	// one tenant has open on this process; past it a stream is refused. Zero means 64;
 	// negative, no cap.
 	MaxStreamsPerTenant int
+	// AssembliesPerTenant caps the final uploads (tus concatenation) one tenant
+	// assembles at once on this process: each reads its partials back from S3 and
+	// writes them again, costing the servers what an upload costs but the tenant no
+	// bytes sent. A creation past it waits for a place, then is refused as busy. Zero
+	// means 2.
+	AssembliesPerTenant int
 	// CreateRatePerTenant bounds the uploads one tenant may create per second on this
 	// process (a token bucket with bursts of twice the rate), whichever door they come
 	// through; past it a create is refused with a retry delay. Zero means
@@ -264,7 +270,7 @@ func (c Config) Validate() error {
 	if c.ChunkSize != 0 && c.MaxChunkSize != 0 && c.ChunkSize > c.MaxChunkSize {
 		return errors.New("upload: chunk size must not exceed max chunk size")
 	}
-	if c.MaxUploadSize < 0 || c.StagedBytesBudget < 0 || c.BudgetWait < 0 {
+	if c.MaxUploadSize < 0 || c.StagedBytesBudget < 0 || c.BudgetWait < 0 || c.AssembliesPerTenant < 0 {
 		return errors.New("upload: limits must not be negative")
 	}
 	if c.StagedBytesBudget > 0 && c.StagedBytesBudget < 2*MinPartSize {
@@ -309,6 +315,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxStreamsPerTenant == 0 {
 		c.MaxStreamsPerTenant = DefaultMaxStreamsPerTenant
 	}
+	if c.AssembliesPerTenant == 0 {
+		c.AssembliesPerTenant = 2
+	}
 	if c.CreateRatePerTenant == 0 {
 		c.CreateRatePerTenant = DefaultCreateRatePerTenant
 	}
@@ -352,8 +361,10 @@ type Core struct {
 	// finishing counts the streams that moved out of streams once they had nothing
 	// more to carry (FinishingStream).
 	finishing *StreamCounter
-	creates   *TenantRateLimiter // nil: no bound
-	budget    *budgetGate        // nil: no budget
+	// assemblies bounds each tenant's final uploads being assembled (nil: no bound).
+	assemblies *assemblies
+	creates    *TenantRateLimiter // nil: no bound
+	budget     *budgetGate        // nil: no budget
 	// direct and directStore make direct uploads; nil: refused.
 	direct      DirectS3
 	directStore DirectStore
@@ -373,8 +384,9 @@ func New(d Deps, cfg Config) (*Core, error) {
 	cfg = cfg.WithDefaults()
 	c := &Core{cfg: cfg, store: d.Store, ender: d.Ender, objects: d.Objects, local: d.Local,
 		completer: d.Completer, metrics: d.Metrics, direct: d.Direct, directStore: d.DirectStore,
-		streams:   NewStreamCounter("upload streams", cfg.MaxStreamsPerTenant),
-		finishing: NewStreamCounter("finishing upload streams", cfg.MaxStreamsPerTenant)}
+		streams:    NewStreamCounter("upload streams", cfg.MaxStreamsPerTenant),
+		finishing:  NewStreamCounter("finishing upload streams", cfg.MaxStreamsPerTenant),
+		assemblies: &assemblies{per: cfg.AssembliesPerTenant, held: map[string]chan struct{}{}}}
 	if cfg.CreateRatePerTenant > 0 {
 		c.creates = NewTenantRateLimiter(cfg.CreateRatePerTenant, int(max(1, 2*cfg.CreateRatePerTenant)))
 	}

@@ -41,6 +41,7 @@ type UploadCore interface {
 	UploadLimit() int64
 	Partials(ctx context.Context, ids []string) ([]*staging.Upload, int64, error)
 	ClaimPartials(ctx context.Context, final string, ids []string, ups []*staging.Upload) error
+	AssemblySlot(ctx context.Context) (func(), error)
 	OpenPartials(ctx context.Context, ups []*staging.Upload) io.ReadCloser
 }
 
@@ -209,7 +210,11 @@ func (c *Core) Concat(ctx context.Context, ids []string) (httpdoor.Partials, err
 	if err != nil {
 		return nil, finalExists(busy(err))
 	}
-	return &partials{core: c.core, ids: ids, ups: ups, size: size}, nil
+	release, err := c.core.AssemblySlot(ctx)
+	if err != nil {
+		return nil, busy(err)
+	}
+	return &partials{core: c.core, ids: ids, ups: ups, size: size, release: release}, nil
 }
 
 // finalExists is err, but the core's *upload.FinalExistsError is the door's.
@@ -223,11 +228,14 @@ func finalExists(err error) error {
 
 // partials are a final upload's partial uploads, as the core checked them.
 type partials struct {
-	core UploadCore
-	ids  []string
-	ups  []*staging.Upload
-	size int64
+	core    UploadCore
+	ids     []string
+	ups     []*staging.Upload
+	size    int64
+	release func() // the tenant's place to assemble a final upload
 }
+
+func (p *partials) Done() { p.release() }
 
 func (p *partials) Size() int64                            { return p.size }
 func (p *partials) Open(ctx context.Context) io.ReadCloser { return p.core.OpenPartials(ctx, p.ups) }

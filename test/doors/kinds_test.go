@@ -120,6 +120,7 @@ func (f *failing) Partials(context.Context, []string) ([]*staging.Upload, int64,
 func (f *failing) ClaimPartials(context.Context, string, []string, []*staging.Upload) error {
 	return f.fail("")
 }
+func (f *failing) AssemblySlot(context.Context) (func(), error) { return nil, f.fail("") }
 func (f *failing) OpenPartials(context.Context, []*staging.Upload) io.ReadCloser {
 	return io.NopCloser(strings.NewReader(""))
 }
