@@ -102,6 +102,11 @@ func (h *Handler) concatHeader(up Upload) string {
 // expired), and the answer names no upload to resume: the client creates the final
 // upload again, from the partials, which are still there.
 func (h *Handler) failFinal(ctx context.Context, w http.ResponseWriter, r *http.Request, rq *request, err error) {
+	if fault.Has(err, fault.Ended) {
+		// Ended meanwhile (DELETE of its URL, which a 409 or 423 names): say so in
+		// this request's words, not in those of an append.
+		err = fault.Wrap(err, fault.Ended, fmt.Sprintf("final upload %s was ended while its partial uploads were assembled into it, and no upload was created: create the final upload again", rq.id))
+	}
 	h.abortFinal(ctx, rq.id, err)
 	rq.id, rq.upload, rq.created, rq.offsetKnown = "", nil, "", false
 	h.fail(w, r, rq, err)

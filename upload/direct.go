@@ -285,7 +285,12 @@ func (c *Core) completeDirect(ctx context.Context, id string, reported []Reporte
 		return c.sameParts(ctx, u, parts)
 	case staging.StatusActive:
 	default:
-		return nil, &staging.StateError{Status: u.Status}
+		se := &staging.StateError{Status: u.Status}
+		why := ""
+		if u.Error != "" {
+			why = " (" + u.Error + ")"
+		}
+		return nil, fault.Wrap(se, se.Kind(), fmt.Sprintf("upload %s is %s%s and takes no completion: create a new upload to send the file again", id, u.Status, why))
 	}
 	if u.Total > 0 && uint32(len(parts)) != u.Total {
 		return nil, invalidf("the upload has %d parts (its size says so), not %d", u.Total, len(parts))
@@ -506,7 +511,7 @@ func matchParts(reported []ReportedPart, held []s3store.ListedPart, checksummed 
 // and returns the error saying so.
 func (c *Core) failDirect(ctx context.Context, u *staging.Upload, why string) error {
 	err := c.ender.FailUnrecorded(ctx, u.ID, why)
-	if errors.Is(err, uploads.ErrPartsRecorded) {
+	if errors.Is(err, uploads.ErrPartsRecorded) || errors.Is(err, staging.ErrCompleting) {
 		// A completion at the same time reported what S3 holds, recorded it and
 		// completes the upload: this report was not the parts', but the upload is.
 		return fault.Wrap(err, fault.Conflict, fmt.Sprintf("upload %s is being completed by another completion, whose parts matched what S3 holds (this one's did not: %s): read it with GetUpload", u.ID, why))
