@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -908,8 +910,15 @@ func TestDirectPartURLCannotCopy(t *testing.T) {
 	refusesCopy := func(t *testing.T, c *client.Client) {
 		t.Helper()
 		id, part := signPart1(t, c)
-		if res := putSigned(t, part, zeros, copyOf...); res.StatusCode/100 != 4 {
-			t.Fatalf("the copy through a signed part URL was answered %d, want a refusal (4xx)", res.StatusCode)
+		// A store may refuse before it has read the body, and close the connection
+		// (versitygw): a reset while the body is sent is a refusal too.
+		switch code, err := tryPutSigned(t, part, zeros, copyOf...); {
+		case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+			t.Logf("the store refused the copy by closing the connection: %v", err)
+		case err != nil:
+			t.Fatalf("the copy through a signed part URL: %v", err)
+		case code/100 != 4:
+			t.Fatalf("the copy through a signed part URL was answered %d, want a refusal (4xx)", code)
 		}
 		// The client's own bytes go, and complete.
 		mine := randomBytes(len(secret), 78)
@@ -1033,6 +1042,29 @@ func TestDirectConcurrentCompletions(t *testing.T) {
 
 // putSigned PUTs body to signed part sp's URL with the headers it was signed with, as a
 // client does, and returns S3's answer (its body closed).
+// tryPutSigned is putSigned on a connection of its own (closed after), returning the
+// status, or the error of a request that got no answer.
+func tryPutSigned(t *testing.T, sp *chunkupv1.SignedPart, body []byte, extra ...string) (int, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx(t), sp.Method, sp.Url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Close = true
+	for k, v := range sp.Headers {
+		req.Header.Set(k, v)
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		req.Header.Set(extra[i], extra[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	res.Body.Close()
+	return res.StatusCode, nil
+}
+
 func putSigned(t *testing.T, sp *chunkupv1.SignedPart, body []byte, extra ...string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx(t), sp.Method, sp.Url, bytes.NewReader(body))
