@@ -293,8 +293,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			return nil, fmt.Errorf("s3: --direct-url-ttl %v with --s3-sign-role %s: %w (--s3-sign-role off)", lifetime.TTL, cfg.S3.SignRole, err)
 		case err != nil:
 			hint := ""
-			if ttl > 45*time.Minute {
-				hint = fmt.Sprintf(" (URLs valid for %v need a session of %v: raise the role's maximum session duration, or make --direct-url-ttl at most 45m)", ttl, max(time.Hour, ttl+15*time.Minute))
+			if s := s3store.SignSession(ttl); s > time.Hour {
+				hint = fmt.Sprintf(" (URLs valid for %v need a session of %v: raise the role's maximum session duration, or make --direct-url-ttl at most 45m)", ttl, s)
 			}
 			return nil, fmt.Errorf("s3: assume the role that signs direct uploads (--s3-sign-role %s): %w%s", cfg.S3.SignRole, err, hint)
 		case signing != nil:

@@ -14,7 +14,6 @@ import (
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
-	"github.com/chunkup/chunkup/staging/stagingtest"
 )
 
 const detectBucket = "detect-test"
@@ -25,10 +24,7 @@ const detectBucket = "detect-test"
 // reading the object.
 func TestDetectsTypeOfUntypedUploads(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
-	minio := testenv.StartMinIO(t)
-	minio.CreateBucket(t, detectBucket)
-	s3c := minio.Client(t)
-	store := stagingtest.Open(t, testenv.StartRedis(t).Client(t), staging.Config{}).Uploads
+	s3c, store := stores(t, detectBucket)
 	h := &recordingHandoff{}
 	c, err := completion.New(store.Completions(), s3store.New(s3c), noEnder{t}, nil, completion.Config{Handoff: h})
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/chunkup/chunkup/completion"
 	"github.com/chunkup/chunkup/internal/crc"
 	"github.com/chunkup/chunkup/internal/ids"
@@ -140,4 +142,13 @@ func waitDue(t *testing.T, ctx context.Context, s *uploads.Store, id string) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// stores starts MinIO with bucket and a Redis, and returns an S3 client and the
+// uploads store on them.
+func stores(t *testing.T, bucket string) (*s3.Client, *uploads.Store) {
+	t.Helper()
+	minio := testenv.StartMinIO(t)
+	minio.CreateBucket(t, bucket)
+	return minio.Client(t), stagingtest.Open(t, testenv.StartRedis(t).Client(t), staging.Config{}).Uploads
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/s3store"
 	"github.com/chunkup/chunkup/staging"
-	"github.com/chunkup/chunkup/staging/stagingtest"
 	"github.com/chunkup/chunkup/staging/uploads"
 )
 
@@ -25,11 +24,8 @@ import (
 // tenant's completion goes on while a large object of the first is read.
 func TestReadsPerTenant(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
-	minio := testenv.StartMinIO(t)
 	const bucket = "reads-test"
-	minio.CreateBucket(t, bucket)
-	s3c := minio.Client(t)
-	store := stagingtest.Open(t, testenv.StartRedis(t).Client(t), staging.Config{}).Uploads
+	s3c, store := stores(t, bucket)
 	objects := &gatedReads{Store: s3store.New(s3c), gate: make(chan struct{}), reading: map[string]int{}, most: map[string]int{}}
 	c, err := completion.New(store.Completions(), objects, noEnder{t}, nil, completion.Config{SweepInterval: 20 * time.Millisecond})
 	if err != nil {

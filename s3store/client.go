@@ -38,6 +38,10 @@ type (
 	NoRoleError   = s3client.NoRoleError
 )
 
+// SignSession is how long a role's session signing URLs valid for urlTTL lasts (see
+// s3client.SignSession).
+func SignSession(urlTTL time.Duration) time.Duration { return s3client.SignSession(urlTTL) }
+
 // SigningCredentials are the credentials direct uploads' URLs are signed with (see
 // s3client.SigningCredentials): nil for the client's own.
 func SigningCredentials(ctx context.Context, cfg Config, bucket string, urlTTL time.Duration) (aws.CredentialsProvider, error) {

@@ -112,7 +112,7 @@ func SigningCredentials(ctx context.Context, cfg Config, bucket string, urlTTL t
 	if cfg.SignRole == "" {
 		return nil, nil
 	}
-	session := max(time.Hour, urlTTL+15*time.Minute)
+	session := SignSession(urlTTL)
 	if session > MaxSignSession {
 		return nil, &LifetimeError{TTL: urlTTL}
 	}
@@ -195,6 +195,10 @@ func (e *NoRoleError) Error() string {
 	return "the store lets chunkup assume no role: " + e.Err.Error()
 }
 func (e *NoRoleError) Unwrap() error { return e.Err }
+
+// SignSession is how long a role's session signing URLs valid for urlTTL lasts: an
+// hour (the longest AWS grants a role by default), or urlTTL and a quarter of an hour.
+func SignSession(urlTTL time.Duration) time.Duration { return max(time.Hour, urlTTL+15*time.Minute) }
 
 // MaxSignSession is the longest a role's session may last (AWS's limit for any role).
 const MaxSignSession = 12 * time.Hour

@@ -9,22 +9,13 @@ import (
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/internal/rdb"
-	"github.com/chunkup/chunkup/staging/outbox"
 )
 
 // TestClaimPartial: a completed partial upload is claimed by one final upload at a
 // time, and only the claimant the caller names as ended can be replaced.
 func TestClaimPartial(t *testing.T) {
 	ctx := testenv.Context(t, 30*time.Second)
-	client := testenv.StartRedis(t).Client(t)
-	ob, err := outbox.New(client, staging.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(client, staging.Config{}, ob, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, client := newStore(t)
 	upload := func(partial bool, status staging.Status) string {
 		t.Helper()
 		id := ids.New()

@@ -9,6 +9,7 @@ import (
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/internal/rdb"
 	"github.com/chunkup/chunkup/staging/outbox"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestStageScriptWritesNothingWithoutBytes runs the stage script as it runs when the
@@ -17,15 +18,7 @@ import (
 // for a new chunk and for a replacement alike.
 func TestStageScriptWritesNothingWithoutBytes(t *testing.T) {
 	ctx := testenv.Context(t, 30*time.Second)
-	client := testenv.StartRedis(t).Client(t)
-	ob, err := outbox.New(client, staging.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(client, staging.Config{}, ob, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, client := newStore(t)
 	id := ids.New()
 	if _, err := s.Create(ctx, staging.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 4, ExpectedSize: 8, Total: 2}); err != nil {
 		t.Fatal(err)
@@ -62,4 +55,19 @@ func TestStageScriptWritesNothingWithoutBytes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newStore opens a Store on a Redis of its own, with its client.
+func newStore(t *testing.T) (*Store, *redis.Client) {
+	t.Helper()
+	client := testenv.StartRedis(t).Client(t)
+	ob, err := outbox.New(client, staging.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(client, staging.Config{}, ob, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, client
 }
