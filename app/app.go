@@ -151,6 +151,12 @@ func (c *Config) Validate() error {
 	if c.RatePerTenant < 0 || c.RateBurst < 0 {
 		return errors.New("rate limits must not be negative")
 	}
+	if ttl := core.WithDefaults().DirectURLTTL; c.S3.SignRole != "" && !c.DirectDoor.Off {
+		// Known before the store is asked: no role's session outlasts such URLs.
+		if err := s3store.CheckSignLifetime(ttl); err != nil {
+			return fmt.Errorf("s3: --direct-url-ttl %v with --s3-sign-role %s: %w (--s3-sign-role off)", ttl, c.S3.SignRole, err)
+		}
+	}
 	if c.DirectDoor.Off && c.Upload.DirectAbove > 0 {
 		return errors.New("direct uploads are off (--direct-prefix off): offer none (leave out --direct-above), or turn them on (leave out --direct-prefix off)")
 	}

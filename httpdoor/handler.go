@@ -1,6 +1,6 @@
 // Package httpdoor is chunkup's HTTP front door: resumable uploads over tus 1.0.0 and
 // the IETF "Resumable Uploads for HTTP" draft (draft-ietf-httpbis-resumable-upload,
-// interop versions 5 to 10: drafts -03 to -13, each answered with the semantics of its
+// interop versions 5 to 12: drafts -03 to -15, each answered with the semantics of its
 // version where they differ; see interopDrafts), on the same URLs and onto the same
 // uploads as gRPC, so that browsers (tus-js-client, Uppy), mobile tus clients (iOS
 // URLSession) and curl can upload to chunkup.
@@ -45,16 +45,21 @@ const (
 // minInterop and maxInterop bound the draft interop versions the door speaks (the
 // "Upload-Draft-Interop-Version" a request names; the 104 names it back). 5 and 6 are
 // what tus-js-client sends (its ietf-draft-03 and ietf-draft-05 protocols), 8 what iOS
-// 26.2's URLSession sends, 9 and 10 the revisions since. Versions 3 and 4 used
-// Upload-Incomplete and are refused (412), as is anything above maxInterop: a new
-// interop version is a breaking change, read from the draft's "Changes" appendix before
-// it is accepted here.
-const minInterop, maxInterop = 5, 10
+// 26.2's URLSession sends, 9 and 10 the revisions since (-12, -13). 11 and 12 are the
+// only values -14 and -15 can have (one interop version per revision; neither text was
+// readable here): accepted, so that a client of the current draft is not refused, and
+// answered as 10, since every change through -15 that the draft's readers list is -12's
+// (docs/http-uploads.md). Versions 3 and 4 used Upload-Incomplete and are refused
+// (412), as is anything above maxInterop: no published revision has it.
+const minInterop, maxInterop = 5, 12
+
+// newestReadInterop is the newest interop version whose draft text was read: the one
+// the door suggests to a request that names none.
+const newestReadInterop = 10
 
 // interopDrafts names the draft revisions of each interop version the door speaks
 // ("The current interop version is N" in the revision's "Draft Version Identification"
-// appendix; docs/http-uploads.md says how each was established). -14 and -15 are not
-// listed: their interop version could not be read here.
+// appendix; docs/http-uploads.md says how each was established).
 var interopDrafts = [...]string{
 	5:  "-03",
 	6:  "-04, -05",
@@ -62,6 +67,8 @@ var interopDrafts = [...]string{
 	8:  "-09 to -11",
 	9:  "-12",
 	10: "-13",
+	11: "-14 or -15, if either raised it",
+	12: "-15, if -14 and -15 both raised it",
 }
 
 // Where the interop versions differ, the first version with the later behaviour.
@@ -343,7 +350,7 @@ func detect(r *http.Request, method string) (protocol, int, error) {
 	if method == http.MethodHead || method == http.MethodGet {
 		return protoTus, 0, nil
 	}
-	return protoTus, 0, &versionError{Msg: fmt.Sprintf("send Tus-Resumable: %s (tus) or Upload-Draft-Interop-Version: %d (the IETF resumable upload draft)", tusVersion, maxInterop)}
+	return protoTus, 0, &versionError{Msg: fmt.Sprintf("send Tus-Resumable: %s (tus) or Upload-Draft-Interop-Version: %d (the IETF resumable upload draft)", tusVersion, newestReadInterop)}
 }
 
 // location is the URL of upload id.

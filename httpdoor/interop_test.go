@@ -133,8 +133,8 @@ func TestInteropRefused(t *testing.T) {
 				t.Fatalf("%s: %v", r.body, err)
 			}
 			for _, want := range []string{
-				"interop versions 5 to 10", "5: drafts -03", "6: drafts -04, -05", "7: drafts -06 to -08",
-				"8: drafts -09 to -11", "9: drafts -12", "10: drafts -13", "tus 1.0.0",
+				"interop versions 5 to 12", "5: drafts -03", "6: drafts -04, -05", "7: drafts -06 to -08",
+				"8: drafts -09 to -11", "9: drafts -12", "10: drafts -13", "11: drafts -14 or -15", "12: drafts -15", "tus 1.0.0",
 			} {
 				if !strings.Contains(p.Detail, want) {
 					t.Errorf("detail %q lacks %q", p.Detail, want)
@@ -145,10 +145,10 @@ func TestInteropRefused(t *testing.T) {
 	if n := e.core.count(); n != 0 {
 		t.Fatalf("%d uploads created", n)
 	}
-	// A request that names no protocol is told the newest interop version.
+	// A request that names no protocol is told the newest interop version whose text was read.
 	r := e.do("POST", "/files/", bytes.NewReader(nil))
 	expectStatus(t, r, http.StatusPreconditionFailed)
-	if !bytes.Contains(r.body, []byte("Upload-Draft-Interop-Version: "+strconv.Itoa(maxInterop))) {
+	if !bytes.Contains(r.body, []byte("Upload-Draft-Interop-Version: "+strconv.Itoa(newestReadInterop))) {
 		t.Fatalf("%s", r.body)
 	}
 }

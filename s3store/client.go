@@ -42,6 +42,9 @@ type (
 // s3client.SignSession).
 func SignSession(urlTTL time.Duration) time.Duration { return s3client.SignSession(urlTTL) }
 
+// CheckSignLifetime: see s3client.CheckSignLifetime.
+func CheckSignLifetime(urlTTL time.Duration) error { return s3client.CheckSignLifetime(urlTTL) }
+
 // SigningCredentials are the credentials direct uploads' URLs are signed with (see
 // s3client.SigningCredentials): nil for the client's own.
 func SigningCredentials(ctx context.Context, cfg Config, bucket string, urlTTL time.Duration) (aws.CredentialsProvider, error) {

@@ -113,6 +113,8 @@ func TestUsage(t *testing.T) {
 		{"serve: lease too short", nil, []string{"serve", "--lease", "1ms"}, exitUsage, "", "lease must be at least"},
 		{"serve: direct offer under 5 MiB", nil, []string{"serve", "--direct-above", "1MiB"}, exitUsage, "", "serve: --direct-above 1.0 MiB: it must be at least 5 MiB, S3's smallest part"},
 		{"serve: direct offer with the direct door off", nil, []string{"serve", "--direct-above", "64MiB", "--direct-prefix", "off"}, exitUsage, "", "offer none (leave out --direct-above)"},
+		{"serve: a sign role that is no ARN", nil, []string{"serve", "--s3-sign-role", "bogus"}, exitUsage, "", `the role that signs direct uploads, "bogus", is no ARN`},
+		{"serve: URLs outliving a role's session", nil, []string{"serve", "--direct-url-ttl", "12h"}, exitUsage, "", "--direct-url-ttl 12h0m0s with --s3-sign-role auto: signed URLs valid for 12h0m0s cannot be signed by a role"},
 		{"dev: direct offer under 5 MiB", nil, []string{"dev", "--direct-above", "1MiB"}, exitUsage, "", "dev: --direct-above 1.0 MiB: it must be at least 5 MiB"},
 		{"serve: a boolean flag's value apart", nil, []string{"serve", "--ocr", "false"}, exitUsage, "", "--ocr takes its value after =: --ocr=false"},
 		{"serve: arguments", nil, []string{"serve", "extra"}, exitUsage, "", "serve takes no arguments"},

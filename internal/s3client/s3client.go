@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -74,6 +75,9 @@ func (c Config) Validate() error {
 	if c.MaxAttempts < 0 {
 		return errors.New("s3: max attempts must not be negative")
 	}
+	if c.SignRole != "" && c.SignRole != SignRoleAuto && !strings.HasPrefix(c.SignRole, "arn:") {
+		return fmt.Errorf("s3: the role that signs direct uploads, %q, is no ARN: give the role's ARN (arn:aws:iam::ACCOUNT:role/NAME on AWS), auto, or off", c.SignRole)
+	}
 	return nil
 }
 
@@ -112,10 +116,10 @@ func SigningCredentials(ctx context.Context, cfg Config, bucket string, urlTTL t
 	if cfg.SignRole == "" {
 		return nil, nil
 	}
-	session := SignSession(urlTTL)
-	if session > MaxSignSession {
-		return nil, &LifetimeError{TTL: urlTTL}
+	if err := CheckSignLifetime(urlTTL); err != nil {
+		return nil, err
 	}
+	session := SignSession(urlTTL)
 	role := cfg.SignRole
 	if role == SignRoleAuto {
 		role = AutoSignRole
@@ -179,6 +183,15 @@ func assumer(ctx context.Context, cfg Config, bucket, role string, d time.Durati
 		o.Policy = aws.String(policy)
 		o.Duration = d
 	})
+}
+
+// CheckSignLifetime is a *LifetimeError when no role's session outlasts URLs valid for
+// urlTTL.
+func CheckSignLifetime(urlTTL time.Duration) error {
+	if SignSession(urlTTL) > MaxSignSession {
+		return &LifetimeError{TTL: urlTTL}
+	}
+	return nil
 }
 
 // LifetimeError: signed URLs meant to live longer than a role's session can.

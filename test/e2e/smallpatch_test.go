@@ -96,7 +96,7 @@ func TestHTTPIETFVersions(t *testing.T) {
 	node := e.serveProcess(t, nil, "serve", "api,worker,completer,cleanup")
 	c := harness.Dial(t, node.GRPCAddr)
 	d := doorOf(t, node.HTTPAddr)
-	for v := 5; v <= 10; v++ {
+	for v := 5; v <= 12; v++ {
 		t.Run(strconv.Itoa(v), func(t *testing.T) {
 			data := randomBytes(10<<20+7, uint64(100+v))
 			first := 3<<20 + 1
