@@ -205,6 +205,8 @@ func (c *Core) ClaimPartials(ctx context.Context, final string, ids []string, up
 				return invalidf("there is no partial upload %s any more (it expired): upload that part again", p.ID)
 			case errors.As(err, &se):
 				return invalidf("partial upload %s is %s now, not complete: upload that part again", p.ID, se.Status)
+			case errors.Is(err, staging.ErrNotReplicated):
+				return fault.Wrap(err, fault.Unavailable, fmt.Sprintf("the claim of partial upload %s did not reach enough Redis replicas in time (%v): create this final upload again", p.ID, err))
 			case err != nil:
 				return err
 			default:

@@ -3,6 +3,8 @@ package uploads
 import (
 	"context"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/internal/rdb"
 )
@@ -41,13 +43,22 @@ return {'ok'}
 // naming that one. It is staging.ErrNotFound for no such upload of the tenant, and a
 // *staging.StateError for one that is not a completed partial upload.
 func (s *Store) ClaimPartial(ctx context.Context, id, tenant, final, from string) error {
-	r, err := rdb.Decode("claim-partial", claimPartialScript.Run(ctx, s.c, []string{rdb.StateKey(id)}, tenant, final, from))
-	if err != nil {
+	var eval *redis.Cmd
+	wait, err := s.pipelineReplicated(ctx, id, func(p redis.Pipeliner) {
+		eval = claimPartialScript.Eval(ctx, s.c, p, []string{rdb.StateKey(id)}, tenant, final, from)
+	})
+	if eval == nil {
 		return err
+	}
+	r, err := rdb.Decode("claim-partial", eval)
+	if err != nil {
+		return rdb.Classify(err)
 	}
 	switch r.Code {
 	case rdb.CodeOK:
-		return nil
+		// With replicas required, the claim counts only once they have it: a claim a
+		// failover lost would let another final upload assemble the partial too.
+		return s.replicated(wait, "the claim ")
 	case rdb.CodeNotFound:
 		return staging.ErrNotFound
 	case rdb.CodeState:

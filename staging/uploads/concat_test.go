@@ -9,6 +9,7 @@ import (
 	"github.com/chunkup/chunkup/internal/testenv"
 	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/staging/internal/rdb"
+	"github.com/chunkup/chunkup/staging/outbox"
 )
 
 // TestClaimPartial: a completed partial upload is claimed by one final upload at a
@@ -76,5 +77,38 @@ func isHeldBy(final string) func(error) bool {
 	return func(err error) bool {
 		var ce *ClaimedError
 		return errors.As(err, &ce) && ce.Final == final
+	}
+}
+
+// TestClaimPartialWaitsForReplicas: with replicas required, a claim counts only once
+// they have it; a Redis without them answers ErrNotReplicated (the door's 503), and
+// the claimant that tries again, after its final upload ended, gets the partial.
+func TestClaimPartialWaitsForReplicas(t *testing.T) {
+	ctx := testenv.Context(t, 30*time.Second)
+	client := testenv.StartRedis(t).Client(t)
+	cfg := staging.Config{MinReplicas: 1, ReplicaTimeout: 50 * time.Millisecond}
+	ob, err := outbox.New(client, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(client, cfg, ob, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ids.New()
+	if _, err := s.Create(ctx, staging.NewUpload{ID: id, Bucket: "b", Key: "k", ChunkSize: 4, ExpectedSize: 4, Total: 1, Tenant: "t", Partial: true}); err != nil && !errors.Is(err, staging.ErrNotReplicated) {
+		t.Fatal(err)
+	}
+	if err := client.HSet(ctx, rdb.StateKey(id), "status", string(staging.StatusCompleted)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ClaimPartial(ctx, id, "t", "F1", ""); !errors.Is(err, staging.ErrNotReplicated) {
+		t.Fatalf("claim without a replica: %v, want ErrNotReplicated", err)
+	}
+	if err := s.ClaimPartial(ctx, id, "t", "F2", "F1"); !errors.Is(err, staging.ErrNotReplicated) {
+		t.Fatalf("claim from the ended claimant: %v, want ErrNotReplicated", err)
+	}
+	if up, err := s.Get(ctx, id); err != nil || up.ClaimedBy != "F2" {
+		t.Fatalf("claimed by %q (%v), want F2", up.ClaimedBy, err)
 	}
 }
