@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 // draft on --http-addr) and returns what applies them to a configuration. The largest
 // upload it announces is the one the server enforces: --max-upload-size, or 10,000
 // chunks of --max-chunk-size when that is 0.
-func doorFlags(fs *flagSet) func(*app.Config) {
+func doorFlags(fs *flagSet) func(*app.Config) error {
 	prefix := fs.String("http-prefix", "CHUNKUP_HTTP_PREFIX", "/files/", "path of HTTP uploads (tus 1.0, IETF resumable uploads) on --http-addr; off disables them")
 	publicURL := fs.String("http-public-url", "CHUNKUP_HTTP_PUBLIC_URL", "", "scheme://host[:port] clients reach --http-addr at, for absolute Location headers (empty: relative ones)")
 	origins := fs.String("http-cors-origins", "CHUNKUP_HTTP_CORS_ORIGINS", "", "web page origins (scheme://host[:port], comma-separated, or *) allowed to upload from a browser (empty: only pages served by chunkup itself)")
@@ -30,7 +31,14 @@ func doorFlags(fs *flagSet) func(*app.Config) {
 	directAbove := fs.Size("direct-above", "CHUNKUP_DIRECT_ABOVE", 0, "offer a direct upload to S3 to clients that take one (chunkup upload does unless --through-server) for files of at least this size: for clients that can reach the store (--s3-public-endpoint); at least 5MiB, 0: never")
 	signRole := fs.String("s3-sign-role", "CHUNKUP_S3_SIGN_ROLE", "auto", "sign direct uploads' URLs with this role's credentials (an ARN), assumed through STS with a policy allowing only s3:PutObject in the bucket, so that no signed URL can copy another object into an upload (MinIO takes an unsigned x-amz-copy-source header on a signed part URL, and any ARN here); auto: such a role where the store lets chunkup assume one (MinIO), else chunkup's own credentials; off: chunkup's own (docs/direct-uploads.md)")
 	s3Public := fs.String("s3-public-endpoint", "CHUNKUP_S3_PUBLIC_ENDPOINT", "", "the S3 endpoint URL as direct uploads' clients reach it, when it is not --s3-endpoint (empty: --s3-endpoint)")
-	return func(cfg *app.Config) {
+	return func(cfg *app.Config) error {
+		if *signRole == "" {
+			// The configuration's "" is chunkup's own credentials, which the flag names off.
+			return usageError{errors.New("--s3-sign-role is empty: give a role's ARN, auto, or off")}
+		}
+		if *directTTL == 0 {
+			return usageError{errors.New("--direct-url-ttl 0: give how long a signed URL is valid, from 1s to 7 days (15m when left out)")}
+		}
 		if *directPrefix == "off" {
 			cfg.DirectDoor.Off = true
 		} else {
@@ -57,6 +65,7 @@ func doorFlags(fs *flagSet) func(*app.Config) {
 		cfg.HTTPDoor.Door.CORS.AllowedOrigins = commaList(*origins)
 		cfg.HTTPDoor.Door.CORS.ExposeHeaders = commaList(*expose)
 		cfg.HTTPDoor.Door.CORS.AllowHeaders = commaList(*allow)
+		return nil
 	}
 }
 

@@ -451,7 +451,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := applyOCR(&cfg); err != nil {
 		return usageError{err}
 	}
-	door(&cfg)
+	if err := door(&cfg); err != nil {
+		return err
+	}
 	if err := checkDirectAbove("serve", cfg.Upload.DirectAbove); err != nil {
 		return err
 	}

@@ -198,7 +198,7 @@ func CheckSignLifetime(urlTTL time.Duration) error {
 type LifetimeError struct{ TTL time.Duration }
 
 func (e *LifetimeError) Error() string {
-	return fmt.Sprintf("signed URLs valid for %v cannot be signed by a role, whose credentials last at most %v: make the URLs' lifetime at most %v, or sign them with chunkup's own S3 credentials", e.TTL, MaxSignSession, MaxSignSession-15*time.Minute)
+	return fmt.Sprintf("signed URLs valid for %v cannot be signed by a role: its session must outlast the URLs by 15m and lasts at most %v, so they may live at most %v: make the URLs' lifetime at most that, or sign them with chunkup's own S3 credentials", e.TTL, MaxSignSession, MaxSignSession-15*time.Minute)
 }
 
 // NoRoleError: the store let SignRoleAuto assume no role.
