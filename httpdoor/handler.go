@@ -1,7 +1,7 @@
 // Package httpdoor is chunkup's HTTP front door: resumable uploads over tus 1.0.0 and
 // the IETF "Resumable Uploads for HTTP" draft (draft-ietf-httpbis-resumable-upload,
 // interop versions 5 to 12: drafts -03 to -15, each answered with the semantics of its
-// version where they differ; see interopDrafts), on the same URLs and onto the same
+// version where they differ, 11 and 12 as 10; see interopDrafts), on the same URLs and onto the same
 // uploads as gRPC, so that browsers (tus-js-client, Uppy), mobile tus clients (iOS
 // URLSession) and curl can upload to chunkup.
 //
@@ -66,7 +66,7 @@ var interopDrafts = [...]string{
 	7:  "-06 to -08",
 	8:  "-09 to -11",
 	9:  "-12",
-	10: "-13",
+	10: "-13 (and -14, -15 unless they raised it)",
 	11: "-14 or -15, if either raised it",
 	12: "-15, if -14 and -15 both raised it",
 }

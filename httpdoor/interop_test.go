@@ -161,7 +161,7 @@ func TestOptionsUploadLimit(t *testing.T) {
 		want string
 	}{{0, "min-size=0"}, {1 << 30, "max-size=1073741824"}} {
 		e := newEnv(t, 1<<16, Config{MaxSize: tc.max})
-		for _, kv := range [][]string{nil, {"Tus-Resumable", "1.0.0"}, {"Upload-Draft-Interop-Version", "6"}, {"Upload-Draft-Interop-Version", strconv.Itoa(maxInterop)}} {
+		for _, kv := range [][]string{nil, {"Tus-Resumable", "1.0.0"}, {"Upload-Draft-Interop-Version", "6"}, {"Upload-Draft-Interop-Version", strconv.Itoa(newestReadInterop)}} {
 			for _, path := range []string{"/files/", "/files/X"} {
 				r := e.do("OPTIONS", path, nil, kv...)
 				expectStatus(t, r, http.StatusOK)
@@ -178,7 +178,7 @@ func TestOptionsUploadLimit(t *testing.T) {
 // implied by max-age SHOULD NOT decrease").
 func TestMaxAgeCountsDown(t *testing.T) {
 	e := newEnv(t, 1<<16, Config{})
-	v := strconv.Itoa(maxInterop)
+	v := strconv.Itoa(newestReadInterop)
 	r := e.do("POST", "/files/", bytes.NewReader(nil), "Upload-Draft-Interop-Version", v, "Upload-Complete", "?0", "Upload-Length", "10")
 	expectStatus(t, r, http.StatusCreated)
 	id := idOf(t, r)

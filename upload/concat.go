@@ -206,7 +206,12 @@ func (c *Core) ClaimPartials(ctx context.Context, final string, ids []string, up
 			case errors.As(err, &se):
 				return invalidf("partial upload %s is %s now, not complete: upload that part again", p.ID, se.Status)
 			case errors.Is(err, staging.ErrNotReplicated):
-				return fault.Wrap(err, fault.Unavailable, fmt.Sprintf("the claim of partial upload %s did not reach enough Redis replicas in time (%v): create this final upload again", p.ID, err))
+				// The claim is written (on the master), so the final upload it was taken
+				// from is done with, as below.
+				if from != "" {
+					c.dropAbandoned(ctx, from, final)
+				}
+				return fault.Wrap(err, fault.Unavailable, fmt.Sprintf("the claim of partial upload %s was not confirmed by enough Redis replicas in time: create this final upload again", p.ID))
 			case err != nil:
 				return err
 			default:

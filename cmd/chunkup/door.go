@@ -34,10 +34,10 @@ func doorFlags(fs *flagSet) func(*app.Config) error {
 	return func(cfg *app.Config) error {
 		if *signRole == "" {
 			// The configuration's "" is chunkup's own credentials, which the flag names off.
-			return usageError{errors.New("--s3-sign-role is empty: give a role's ARN, auto, or off")}
+			return usageError{errors.New("--s3-sign-role ($CHUNKUP_S3_SIGN_ROLE) is empty: give a role's ARN, auto, or off")}
 		}
 		if *directTTL == 0 {
-			return usageError{errors.New("--direct-url-ttl 0: give how long a signed URL is valid, from 1s to 7 days (15m when left out)")}
+			return usageError{errors.New("--direct-url-ttl ($CHUNKUP_DIRECT_URL_TTL) 0: give how long a signed URL is valid, from 1s to 7 days (15m when left out)")}
 		}
 		if *directPrefix == "off" {
 			cfg.DirectDoor.Off = true

@@ -41,7 +41,9 @@ return {'ok'}
 // ClaimPartial makes completed partial upload id of tenant final upload final's,
 // unless another final upload than from claims it: then it returns a *ClaimedError
 // naming that one. It is staging.ErrNotFound for no such upload of the tenant, and a
-// *staging.StateError for one that is not a completed partial upload.
+// *staging.StateError for one that is not a completed partial upload. With replicas
+// required, it is staging.ErrNotReplicated when they did not confirm the claim in time:
+// the claim is written on the master all the same.
 func (s *Store) ClaimPartial(ctx context.Context, id, tenant, final, from string) error {
 	var eval *redis.Cmd
 	wait, err := s.pipelineReplicated(ctx, id, func(p redis.Pipeliner) {

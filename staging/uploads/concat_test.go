@@ -105,6 +105,10 @@ func TestClaimPartialWaitsForReplicas(t *testing.T) {
 	if err := s.ClaimPartial(ctx, id, "t", "F1", ""); !errors.Is(err, staging.ErrNotReplicated) {
 		t.Fatalf("claim without a replica: %v, want ErrNotReplicated", err)
 	}
+	// The unconfirmed claim is written: another final upload is refused.
+	if err := s.ClaimPartial(ctx, id, "t", "F3", ""); !isHeldBy("F1")(err) {
+		t.Fatalf("claim by another: %v, want held by F1", err)
+	}
 	if err := s.ClaimPartial(ctx, id, "t", "F2", "F1"); !errors.Is(err, staging.ErrNotReplicated) {
 		t.Fatalf("claim from the ended claimant: %v, want ErrNotReplicated", err)
 	}
