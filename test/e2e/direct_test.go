@@ -1040,23 +1040,29 @@ func TestDirectConcurrentCompletions(t *testing.T) {
 	})
 }
 
-// putSigned PUTs body to signed part sp's URL with the headers it was signed with, as a
-// client does, and returns S3's answer (its body closed).
-// tryPutSigned is putSigned on a connection of its own (closed after), returning the
-// status, or the error of a request that got no answer.
-func tryPutSigned(t *testing.T, sp *chunkupv1.SignedPart, body []byte, extra ...string) (int, error) {
+// signedRequest is the PUT of body to signed part sp's URL with the headers it was
+// signed with, as a client sends it, and extra headers (name, value, …).
+func signedRequest(t *testing.T, sp *chunkupv1.SignedPart, body []byte, extra ...string) *http.Request {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx(t), sp.Method, sp.Url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Close = true
 	for k, v := range sp.Headers {
 		req.Header.Set(k, v)
 	}
 	for i := 0; i+1 < len(extra); i += 2 {
 		req.Header.Set(extra[i], extra[i+1])
 	}
+	return req
+}
+
+// tryPutSigned is putSigned on a connection of its own (closed after), returning the
+// status, or the error of a request that got no answer.
+func tryPutSigned(t *testing.T, sp *chunkupv1.SignedPart, body []byte, extra ...string) (int, error) {
+	t.Helper()
+	req := signedRequest(t, sp, body, extra...)
+	req.Close = true
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, err
@@ -1065,19 +1071,11 @@ func tryPutSigned(t *testing.T, sp *chunkupv1.SignedPart, body []byte, extra ...
 	return res.StatusCode, nil
 }
 
+// putSigned PUTs body to signed part sp's URL with the headers it was signed with, as a
+// client does, and returns S3's answer (its body closed).
 func putSigned(t *testing.T, sp *chunkupv1.SignedPart, body []byte, extra ...string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx(t), sp.Method, sp.Url, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range sp.Headers {
-		req.Header.Set(k, v)
-	}
-	for i := 0; i+1 < len(extra); i += 2 {
-		req.Header.Set(extra[i], extra[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := http.DefaultClient.Do(signedRequest(t, sp, body, extra...))
 	if err != nil {
 		t.Fatal(err)
 	}
