@@ -290,13 +290,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			_, err = signing.Retrieve(ctx)
 		}
 		var noRole *s3store.NoRoleError
-		var lifetime *s3store.LifetimeError
 		switch {
 		case errors.As(err, &noRole):
 			a.log.Warn("direct uploads' URLs are signed with chunkup's own S3 credentials, not a write-only role's: on a store that honours an unsigned x-amz-copy-source on them (MinIO), a client could copy any object into its upload (docs/direct-uploads.md, --s3-sign-role)", "err", noRole.Err)
 			signing = nil
-		case errors.As(err, &lifetime):
-			return nil, fmt.Errorf("s3: --direct-url-ttl %v with --s3-sign-role %s: %w (--s3-sign-role off)", lifetime.TTL, cfg.S3.SignRole, err)
 		case err != nil:
 			hint := ""
 			if s := s3store.SignSession(ttl); s > time.Hour {

@@ -253,27 +253,53 @@ func (c *Core) AssemblySlot(ctx context.Context) (func(), error) {
 const assemblyWait = 10 * time.Second
 
 // assemblies counts each tenant's final uploads being assembled: a semaphore of per
-// places for each tenant that assembled one.
+// places for each tenant assembling or waiting to, dropped when none is (so that the
+// map holds the tenants at work, not every tenant that ever was).
 type assemblies struct {
 	mu   sync.Mutex
 	per  int
-	held map[string]chan struct{}
+	held map[string]*places
+}
+
+// places are one tenant's: users counts those holding a place or waiting for one.
+type places struct {
+	sem   chan struct{}
+	users int
+}
+
+func newAssemblies(per int) *assemblies {
+	return &assemblies{per: per, held: map[string]*places{}}
 }
 
 func (a *assemblies) take(ctx context.Context, tenant string) (func(), error) {
 	a.mu.Lock()
-	sem := a.held[tenant]
-	if sem == nil {
-		sem = make(chan struct{}, a.per)
-		a.held[tenant] = sem
+	p := a.held[tenant]
+	if p == nil {
+		p = &places{sem: make(chan struct{}, a.per)}
+		a.held[tenant] = p
 	}
+	p.users++
 	a.mu.Unlock()
 	select {
-	case sem <- struct{}{}:
+	case p.sem <- struct{}{}:
 		var once sync.Once
-		return func() { once.Do(func() { <-sem }) }, nil
+		return func() {
+			once.Do(func() {
+				<-p.sem
+				a.leave(tenant, p)
+			})
+		}, nil
 	case <-ctx.Done():
+		a.leave(tenant, p)
 		return nil, ctx.Err()
+	}
+}
+
+func (a *assemblies) leave(tenant string, p *places) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p.users--; p.users == 0 {
+		delete(a.held, tenant)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 // at once; its next creation waits for a place and goes on when one is given back,
 // while another tenant's finds a place at once.
 func TestAssembliesPerTenant(t *testing.T) {
-	c := &Core{assemblies: &assemblies{per: 2, held: map[string]chan struct{}{}}}
+	c := &Core{assemblies: newAssemblies(2)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	acme, rival := WithTenant(ctx, "acme"), WithTenant(ctx, "rival")
@@ -51,5 +51,8 @@ func TestAssembliesPerTenant(t *testing.T) {
 	take(acme) // the second place again: the tenant is at its cap
 	if _, err := c.AssemblySlot(gone); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a waiting creation whose client went away: %v, want context.Canceled", err)
+	}
+	if n := len(c.assemblies.held); n != 1 {
+		t.Fatalf("%d tenants' places kept, want acme's alone (rival's are given back)", n)
 	}
 }

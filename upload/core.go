@@ -386,7 +386,7 @@ func New(d Deps, cfg Config) (*Core, error) {
 		completer: d.Completer, metrics: d.Metrics, direct: d.Direct, directStore: d.DirectStore,
 		streams:    NewStreamCounter("upload streams", cfg.MaxStreamsPerTenant),
 		finishing:  NewStreamCounter("finishing upload streams", cfg.MaxStreamsPerTenant),
-		assemblies: &assemblies{per: cfg.AssembliesPerTenant, held: map[string]chan struct{}{}}}
+		assemblies: newAssemblies(cfg.AssembliesPerTenant)}
 	if cfg.CreateRatePerTenant > 0 {
 		c.creates = NewTenantRateLimiter(cfg.CreateRatePerTenant, int(max(1, 2*cfg.CreateRatePerTenant)))
 	}
