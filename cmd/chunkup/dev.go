@@ -34,7 +34,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	redisMode := fs.String("redis", "CHUNKUP_DEV_REDIS", devenv.RedisAuto, "redis-server from PATH (spawn), in-process (embedded), or spawn when possible (auto)")
 	bucket := fs.String("s3-bucket", "CHUNKUP_S3_BUCKET", "chunkup", "bucket for the objects")
 	topic := fs.String("kafka-topic", "CHUNKUP_KAFKA_TOPIC", "chunkup.uploads", "topic for upload events")
-	withParent := fs.Bool("exit-with-parent", "CHUNKUP_DEV_EXIT_WITH_PARENT", true, "stop when the process that started dev exits (such as `go run`), so nothing is left running; false to outlive it")
+	withParent := fs.Bool("exit-with-parent", "CHUNKUP_DEV_EXIT_WITH_PARENT", true, "stop when the process that started dev exits (such as go run), so nothing is left running; false to outlive it")
 	logFormat := fs.String("log-format", "CHUNKUP_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "CHUNKUP_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	ocrMode := fs.String("ocr", "CHUNKUP_OCR", "auto", "OCR of uploaded images and PDFs: auto (on when tesseract is on PATH or --ocr-engine-url is set), true or false")
