@@ -162,9 +162,11 @@ tools:
 	$(call go_install,protoc-gen-go,google.golang.org/protobuf/cmd/protoc-gen-go,$(PROTOC_GEN_GO_VERSION))
 	$(call go_install,protoc-gen-go-grpc,google.golang.org/grpc/cmd/protoc-gen-go-grpc,$(PROTOC_GEN_GO_GRPC_VERSION))
 
-## generate: regenerate gen/ from proto/
+## generate: regenerate gen/ from proto/, and the descriptors with their comments that
+## gRPC reflection serves (internal/protosource)
 generate: tools
 	PATH="$(BIN):$$PATH" buf generate
+	PATH="$(BIN):$$PATH" buf build --exclude-imports -o internal/protosource/chunkup.binpb
 
 ## docs: regenerate the flag tables of docs/configuration.md from the flags' definitions
 ## (TestConfigurationDocIsCurrent fails when they are stale)
@@ -180,10 +182,10 @@ lint: tools
 	  echo "gofmt: these files are not formatted (run gofmt -w):" >&2; echo "$$unformatted" >&2; exit 1; \
 	fi
 
-## check-generate: fail if gen/ differs from what `make generate` produces
+## check-generate: fail if gen/ (or internal/protosource) differs from what `make generate` produces
 check-generate: generate
-	@git diff --exit-code --stat -- gen/ || { echo "gen/ is stale: run make generate and commit the result" >&2; exit 1; }
-	@untracked="$$(git ls-files --others --exclude-standard -- gen/)"; \
+	@git diff --exit-code --stat -- gen/ internal/protosource/ || { echo "gen/ is stale: run make generate and commit the result" >&2; exit 1; }
+	@untracked="$$(git ls-files --others --exclude-standard -- gen/ internal/protosource/)"; \
 	if [ -n "$$untracked" ]; then \
 	  echo "make generate created files that are not committed:" >&2; echo "$$untracked" >&2; exit 1; \
 	fi

@@ -980,3 +980,25 @@ func TestReadAheadStageFails(t *testing.T) {
 		t.Fatalf("%d bytes staged, want the first two chunks", len(got))
 	}
 }
+
+// An upload with every byte in is shown COMPLETING until the completer takes it, not
+// ACTIVE, which reads as an upload still awaiting bytes.
+func TestStatusJSONState(t *testing.T) {
+	for _, tc := range []struct {
+		state    State
+		complete bool
+		want     State
+	}{
+		{StateActive, false, StateActive},
+		{StateActive, true, StateCompleting},
+		{StateCompleting, true, StateCompleting},
+		{StateCompleted, true, StateCompleted},
+		{StateFailed, true, StateFailed},
+		{StateAborted, false, StateAborted},
+	} {
+		j := statusJSON(Upload{ID: "x", State: tc.state, Size: 3}, summary{offset: 3, complete: tc.complete})
+		if j.State != tc.want || j.Complete != tc.complete {
+			t.Errorf("%s, complete %v: shown %s, complete %v; want %s", tc.state, tc.complete, j.State, j.Complete, tc.want)
+		}
+	}
+}

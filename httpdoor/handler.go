@@ -635,6 +635,11 @@ func statusJSON(up Upload, st summary) uploadJSON {
 	}
 	if st.complete {
 		j.CRC32C = &st.crc
+		// Every byte is in and the completion is due: until the completer takes it,
+		// the core still says ACTIVE, which would read as an upload awaiting bytes.
+		if j.State == StateActive {
+			j.State = StateCompleting
+		}
 	}
 	return j
 }

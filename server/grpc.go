@@ -15,10 +15,13 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/grpc/status"
 
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
 	"github.com/chunkup/chunkup/internal/bufpool"
+	"github.com/chunkup/chunkup/internal/protosource"
 )
 
 // MaxHeaderListSize is the most request metadata (HTTP/2 header list, as HPACK counts
@@ -100,8 +103,21 @@ func NewGRPCServer(svc *UploadService, logger *slog.Logger, extra ...grpc.Server
 	chunkupv1.RegisterUploadServiceServer(gs, svc)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
+	registerReflection(gs)
 	return gs, hs
+}
+
+// registerReflection serves reflection (v1 and v1alpha, as reflection.Register does)
+// from the descriptors with the proto files' comments, so that grpcurl's describe shows
+// the API's documentation; the generated code's descriptors carry none.
+func registerReflection(gs *grpc.Server) {
+	opts := reflection.ServerOptions{Services: gs}
+	if r, err := protosource.New(); err == nil {
+		opts.DescriptorResolver = r
+	} // else (a build with a corrupt embed, which check-generate rules out): no comments
+	v1 := reflection.NewServerV1(opts)
+	reflectionv1.RegisterServerReflectionServer(gs, v1)
+	reflectionv1alpha.RegisterServerReflectionServer(gs, reflection.NewServer(opts))
 }
 
 // Flow-control windows of the gRPC server (see NewGRPCServer).

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chunkup/chunkup/internal/fault"
+	"github.com/chunkup/chunkup/internal/ids"
 	"github.com/chunkup/chunkup/staging"
 )
 
@@ -92,9 +93,10 @@ func Explain(id string, err error) error {
 	}
 	id = Clip(id)
 	// Messages name the upload when there is one, so a client juggling several
-	// uploads knows which one a failure belongs to.
+	// uploads knows which one a failure belongs to; an id that is not one names no
+	// upload, and ValidID's message quotes it already.
 	on := ""
-	if id != "" {
+	if id != "" && ids.Valid(id) {
 		on = "upload " + id + ": "
 	}
 	var (

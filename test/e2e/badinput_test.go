@@ -74,14 +74,18 @@ func TestBadInput(t *testing.T) {
 		name string
 		call func() error
 		code codes.Code
-		want string // part of the message
+		want string // part of the message; with a leading ^, how it starts
 	}{
 		{"unknown upload id", func() error {
 			return send(&chunkupv1.UploadChunkRequest{UploadId: ids.New(), ChunkNumber: 1, Data: []byte("a"), IsLast: true})
 		}, codes.NotFound, "not found"},
 		{"malformed upload id", func() error {
 			return send(&chunkupv1.UploadChunkRequest{UploadId: "../etc", ChunkNumber: 1})
-		}, codes.InvalidArgument, "not a chunkup upload id"},
+		}, codes.InvalidArgument, `^upload_id "../etc" is not a chunkup upload id`},
+		{"malformed upload id, GetUpload", func() error {
+			_, err := c.API().GetUpload(ctx(t), &chunkupv1.GetUploadRequest{UploadId: "nope"})
+			return err
+		}, codes.InvalidArgument, `^upload_id "nope" is not a chunkup upload id`}, // named once, not as an upload
 		{"missing upload id", func() error {
 			return send(&chunkupv1.UploadChunkRequest{ChunkNumber: 1})
 		}, codes.InvalidArgument, "upload_id is required: create an upload first, or send a create request in the first message"},
@@ -155,7 +159,10 @@ func TestBadInput(t *testing.T) {
 			if status.Code(err) != tc.code {
 				t.Fatalf("got %v, want code %v", err, tc.code)
 			}
-			if msg := status.Convert(err).Message(); !contains(msg, tc.want) {
+			msg := status.Convert(err).Message()
+			if start, ok := strings.CutPrefix(tc.want, "^"); ok && !strings.HasPrefix(msg, start) {
+				t.Errorf("message %q does not start with %q", msg, start)
+			} else if !ok && !contains(msg, tc.want) {
 				t.Errorf("message %q does not say %q", msg, tc.want)
 			}
 			after := []*chunkupv1.Upload{getUpload(t, c, sized.UploadId), getUpload(t, c, open.UploadId), getUpload(t, c, done.UploadId)}
