@@ -2,13 +2,11 @@ package server
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/protobuf/proto"
@@ -23,17 +21,7 @@ func TestReflectionServesComments(t *testing.T) {
 	gs := grpc.NewServer()
 	chunkupv1.RegisterUploadServiceServer(gs, chunkupv1.UnimplementedUploadServiceServer{})
 	registerReflection(gs)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := Serve(t, gs)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 
@@ -77,10 +65,7 @@ func TestReflectionServesComments(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Send(&reflectionv1.ServerReflectionRequest{MessageRequest: &reflectionv1.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: symbol}}); err != nil {
-			t.Fatal(err)
-		}
-		r, err := s.Recv()
+		r, err := ask(s, &reflectionv1.ServerReflectionRequest{MessageRequest: &reflectionv1.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: symbol}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,13 +76,22 @@ func TestReflectionServesComments(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Send(&reflectionv1alpha.ServerReflectionRequest{MessageRequest: &reflectionv1alpha.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: symbol}}); err != nil {
-			t.Fatal(err)
-		}
-		r, err := s.Recv()
+		r, err := ask(s, &reflectionv1alpha.ServerReflectionRequest{MessageRequest: &reflectionv1alpha.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: symbol}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		check(t, r.GetFileDescriptorResponse().GetFileDescriptorProto())
 	})
+}
+
+// ask sends one request on a reflection stream and receives its answer.
+func ask[Req, Resp any](s interface {
+	Send(Req) error
+	Recv() (Resp, error)
+}, req Req) (Resp, error) {
+	if err := s.Send(req); err != nil {
+		var zero Resp
+		return zero, err
+	}
+	return s.Recv()
 }

@@ -6,16 +6,13 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/chunkup/chunkup/chunkworker"
@@ -138,17 +135,7 @@ func newRepeatRig(t *testing.T, minio *testenv.MinIO, mode string) *repeatRig {
 		t.Fatal(err)
 	}
 	gs, _ := server.NewGRPCServer(svc, quiet)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := server.Serve(t, gs)
 	return &repeatRig{client: chunkupv1.NewUploadServiceClient(conn), held: held, through: through}
 }
 
