@@ -53,10 +53,10 @@ func tenantPrefix(ctx context.Context) string {
 	return ""
 }
 
-// visible checks that key can be a key and is the caller's to see. Only what S3 itself
-// requires is checked (not ValidateKey's rules for the keys of new uploads): a listing
-// returns whatever keys the bucket holds, and each must be one a caller can stat and
-// delete.
+// visible checks that key can be a key and is the caller's to see. Beyond what S3
+// itself requires, only dot segments are refused (not ValidateKey's other rules for the
+// keys of new uploads): a listing returns whatever keys the bucket holds, and each must be
+// one a caller can stat and delete.
 func visible(ctx context.Context, key string) error {
 	switch {
 	case key == "":
@@ -68,6 +68,21 @@ func visible(ctx context.Context, key string) error {
 	}
 	if !strings.HasPrefix(key, tenantPrefix(ctx)) {
 		return &ObjectNotFoundError{Key: key} // another tenant's keys are not there for it
+	}
+	return segments("key", key)
+}
+
+// segments refuses a key, or a listing's prefix, with a '.' or '..' segment (a prefix's
+// last segment included: stores refuse it too). S3 takes such keys literally, but
+// stores and proxies differ (MinIO refuses them, a path normalizer resolves them to
+// another key), so a tenant's "t/../u/k" must never reach one; no key chunkup makes has
+// them (ValidateKey). Empty segments lead nowhere else, and keys with them that other
+// writers made stay reachable.
+func segments(what, key string) error {
+	for s := range strings.SplitSeq(key, "/") {
+		if s == "." || s == ".." {
+			return invalidf("%s %s has a '.' or '..' segment, which no key of an upload has (and stores read differently): name objects by their whole keys, as a listing gives them", what, Quote(key))
+		}
 	}
 	return nil
 }
@@ -96,6 +111,9 @@ func (c *Core) ListObjects(ctx context.Context, prefix, pageToken string, pageSi
 	own := tenantPrefix(ctx)
 	switch {
 	case strings.HasPrefix(prefix, own):
+		if err := segments("prefix", prefix); err != nil {
+			return nil, "", err
+		}
 	case strings.HasPrefix(own, prefix):
 		prefix = own // a prefix of the tenant's own prefix: all of the tenant's objects
 	default:

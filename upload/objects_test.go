@@ -81,6 +81,32 @@ func TestObjects(t *testing.T) {
 	if _, _, err := core.ListObjects(acme, "", "", 1001); fault.KindOf(err) != fault.Invalid {
 		t.Errorf("page size 1001: %v; want Invalid", err)
 	}
+	// Dot segments never reach S3, where stores differ on them (a normalizer would take
+	// acme/../globex/x for globex's key).
+	for _, tc := range []struct {
+		ctx  context.Context
+		key  string
+		want fault.Kind
+	}{
+		{acme, "acme/../globex/x", fault.Invalid},
+		{acme, "acme/./a", fault.Invalid},
+		{acme, "acme/b/..", fault.Invalid},
+		{acme, "../globex/x", fault.NotFound}, // not under acme's prefix at all
+		{ctx, "acme/../globex/x", fault.Invalid},
+		{ctx, "./globex/x", fault.Invalid},
+	} {
+		if _, err := core.StatObject(tc.ctx, tc.key); fault.KindOf(err) != tc.want {
+			t.Errorf("%q stats %q: %v; want %v", upload.TenantFrom(tc.ctx), tc.key, err, tc.want)
+		}
+		if err := core.DeleteObject(tc.ctx, tc.key, ""); fault.KindOf(err) != tc.want {
+			t.Errorf("%q deletes %q: %v; want %v", upload.TenantFrom(tc.ctx), tc.key, err, tc.want)
+		}
+	}
+	for _, prefix := range []string{"acme/../", "acme/./b", "acme/b/../g", "acme/b/.."} {
+		if _, _, err := core.ListObjects(acme, prefix, "", 0); fault.KindOf(err) != fault.Invalid || !strings.Contains(err.Error(), "'..' segment") {
+			t.Errorf("acme lists %q: %v; want Invalid", prefix, err)
+		}
+	}
 
 	// A key written to the bucket by other means than chunkup, which chunkup would not
 	// make for an upload, is still the tenant's to stat and delete.

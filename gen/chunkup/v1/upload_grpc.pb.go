@@ -90,7 +90,9 @@ type UploadServiceClient interface {
 	ReadObject(ctx context.Context, in *ReadObjectRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadObjectResponse], error)
 	// ListObjects lists the caller's stored objects whose keys begin with `prefix`, in key
 	// order, a page at a time: a tenant sees only the objects under its own prefix (a
-	// prefix outside it lists nothing). Uploads in progress are ListUploads'.
+	// prefix outside it lists nothing). Uploads in progress are ListUploads'. A key or
+	// prefix with a "." or ".." segment is INVALID_ARGUMENT in the object calls: no
+	// upload's key has one, and stores read them differently.
 	ListObjects(ctx context.Context, in *ListObjectsRequest, opts ...grpc.CallOption) (*ListObjectsResponse, error)
 	// StatObject describes one of the caller's objects; none at the key (or another
 	// tenant's) is NOT_FOUND.
@@ -342,7 +344,9 @@ type UploadServiceServer interface {
 	ReadObject(*ReadObjectRequest, grpc.ServerStreamingServer[ReadObjectResponse]) error
 	// ListObjects lists the caller's stored objects whose keys begin with `prefix`, in key
 	// order, a page at a time: a tenant sees only the objects under its own prefix (a
-	// prefix outside it lists nothing). Uploads in progress are ListUploads'.
+	// prefix outside it lists nothing). Uploads in progress are ListUploads'. A key or
+	// prefix with a "." or ".." segment is INVALID_ARGUMENT in the object calls: no
+	// upload's key has one, and stores read them differently.
 	ListObjects(context.Context, *ListObjectsRequest) (*ListObjectsResponse, error)
 	// StatObject describes one of the caller's objects; none at the key (or another
 	// tenant's) is NOT_FOUND.
