@@ -332,9 +332,13 @@ func (c *cutter) run() (err error) {
 		}
 	}
 	for {
-		want := C
+		want, capped := C, false
 		if S >= 0 {
 			want = min(C, S-c.start)
+		} else if m := h.cfg.MaxSize; m > 0 && m-c.start < C {
+			// An upload of unknown size ends by the server's maximum at the latest: no
+			// byte past it is taken, not even into the tail.
+			want, capped = max(0, m-c.start), true
 		}
 		k := k0
 		k0 = 0
@@ -347,6 +351,20 @@ func (c *cutter) run() (err error) {
 		k, bufErr, err := c.fillTo(k, want)
 		if bufErr != nil {
 			return bufErr
+		}
+		if capped && err == nil {
+			over := k > want // a byte carried past the maximum
+			if !over {
+				_, perr := body.peek()
+				if perr != nil && perr != io.EOF {
+					return body.interrupted(perr)
+				}
+				over = perr == nil
+			}
+			if over {
+				return fmt.Errorf("%w: the body takes the upload past this server's maximum upload size of %d bytes (its bytes from the last whole chunk on were not kept; Upload-Offset says what was): an upload may have at most %d bytes", ErrTooLarge, h.cfg.MaxSize, h.cfg.MaxSize)
+			}
+			err = io.EOF // the body ends inside the chunk, as below
 		}
 		switch {
 		case err == nil && S >= 0: // a whole chunk of an upload of known size

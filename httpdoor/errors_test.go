@@ -571,3 +571,63 @@ func TestNoUploadCompleteWithoutUpload(t *testing.T) {
 		})
 	}
 }
+
+// An upload of unknown size takes no byte past the server's maximum size, not even into
+// its tail (it took them, answered 204, and then could neither go on nor finish): the
+// request that crosses it is 413 and keeps only the whole chunks before; one that stops
+// at the maximum is taken, and the upload can then be finished.
+func TestDeferredLengthStopsAtMaxSize(t *testing.T) {
+	const C = 1 << 16
+	const maxSize = 3*C + C/2
+	data := randomBytes(maxSize+1, 29)
+	tus := []string{"Tus-Resumable", "1.0.0"}
+	patch := func(e *env, id string, off int64, body []byte, kv ...string) reply {
+		t.Helper()
+		return e.do("PATCH", "/files/"+id, bytes.NewReader(body),
+			append(append([]string{}, tus...), append([]string{"Content-Type", tusCT, "Upload-Offset", strconv.FormatInt(off, 10)}, kv...)...)...)
+	}
+	for _, tc := range []struct {
+		name       string
+		body       int   // bytes of the first PATCH
+		status     int   // its answer
+		offset     int64 // the offset after it
+		finishWith int   // bytes of the PATCH that then declares the length and ends it
+	}{
+		{"one byte past the maximum", maxSize + 1, 413, 3 * C, C / 2},
+		{"up to the maximum", maxSize, 204, maxSize, 0},
+		{"within the last chunk", 3*C + 10, 204, 3*C + 10, C/2 - 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, C, Config{MaxSize: maxSize})
+			id := idOf(t, e.do("POST", "/files/", nil, append(tus, "Upload-Defer-Length", "1")...))
+			r := patch(e, id, 0, data[:tc.body])
+			expectStatus(t, r, tc.status)
+			if tc.status == 413 && !strings.Contains(message(t, r), "past this server's maximum upload size of 229376 bytes") {
+				t.Errorf("message %q", message(t, r))
+			}
+			if got := e.state(id).offset; got != tc.offset {
+				t.Fatalf("offset %d after the PATCH, want %d", got, tc.offset)
+			}
+			// Not one byte more, wherever the upload stands.
+			expectStatus(t, patch(e, id, tc.offset, data[tc.offset:tc.offset+int64(tc.finishWith)+1]), 413)
+			if got := e.state(id).offset; got != tc.offset {
+				t.Fatalf("offset %d after a refused PATCH, want %d", got, tc.offset)
+			}
+			r = patch(e, id, tc.offset, data[tc.offset:maxSize], "Upload-Length", strconv.Itoa(maxSize))
+			expectStatus(t, r, 204)
+			checkObject(t, e.core, id, data[:maxSize])
+		})
+	}
+	t.Run("ietf", func(t *testing.T) {
+		e := newEnv(t, C, Config{MaxSize: maxSize})
+		ietf := []string{"Upload-Draft-Interop-Version", "8", "Content-Type", "application/partial-upload"}
+		r := e.do("POST", "/files/", bytes.NewReader(data), append(ietf, "Upload-Complete", "?1")...)
+		expectStatus(t, r, 413)
+		if r.Header.Get("Upload-Limit") != "max-size=229376" {
+			t.Errorf("Upload-Limit %q", r.Header.Get("Upload-Limit"))
+		}
+		r = e.do("POST", "/files/", bytes.NewReader(data[:maxSize]), append(ietf, "Upload-Complete", "?1")...)
+		expectStatus(t, r, 201)
+		checkObject(t, e.core, idOf(t, r), data[:maxSize])
+	})
+}
