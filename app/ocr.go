@@ -71,7 +71,9 @@ type ocrParts struct {
 func (a *App) setupOCR() error {
 	c := a.cfg.OCR
 	if !c.Enabled {
-		if a.cfg.has(RoleOCR) && len(a.cfg.Roles) > 0 {
+		// Every role is what serve runs by default: OCR turned off there is a choice,
+		// not a mistake; an ocr role named among fewer is one.
+		if a.cfg.has(RoleOCR) && len(a.cfg.Roles) > 0 && !a.cfg.runsEveryRole() {
 			a.log.Warn("the ocr role is asked for but OCR is disabled: no OCR jobs will run")
 		}
 		return nil

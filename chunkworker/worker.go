@@ -582,8 +582,20 @@ func (w *Worker) failed(ctx context.Context, c uploads.Claim, err error, log *sl
 		return
 	}
 	if s3store.Permanent(err) {
-		log.Error("chunk upload failed permanently; failing the upload", "err", err)
-		w.endThenDrop(ctx, c.Ref, s3store.Reason(err), log)
+		endErr := w.ender.End(ctx, c.Ref.UploadID, staging.StatusFailed, s3store.Reason(err), "")
+		switch {
+		case errors.As(endErr, &se):
+			// The upload ended (aborted, expired) while its chunk was on its way, and
+			// S3 refused a part of the multipart upload its end aborted: a client's
+			// DELETE, not a failure to chase.
+			log.Info("the upload ended while its chunk was being stored", "status", se.Status, "err", err)
+		case endErr != nil:
+			log.Error("chunk upload failed permanently; failing the upload", "err", err)
+			log.Warn("fail upload", "err", endErr)
+		default:
+			log.Error("chunk upload failed permanently; failed the upload", "err", err)
+		}
+		_ = w.store.Drop(ctx, c.Ref)
 		return
 	}
 	f := w.noteFailure(c.Ref)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/chunkup/chunkup/httpdoor"
 	"github.com/chunkup/chunkup/internal/fault"
+	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/upload"
 )
 
@@ -172,11 +173,17 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 		if etag == "" { // not written yet: the upload's id stands for it
 			etag = `"` + up.ID + `"`
 		}
+		status := up.Status
+		if status == staging.StatusActive {
+			// Every byte is in: the completer has the upload, it just has not taken it
+			// yet (ACTIVE would read as an upload awaiting bytes).
+			status = staging.StatusCompleting
+		}
 		location := h.location(up.Bucket, up.Key)
 		w.Header().Set("ETag", etag)
 		w.Header().Set("Location", location)
 		write(w, http.StatusOK, map[string]any{"location": location, "key": up.Key, "bucket": up.Bucket,
-			"uploadId": up.ID, "status": string(up.Status)})
+			"uploadId": up.ID, "status": string(status)})
 		return
 	}
 	// The PUT failed. An upload it created holds part of the file at most, and a

@@ -65,7 +65,15 @@ var plainReasons = map[string]string{
 		"smaller chunk size",
 	"InvalidBucketName": "S3 does not accept the upload's bucket name: use a valid bucket name, then upload " +
 		"the file again",
+	// At completion (a part's own refusal is retried, corrupted): the CRC32Cs given for
+	// the parts, or for the whole object, are not those of the bytes S3 holds. SeaweedFS
+	// lists no part checksums, so a direct upload's wrong report shows only here.
+	"BadDigest":                   badDigest,
+	"XAmzContentChecksumMismatch": badDigest,
 }
+
+const badDigest = "S3 found that the parts it holds do not have the CRC32Cs given for them (for a direct " +
+	"upload: a part's reported CRC32C is not that of the bytes put), so no object was made: upload the file again"
 
 // Reason is what an upload that failed with err records as its reason: for the S3
 // errors a caller can act on, plain words saying what happened and what to do, with

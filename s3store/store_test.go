@@ -395,4 +395,25 @@ func TestReason(t *testing.T) {
 	if got := s3store.Reason(errors.New("boom")); got != "boom" {
 		t.Errorf("reason of a plain error: %q", got)
 	}
+
+	// A completion whose CRC32Cs are not the bytes' (a direct upload's wrong report):
+	// the reason says so in plain words, whatever the store calls it.
+	mpu, checksummed, err = st.CreateMultipart(ctx, "bkt", "k2", "", s3store.Owner{})
+	if err != nil || !checksummed {
+		t.Fatalf("checksummed multipart upload: %v %v", checksummed, err)
+	}
+	data := []byte("data")
+	etag, err := st.UploadPart(ctx, "bkt", "k2", mpu, true, 1, data, crc.Checksum(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Complete(ctx, "bkt", "k2", mpu, true, []s3store.Part{{N: 1, ETag: etag, CRC32C: crc.Checksum(data) + 1}}, 4, crc.Checksum(data)+1, s3store.Owner{})
+	// SeaweedFS and AWS say BadDigest; MinIO takes the part for another (InvalidPart).
+	want := "do not have the CRC32Cs given for them"
+	if s3store.InvalidPart(err) {
+		want = "does not have every part"
+	}
+	if got := s3store.Reason(err); !s3store.Permanent(err) || !strings.Contains(got, want) {
+		t.Errorf("completion with a wrong CRC32C: permanent %v, reason %q; want it to say %q", s3store.Permanent(err), got, want)
+	}
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/chunkup/chunkup/events"
 	chunkupv1 "github.com/chunkup/chunkup/gen/chunkup/v1"
@@ -145,12 +144,7 @@ func stateName(s chunkupv1.UploadState) string {
 
 func printProgress(w io.Writer, p *chunkupv1.UploadProgress, asJSON bool) error {
 	if asJSON {
-		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(p)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return printProto(w, p)
 	}
 	total := "?"
 	if p.TotalChunks > 0 {

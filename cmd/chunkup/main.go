@@ -594,12 +594,23 @@ func uploadLine(up *chunkupv1.Upload) string {
 		where, len(up.ReceivedChunks), total, up.ReceivedBytes, of, up.UploadedChunks, up.UploadedBytes)
 	if up.Direct {
 		// Its parts go from the client to S3: the server counts none before completing.
-		size := ""
-		if up.ExpectedSize >= 0 {
-			size = fmt.Sprintf(", %d bytes in all", up.ExpectedSize)
+		var what []string
+		if up.TotalChunks > 0 {
+			what = append(what, fmt.Sprintf("%d parts", up.TotalChunks))
 		}
-		line = fmt.Sprintf("%s direct to S3, %s parts%s: the client puts them into S3, and the server checks them when it completes",
-			where, total, size)
+		if up.ExpectedSize >= 0 {
+			what = append(what, fmt.Sprintf("%d bytes in all", up.ExpectedSize))
+		}
+		line = where + " direct to S3"
+		if len(what) > 0 {
+			line += " (" + strings.Join(what, ", ") + ")"
+		}
+		switch up.State {
+		case chunkupv1.UploadState_UPLOAD_STATE_ACTIVE:
+			line += ": the client puts its parts into S3, and the server checks them when it completes"
+		case chunkupv1.UploadState_UPLOAD_STATE_COMPLETING:
+			line += ": the server checked its parts and is completing the object"
+		} // ended: its parts were discarded, and its error says why
 	}
 	if up.Error != "" {
 		line += ": " + up.Error

@@ -299,6 +299,12 @@ func parseUpload(t *testing.T, line string, keys ...string) *chunkupv1.Upload {
 	if err := json.Unmarshal([]byte(line), &fields); err != nil {
 		t.Fatalf("output %q is not one JSON object: %v", line, err)
 	}
+	// Compact, always: protojson adds spaces at random, which a script matching the
+	// output would trip on.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, []byte(line)); err != nil || compact.String() != line {
+		t.Errorf("output %s is not compact JSON", line)
+	}
 	for _, k := range append([]string{"upload_id", "state", "bucket", "key"}, keys...) {
 		if _, ok := fields[k]; !ok {
 			t.Errorf("output %s has no %q", line, k)
@@ -574,5 +580,29 @@ func TestDescribeMismatch(t *testing.T) {
 	got := describe(err)
 	if strings.Contains(got, "chunkup:") || !strings.Contains(got, "upload u1 (chunk 1 differs)") || !strings.Contains(got, "upload it as a new upload") {
 		t.Errorf("describe(%v) = %q", err, got)
+	}
+}
+
+// A direct upload's line says how many parts it has only when it knows, and speaks of
+// the server's check only while there is one to come.
+func TestUploadLineDirect(t *testing.T) {
+	for _, tc := range []struct {
+		state chunkupv1.UploadState
+		total uint32
+		want  string
+	}{
+		{chunkupv1.UploadState_UPLOAD_STATE_ACTIVE, 3, "u ACTIVE s3://b/k direct to S3 (3 parts, 20000000 bytes in all): the client puts its parts into S3, and the server checks them when it completes"},
+		{chunkupv1.UploadState_UPLOAD_STATE_ACTIVE, 0, "u ACTIVE s3://b/k direct to S3 (20000000 bytes in all): the client puts its parts into S3, and the server checks them when it completes"},
+		{chunkupv1.UploadState_UPLOAD_STATE_COMPLETING, 3, "u COMPLETING s3://b/k direct to S3 (3 parts, 20000000 bytes in all): the server checked its parts and is completing the object"},
+		{chunkupv1.UploadState_UPLOAD_STATE_FAILED, 0, "u FAILED s3://b/k direct to S3 (20000000 bytes in all): part 2 was reported with another ETag"},
+		{chunkupv1.UploadState_UPLOAD_STATE_ABORTED, 3, "u ABORTED s3://b/k direct to S3 (3 parts, 20000000 bytes in all)"},
+	} {
+		up := &chunkupv1.Upload{UploadId: "u", State: tc.state, Bucket: "b", Key: "k", Direct: true, TotalChunks: tc.total, ExpectedSize: 20000000}
+		if tc.state == chunkupv1.UploadState_UPLOAD_STATE_FAILED {
+			up.Error = "part 2 was reported with another ETag"
+		}
+		if got := uploadLine(up); got != tc.want {
+			t.Errorf("%v:\n got %s\nwant %s", tc.state, got, tc.want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -123,13 +124,21 @@ func ocrSetup(ctx context.Context, fs *flagSet, args []string, want int, what st
 
 func (c *ocrCall) close() { c.conn.Close() }
 
-// printProto prints m as one line of protojson with the proto field names.
+// printProto prints m as one line of compact JSON with the proto field names.
+// protojson's own output is deliberately unstable (it adds spaces at random, so that no
+// one compares its bytes); a script reading the CLI's output should get the same bytes
+// for the same message, as docs/cli.md shows them.
 func printProto(w io.Writer, m proto.Message) error {
 	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
 	return err
 }
 

@@ -648,7 +648,7 @@ func TestDirectOffered(t *testing.T) {
 		_, c := dialTest(t, addr)
 		_, _, id := interrupted(t, c, addr, "active.bin", 11<<20, &chunkupv1.CreateUploadRequest{Direct: true}, true)
 		code, stdout, stderr := runCLI(t, "status", "--server", addr, id)
-		if code != exitOK || !strings.Contains(stdout, id+" ACTIVE") || !strings.Contains(stdout, "direct to S3, 2 parts, 11534336 bytes in all") {
+		if code != exitOK || !strings.Contains(stdout, id+" ACTIVE") || !strings.Contains(stdout, "direct to S3 (2 parts, 11534336 bytes in all)") {
 			t.Fatalf("status exited %d; stdout %q (stderr %q), want the active upload said to go direct to S3 in 2 parts", code, stdout, stderr)
 		}
 	})

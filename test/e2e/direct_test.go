@@ -253,10 +253,14 @@ func TestDirectSinglePutByCurl(t *testing.T) {
 		UploadID string `json:"uploadId"`
 		Key      string `json:"key"`
 		Location string `json:"location"`
+		Status   string `json:"status"`
 	}
 	if res.code != http.StatusOK || res.header.Get("ETag") == "" || json.Unmarshal([]byte(text), &put) != nil || put.UploadID == "" ||
 		res.header.Get("Location") != put.Location || !strings.HasSuffix(put.Location, "/"+put.Key) {
 		t.Fatalf("PUT: %d %v %q", res.code, res.header, text)
+	}
+	if put.Status != "COMPLETING" && put.Status != "COMPLETED" { // every byte is in: never ACTIVE
+		t.Fatalf("PUT answered status %q, want COMPLETING or COMPLETED", put.Status)
 	}
 	up := waitCompleted(t, acme, put.UploadID)
 	e.requireExact(t, up, data)
