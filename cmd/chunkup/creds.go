@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -163,8 +164,13 @@ func (fs *flagSet) dial(ctx context.Context, server string, opts ...client.Optio
 	if err != nil {
 		return serverClient{}, err
 	}
-	return serverClient{Client: client.New(conn, opts...), conn: conn}, nil
+	return serverClient{Client: client.New(conn, append(slices.Clone(sdkDefaults), opts...)...), conn: conn}, nil
 }
+
+// sdkDefaults come before a command's own options to the SDK. (A variable for the
+// tests: their server may go away for good, and the SDK's retries would take half a
+// minute to say so.)
+var sdkDefaults []client.Option
 
 // apikey prints a new random API key for tenant and the configuration entry that
 // accepts it (only the key's SHA-256 goes into the configuration).

@@ -338,7 +338,8 @@ type uploadRun struct {
 type uploadResult struct {
 	up         *chunkupv1.Upload
 	err        error
-	notStarted bool // interrupted before its turn
+	notStarted bool   // interrupted before its turn
+	resumable  string // the upload that failed and that the same command resumes
 }
 
 // all uploads the files, jobs at a time, then prints each one's final upload in order
@@ -360,8 +361,8 @@ launch:
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			up, err := r.one(ctx, i, j)
-			results[i] = uploadResult{up: up, err: err}
+			up, resumable, err := r.one(ctx, i, j)
+			results[i] = uploadResult{up: up, err: err, resumable: resumable}
 		})
 	}
 	wg.Wait()
@@ -383,7 +384,15 @@ launch:
 		}
 		if res.err != nil {
 			failed++
-			fmt.Fprintf(r.stderr, "chunkup: %s: %s\n", todo[i].name, describe(res.err))
+			msg := describe(res.err)
+			switch status.Code(res.err) {
+			case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
+				if res.resumable != "" {
+					// What to do is what an interrupted run does: the state has the upload.
+					msg += fmt.Sprintf("; upload %s keeps what the server has: once it is back, run the same command again to resume it", res.resumable)
+				}
+			}
+			fmt.Fprintf(r.stderr, "chunkup: %s: %s\n", todo[i].name, msg)
 			continue
 		}
 		done++
@@ -411,8 +420,9 @@ launch:
 }
 
 // one uploads the i-th file, resuming its interrupted upload to the same place if the
-// state records one.
-func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.Upload, err error) {
+// state records one. When it fails, resumable is the upload the state keeps for the
+// same command to resume.
+func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.Upload, resumable string, err error) {
 	track := r.display.track(i, j)
 	defer func() { track.done(err == nil) }()
 	opts := append(slices.Clone(r.opts), client.WithProgress(track.update))
@@ -429,11 +439,11 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 	if resumeID != "" { // --resume ID
 		up, err := r.c.Get(ctx, resumeID)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		direct = up.Direct
 		if direct && r.throughServer && up.State == chunkupv1.UploadState_UPLOAD_STATE_ACTIVE {
-			return nil, fmt.Errorf("upload %s went direct to S3 and goes on only that way: leave out --resume to begin the file anew through the server, or leave out --through-server", resumeID)
+			return nil, "", fmt.Errorf("upload %s went direct to S3 and goes on only that way: leave out --resume to begin the file anew through the server, or leave out --through-server", resumeID)
 		}
 		r.throughAlready(j, up)
 	}
@@ -441,16 +451,16 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 	if j.path != "-" {
 		fi, err := os.Stat(j.path)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		abs, err := filepath.Abs(j.path)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		entry = &resumeEntry{Path: abs, Size: fi.Size(), ModTime: fi.ModTime().UTC(), Server: r.server, Key: j.key}
 		if resumeID == "" && !r.noResume {
 			if resumeID, direct, err = r.resumable(ctx, j, *entry); err != nil {
-				return nil, err
+				return nil, "", err
 			}
 		}
 	}
@@ -482,7 +492,16 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 	if recorded && (err == nil || errors.As(err, &mismatch) || errors.As(err, &ended)) {
 		r.forget(entry.UploadID) // done with, one way or the other: nothing to resume
 	}
-	return up, err
+	if mismatch != nil && r.resume == "" && resumeID != "" {
+		// The state's upload of this file, which its size and time did not tell apart
+		// from the file as it is now: a stale upload as one of another size is (not one
+		// --resume ID named, which is the caller's to keep).
+		r.staleUpload(ctx, j, resumeID, "is not the file upload %s began with")
+	}
+	if err != nil && recorded && mismatch == nil && ended == nil {
+		resumable = entry.UploadID
+	}
+	return up, resumable, err
 }
 
 // resumable returns the id of an interrupted upload of the file to the same place that
@@ -498,7 +517,7 @@ func (r *uploadRun) resumable(ctx context.Context, j uploadJob, e resumeEntry) (
 		return "", r.direct, nil
 	}
 	if stale != "" {
-		r.staleUpload(ctx, j, stale)
+		r.staleUpload(ctx, j, stale, "changed since upload %s began")
 	}
 	if id == "" {
 		return "", r.direct, nil
@@ -542,11 +561,12 @@ func (r *uploadRun) throughAlready(j uploadJob, up *chunkupv1.Upload) {
 	}
 }
 
-// staleUpload deals with upload id of j's file begun before the file changed: it cannot
-// be resumed with the file as it is now, so unless --keep-stale it is aborted rather
-// than left holding its bytes on the server until it expires. Either way the CLI says
-// so, and forgets it.
-func (r *uploadRun) staleUpload(ctx context.Context, j uploadJob, id string) {
+// staleUpload deals with upload id of j's file begun before the file changed (how says
+// so, with a %s for the id): it cannot be resumed with the file as it is now, so unless
+// --keep-stale it is aborted rather than left holding its bytes on the server until it
+// expires. Either way the CLI says so, and forgets it.
+func (r *uploadRun) staleUpload(ctx context.Context, j uploadJob, id, how string) {
+	what := j.name + " " + fmt.Sprintf(how, id)
 	up, err := r.c.Get(ctx, id)
 	switch {
 	case status.Code(err) == codes.NotFound:
@@ -554,8 +574,7 @@ func (r *uploadRun) staleUpload(ctx context.Context, j uploadJob, id string) {
 		return
 	case err != nil:
 		// Kept in the state, so that the next run deals with it.
-		r.display.println(fmt.Sprintf("chunkup: %s changed since upload %s began, which could not be looked up to abort it: %s",
-			j.name, id, describe(err)))
+		r.display.println(fmt.Sprintf("chunkup: %s, which could not be looked up to abort it: %s", what, describe(err)))
 		return
 	}
 	defer r.forget(id)
@@ -564,16 +583,14 @@ func (r *uploadRun) staleUpload(ctx context.Context, j uploadJob, id string) {
 	}
 	held := fmt.Sprintf("%s on the server", strings.TrimSpace(sizeString(up.ReceivedBytes)))
 	if r.keepStale {
-		r.display.println(fmt.Sprintf("chunkup: %s changed since upload %s began; keeping it (%s) as --keep-stale asks: 'chunkup abort %s' discards it",
-			j.name, id, held, id))
+		r.display.println(fmt.Sprintf("chunkup: %s; keeping it (%s) as --keep-stale asks: 'chunkup abort %s' discards it", what, held, id))
 		return
 	}
 	if _, err := r.c.Abort(ctx, id, "the file changed since the upload began; the CLI started a new upload of it"); err != nil {
-		r.display.println(fmt.Sprintf("chunkup: %s changed since upload %s began (%s); aborting it failed: %s", j.name, id, held, describe(err)))
+		r.display.println(fmt.Sprintf("chunkup: %s (%s); aborting it failed: %s", what, held, describe(err)))
 		return
 	}
-	r.display.println(fmt.Sprintf("chunkup: %s changed since upload %s began; aborted it (%s) and starting anew (--keep-stale keeps such uploads)",
-		j.name, id, held))
+	r.display.println(fmt.Sprintf("chunkup: %s; aborted it (%s) and starting anew (--keep-stale keeps such uploads)", what, held))
 }
 
 // announce says that upload up of j exists, as soon as it does: its id is what resumes

@@ -494,6 +494,97 @@ func TestChangedFileAndItsOldUpload(t *testing.T) {
 	}
 }
 
+// TestSameSizeAndTimeOtherBytes: the state's upload of a file whose size and time are
+// unchanged but whose bytes are not (the CLI finds it checking the chunks the server
+// holds) is refused, nothing mixed, and aborted as a changed file's is, so that its
+// bytes do not wait on the server; the next run uploads the file anew.
+func TestSameSizeAndTimeOtherBytes(t *testing.T) {
+	addr, s3c := startServer(t)
+	ctx, c := dialTest(t, addr)
+	isolateState(t)
+	file, data, id := interrupted(t, c, addr, "edited.bin", 9<<20, &chunkupv1.CreateUploadRequest{}, false)
+	up, err := c.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := slices.Clone(data[:up.ChunkSize])
+	other[1000] ^= 0xff // edited in place, its size and time kept
+	stream, err := c.API().UploadChunk(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&chunkupv1.UploadChunkRequest{UploadId: id, ChunkNumber: 1, Data: other}); err != nil {
+		t.Fatal(err)
+	}
+	if ack, err := stream.Recv(); err != nil || ack.ChunkNumber != 1 {
+		t.Fatalf("chunk 1 of the other bytes: %v %v", ack, err)
+	}
+	_ = stream.CloseSend()
+
+	code, _, stderr := runCLI(t, "upload", "--server", addr, "--progress", "none", file)
+	if code != exitFailure || !strings.Contains(stderr, "the input is not the one in upload "+id) ||
+		!strings.Contains(stderr, "edited.bin is not the file upload "+id+" began with; aborted it") {
+		t.Fatalf("upload exited %d, want %d saying the input is another and the old upload aborted:\n%s", code, exitFailure, stderr)
+	}
+	if up, err := c.Get(ctx, id); err != nil || up.State != chunkupv1.UploadState_UPLOAD_STATE_ABORTED {
+		t.Fatalf("the old upload is %v (%v); want ABORTED", up.GetState(), err)
+	}
+	code, stdout, stderr := runCLI(t, "upload", "--server", addr, "--progress", "none", file)
+	fields := strings.Fields(stdout)
+	if code != exitOK || len(fields) < 3 || fields[0] == id || fields[1] != "COMPLETED" {
+		t.Fatalf("second upload exited %d: %q %s; want a new upload COMPLETED", code, stdout, stderr)
+	}
+	requireObject(t, s3c, strings.TrimPrefix(fields[2], "s3://"+bucket+"/"), data)
+}
+
+// TestServerGoneMidUpload: when the server goes away mid-upload and stays away past
+// the SDK's retries, the CLI's failure says what to do: its upload keeps what the server
+// has, and the same command resumes it (the state keeps it; resumed, the object is
+// exact).
+func TestServerGoneMidUpload(t *testing.T) {
+	addr, s3c := startServer(t)
+	stateDir := isolateState(t)
+	saved := sdkDefaults
+	sdkDefaults = []client.Option{client.WithRetry(2, 10*time.Millisecond, 20*time.Millisecond)}
+	t.Cleanup(func() { sdkDefaults = saved })
+	proxy := testenv.StartProxy(t, addr)
+	file, data := writeRandomFile(t, "far.bin", 200<<20)
+
+	// Cut the server off once the upload is recorded (begun), long before its 200 MiB
+	// are through.
+	recorded := make(chan string, 1)
+	go func() {
+		defer close(recorded)
+		for ctx := testenv.Context(t, time.Minute); ctx.Err() == nil; {
+			b, _ := os.ReadFile(filepath.Join(stateDir, "uploads.json"))
+			if m := regexp.MustCompile(`"upload_id":\s*"([a-z2-7]{26})"`).FindSubmatch(b); m != nil {
+				proxy.Close()
+				recorded <- string(m[1])
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	code, _, stderr := runCLI(t, "upload", "--server", proxy.Addr, "--progress", "none", file)
+	id := <-recorded
+	if id == "" {
+		t.Fatal("the upload was never recorded in the state")
+	}
+	if want := "upload " + id + " keeps what the server has: once it is back, run the same command again to resume it"; code != exitFailure || !strings.Contains(stderr, "Unavailable") || !strings.Contains(stderr, want) {
+		t.Fatalf("upload exited %d, want %d saying %q:\n%s", code, exitFailure, want, stderr)
+	}
+	// The same command finds it (the state keeps it for that server's address, which
+	// this proxy no longer serves: the server itself, named, resumes it).
+	if b, _ := os.ReadFile(filepath.Join(stateDir, "uploads.json")); !strings.Contains(string(b), id) || !strings.Contains(string(b), proxy.Addr) {
+		t.Fatalf("the state no longer holds upload %s for %s:\n%s", id, proxy.Addr, b)
+	}
+	code, stdout, stderr := runCLI(t, "upload", "--server", addr, "--progress", "none", "--resume", id, file)
+	if code != exitOK || !strings.Contains(stderr, "resuming upload "+id) || !strings.HasPrefix(stdout, id+" COMPLETED") {
+		t.Fatalf("resuming exited %d: %q, stderr %q; want upload %s resumed and COMPLETED", code, stdout, stderr, id)
+	}
+	requireObject(t, s3c, strings.TrimPrefix(strings.Fields(stdout)[2], "s3://"+bucket+"/"), data)
+}
+
 // TestUploadEmptyTree: upload -r of a folder that holds no file (folders only) says so
 // and uploads nothing, without needing a server.
 func TestUploadEmptyTree(t *testing.T) {
