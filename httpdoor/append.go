@@ -357,7 +357,7 @@ func (c *cutter) run() (err error) {
 			if !over {
 				_, perr := body.peek()
 				if perr != nil && perr != io.EOF {
-					return body.interrupted(perr)
+					return c.broken(perr, k)
 				}
 				over = perr == nil
 			}
@@ -410,18 +410,25 @@ func (c *cutter) run() (err error) {
 			}
 			return c.keepTail(k)
 		default:
-			berr := body.interrupted(err)
-			if !c.st.checked && !fault.Has(berr, fault.Locked) {
-				// What arrived is kept (a lost lock could not write it anyway).
-				if terr := c.keepTail(k); terr != nil {
-					h.cfg.Logger.Debug("keeping the bytes of a broken request", "upload", job.id, "err", terr)
-				}
-			}
-			return berr
+			return c.broken(err, k)
 		}
 		c.n++
 		c.start += want
 	}
+}
+
+// broken ends a body that broke (err) after the first k bytes of the chunk being
+// filled: they are kept as the tail, so that the offset counts what arrived (not a
+// checksummed body's, which is kept whole or not at all, and not when the lock is lost,
+// since nothing could be written then).
+func (c *cutter) broken(err error, k int64) error {
+	berr := c.body.interrupted(err)
+	if !c.st.checked && !fault.Has(berr, fault.Locked) {
+		if terr := c.keepTail(k); terr != nil {
+			c.h.cfg.Logger.Debug("keeping the bytes of a broken request", "upload", c.job.id, "err", terr)
+		}
+	}
+	return berr
 }
 
 // prefill puts the upload's tail, t bytes, at the start of the first chunk.

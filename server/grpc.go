@@ -103,18 +103,20 @@ func NewGRPCServer(svc *UploadService, logger *slog.Logger, extra ...grpc.Server
 	chunkupv1.RegisterUploadServiceServer(gs, svc)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
-	registerReflection(gs)
+	registerReflection(gs, logger)
 	return gs, hs
 }
 
 // registerReflection serves reflection (v1 and v1alpha, as reflection.Register does)
 // from the descriptors with the proto files' comments, so that grpcurl's describe shows
 // the API's documentation; the generated code's descriptors carry none.
-func registerReflection(gs *grpc.Server) {
+func registerReflection(gs *grpc.Server, logger *slog.Logger) {
 	opts := reflection.ServerOptions{Services: gs}
 	if r, err := protosource.New(); err == nil {
 		opts.DescriptorResolver = r
-	} // else (a build with a corrupt embed, which check-generate rules out): no comments
+	} else { // a corrupt embed, which check-generate and its test rule out
+		logger.Warn("gRPC reflection serves the API without its comments", "err", err)
+	}
 	v1 := reflection.NewServerV1(opts)
 	reflectionv1.RegisterServerReflectionServer(gs, v1)
 	reflectionv1alpha.RegisterServerReflectionServer(gs, reflection.NewServer(opts))

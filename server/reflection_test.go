@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ import (
 func TestReflectionServesComments(t *testing.T) {
 	gs := grpc.NewServer()
 	chunkupv1.RegisterUploadServiceServer(gs, chunkupv1.UnimplementedUploadServiceServer{})
-	registerReflection(gs)
+	registerReflection(gs, slog.New(slog.DiscardHandler))
 	conn := Serve(t, gs)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)

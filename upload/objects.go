@@ -55,8 +55,9 @@ func tenantPrefix(ctx context.Context) string {
 
 // visible checks that key can be a key and is the caller's to see. Beyond what S3
 // itself requires, only dot segments are refused (not ValidateKey's other rules for the
-// keys of new uploads): a listing returns whatever keys the bucket holds, and each must be
-// one a caller can stat and delete.
+// keys of new uploads): a listing returns whatever keys the bucket holds, and each must
+// be one a caller can stat and delete, but for a key with a dot segment, which no
+// upload has and which only another writer can have put there.
 func visible(ctx context.Context, key string) error {
 	switch {
 	case key == "":
@@ -69,22 +70,24 @@ func visible(ctx context.Context, key string) error {
 	if !strings.HasPrefix(key, tenantPrefix(ctx)) {
 		return &ObjectNotFoundError{Key: key} // another tenant's keys are not there for it
 	}
-	return segments("key", key)
-}
-
-// segments refuses a key, or a listing's prefix, with a '.' or '..' segment (a prefix's
-// last segment included: stores refuse it too). S3 takes such keys literally, but
-// stores and proxies differ (MinIO refuses them, a path normalizer resolves them to
-// another key), so a tenant's "t/../u/k" must never reach one; no key chunkup makes has
-// them (ValidateKey). Empty segments lead nowhere else, and keys with them that other
-// writers made stay reachable.
-func segments(what, key string) error {
-	for s := range strings.SplitSeq(key, "/") {
-		if s == "." || s == ".." {
-			return invalidf("%s %s has a '.' or '..' segment, which no key of an upload has (and stores read differently): name objects by their whole keys, as a listing gives them", what, Quote(key))
-		}
+	if dotSegment(key) {
+		return invalidf("key %s has a '.' or '..' segment, which stores read differently (S3 keeps it, MinIO refuses it, a path normalizer resolves it to another key): no upload's key has one, and chunkup neither reads nor deletes such a key (an object another writer put there is for S3's own tools)", Quote(key))
 	}
 	return nil
+}
+
+// dotSegment says whether key, or a listing's prefix, has a '.' or '..' segment (a
+// prefix's last one included: stores refuse it too). S3 takes such keys literally, but
+// stores and proxies differ, so a tenant's "t/../u/k" must never reach one; no key
+// chunkup makes has them (ValidateKey). Empty segments lead nowhere else, and keys with
+// them that other writers made stay reachable.
+func dotSegment(key string) bool {
+	for s := range strings.SplitSeq(key, "/") {
+		if s == "." || s == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // ListObjects lists, a page at a time in key order, the caller's objects whose keys
@@ -111,8 +114,8 @@ func (c *Core) ListObjects(ctx context.Context, prefix, pageToken string, pageSi
 	own := tenantPrefix(ctx)
 	switch {
 	case strings.HasPrefix(prefix, own):
-		if err := segments("prefix", prefix); err != nil {
-			return nil, "", err
+		if dotSegment(prefix) {
+			return nil, "", invalidf("prefix %s has a '.' or '..' segment, which no upload's key has (and stores refuse): leave the segment out", Quote(prefix))
 		}
 	case strings.HasPrefix(own, prefix):
 		prefix = own // a prefix of the tenant's own prefix: all of the tenant's objects

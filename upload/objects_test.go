@@ -103,7 +103,7 @@ func TestObjects(t *testing.T) {
 		}
 	}
 	for _, prefix := range []string{"acme/../", "acme/./b", "acme/b/../g", "acme/b/.."} {
-		if _, _, err := core.ListObjects(acme, prefix, "", 0); fault.KindOf(err) != fault.Invalid || !strings.Contains(err.Error(), "'..' segment") {
+		if _, _, err := core.ListObjects(acme, prefix, "", 0); fault.KindOf(err) != fault.Invalid || !strings.Contains(err.Error(), "has a '.' or '..' segment") {
 			t.Errorf("acme lists %q: %v; want Invalid", prefix, err)
 		}
 	}

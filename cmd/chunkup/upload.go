@@ -389,7 +389,11 @@ launch:
 			case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
 				if res.resumable != "" {
 					// What to do is what an interrupted run does: the state has the upload.
-					msg += fmt.Sprintf("; upload %s keeps what the server has: once it is back, run the same command again to resume it", res.resumable)
+					when := "later"
+					if status.Code(res.err) == codes.Unavailable {
+						when = "once it is back"
+					}
+					msg += fmt.Sprintf("; upload %s keeps what the server has: %s, run the same command again to resume it", res.resumable, when)
 				}
 			}
 			fmt.Fprintf(r.stderr, "chunkup: %s: %s\n", todo[i].name, msg)
@@ -448,6 +452,7 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 		r.throughAlready(j, up)
 	}
 	var entry *resumeEntry // what identifies this file's upload, for the state
+	saved := false         // entry is in the state
 	if j.path != "-" {
 		fi, err := os.Stat(j.path)
 		if err != nil {
@@ -472,7 +477,7 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 			entry.UploadID = up.UploadId
 			direct = direct || up.Direct // a direct upload the server offered
 			if recordable(*entry, direct) {
-				r.remember(*entry)
+				saved = r.remember(*entry)
 			}
 		}
 		r.announce(j, up, resumeID != "")
@@ -496,10 +501,10 @@ func (r *uploadRun) one(ctx context.Context, i int, j uploadJob) (up *chunkupv1.
 		// The state's upload of this file, which its size and time did not tell apart
 		// from the file as it is now: a stale upload as one of another size is (not one
 		// --resume ID named, which is the caller's to keep).
-		r.staleUpload(ctx, j, resumeID, "is not the file upload %s began with")
+		r.staleUpload(ctx, j, resumeID, "is not the file upload %s began with", false)
 	}
-	if err != nil && recorded && mismatch == nil && ended == nil {
-		resumable = entry.UploadID
+	if err != nil && recorded && mismatch == nil && ended == nil && (r.resume != "" || saved && !r.noResume) {
+		resumable = entry.UploadID // the same command finds it (or names it)
 	}
 	return up, resumable, err
 }
@@ -517,7 +522,7 @@ func (r *uploadRun) resumable(ctx context.Context, j uploadJob, e resumeEntry) (
 		return "", r.direct, nil
 	}
 	if stale != "" {
-		r.staleUpload(ctx, j, stale, "changed since upload %s began")
+		r.staleUpload(ctx, j, stale, "changed since upload %s began", true)
 	}
 	if id == "" {
 		return "", r.direct, nil
@@ -564,8 +569,9 @@ func (r *uploadRun) throughAlready(j uploadJob, up *chunkupv1.Upload) {
 // staleUpload deals with upload id of j's file begun before the file changed (how says
 // so, with a %s for the id): it cannot be resumed with the file as it is now, so unless
 // --keep-stale it is aborted rather than left holding its bytes on the server until it
-// expires. Either way the CLI says so, and forgets it.
-func (r *uploadRun) staleUpload(ctx context.Context, j uploadJob, id, how string) {
+// expires. Either way the CLI says so, and forgets it. anew: this run uploads the file
+// anew now (else the next run does).
+func (r *uploadRun) staleUpload(ctx context.Context, j uploadJob, id, how string, anew bool) {
 	what := j.name + " " + fmt.Sprintf(how, id)
 	up, err := r.c.Get(ctx, id)
 	switch {
@@ -586,11 +592,15 @@ func (r *uploadRun) staleUpload(ctx context.Context, j uploadJob, id, how string
 		r.display.println(fmt.Sprintf("chunkup: %s; keeping it (%s) as --keep-stale asks: 'chunkup abort %s' discards it", what, held, id))
 		return
 	}
-	if _, err := r.c.Abort(ctx, id, "the file changed since the upload began; the CLI started a new upload of it"); err != nil {
+	reason, next := "the file changed since the upload began; the CLI started a new upload of it", " and starting anew"
+	if !anew {
+		reason, next = "the file is not the one the upload began with; the CLI aborted it", "; run the same command again to upload the file anew"
+	}
+	if _, err := r.c.Abort(ctx, id, reason); err != nil {
 		r.display.println(fmt.Sprintf("chunkup: %s (%s); aborting it failed: %s", what, held, describe(err)))
 		return
 	}
-	r.display.println(fmt.Sprintf("chunkup: %s; aborted it (%s) and starting anew (--keep-stale keeps such uploads)", what, held))
+	r.display.println(fmt.Sprintf("chunkup: %s; aborted it (%s)%s (--keep-stale keeps such uploads)", what, held, next))
 }
 
 // announce says that upload up of j exists, as soon as it does: its id is what resumes
@@ -625,10 +635,14 @@ func (r *uploadRun) announce(j uploadJob, up *chunkupv1.Upload, resumed bool) {
 	r.display.println(fmt.Sprintf("chunkup: %s: resuming upload %s (%d%s bytes on the server)", j.name, up.UploadId, up.ReceivedBytes, of))
 }
 
-func (r *uploadRun) remember(e resumeEntry) {
-	if r.state != nil {
-		r.stateTrouble(r.state.record(e))
+// remember records e in the state, and says whether it is there.
+func (r *uploadRun) remember(e resumeEntry) bool {
+	if r.state == nil {
+		return false
 	}
+	err := r.state.record(e)
+	r.stateTrouble(err)
+	return err == nil
 }
 
 func (r *uploadRun) forget(id string) {

@@ -38,7 +38,14 @@ const (
 // StartProxy starts a proxy to target. It is closed when the test ends.
 func StartProxy(t TB, target string) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return StartProxyOn(t, "127.0.0.1:0", target)
+}
+
+// StartProxyOn starts a proxy to target listening on addr: a closed proxy's address
+// again, for a client that must find its server where it was.
+func StartProxyOn(t TB, addr, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("testenv: proxy listen: %v", err)
 	}
