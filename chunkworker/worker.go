@@ -373,8 +373,7 @@ func (w *Worker) process(ctx context.Context, ref staging.ChunkRef, local *local
 	case uploads.Expired:
 		// An acknowledged chunk is gone: the upload can never be exact, so say so.
 		reason := fmt.Sprintf("staged chunk %d expired from Redis before it could be uploaded to S3", ref.N)
-		log.Error("failing upload", "reason", reason)
-		w.endThenDrop(ctx, ref, reason, log)
+		w.endThenDrop(ctx, ref, reason, log, "failing upload", "reason", reason)
 		return
 	}
 
@@ -422,12 +421,21 @@ func (w *Worker) finishPart(ctx context.Context, c uploads.Claim, etag string, e
 	}
 }
 
-// endThenDrop fails ref's upload for reason, then drops ref from the pending index. In
-// that order: a crash in between leaves the chunk pending, and its next claim finds the
-// upload gone.
-func (w *Worker) endThenDrop(ctx context.Context, ref staging.ChunkRef, reason string, log *slog.Logger) {
-	if err := w.ender.End(ctx, ref.UploadID, staging.StatusFailed, reason, ""); err != nil {
-		log.Warn("fail upload", "err", err)
+// endThenDrop fails the upload of chunk ref with reason, saying why at error level (msg
+// and args), then drops ref from the pending index. In that order: a crash in between
+// leaves the chunk pending, and its next claim finds the upload gone. An upload that
+// ended meanwhile (a client's DELETE or an expiry while its chunk was on its way, whose
+// multipart upload S3 then no longer has) has nothing to fail: that is said at info
+// level, not as a failure to chase.
+func (w *Worker) endThenDrop(ctx context.Context, ref staging.ChunkRef, reason string, log *slog.Logger, msg string, args ...any) {
+	err := w.ender.End(ctx, ref.UploadID, staging.StatusFailed, reason, "")
+	if se := (*staging.StateError)(nil); errors.As(err, &se) {
+		log.Info("the upload ended while its chunk was being stored; nothing to fail", append([]any{"status", se.Status}, args...)...)
+	} else {
+		log.Error(msg, args...)
+		if err != nil {
+			log.Warn("fail upload", "err", err)
+		}
 	}
 	_ = w.store.Drop(ctx, ref)
 }
@@ -582,27 +590,13 @@ func (w *Worker) failed(ctx context.Context, c uploads.Claim, err error, log *sl
 		return
 	}
 	if s3store.Permanent(err) {
-		endErr := w.ender.End(ctx, c.Ref.UploadID, staging.StatusFailed, s3store.Reason(err), "")
-		switch {
-		case errors.As(endErr, &se):
-			// The upload ended (aborted, expired) while its chunk was on its way, and
-			// S3 refused a part of the multipart upload its end aborted: a client's
-			// DELETE, not a failure to chase.
-			log.Info("the upload ended while its chunk was being stored", "status", se.Status, "err", err)
-		case endErr != nil:
-			log.Error("chunk upload failed permanently; failing the upload", "err", err)
-			log.Warn("fail upload", "err", endErr)
-		default:
-			log.Error("chunk upload failed permanently; failed the upload", "err", err)
-		}
-		_ = w.store.Drop(ctx, c.Ref)
+		w.endThenDrop(ctx, c.Ref, s3store.Reason(err), log, "chunk upload failed permanently; failing the upload", "err", err)
 		return
 	}
 	f := w.noteFailure(c.Ref)
 	if w.cfg.GiveUpAfter > 0 && w.store.Now().Sub(f.since) >= w.cfg.GiveUpAfter {
 		reason := fmt.Sprintf("chunk %d could not be stored in S3 for %s: %v", c.Ref.N, w.cfg.GiveUpAfter, err)
-		log.Error("giving up on the chunk; failing the upload", "reason", reason)
-		w.endThenDrop(ctx, c.Ref, reason, log)
+		w.endThenDrop(ctx, c.Ref, reason, log, "giving up on the chunk; failing the upload", "reason", reason)
 		w.clearFailures(c.Ref)
 		return
 	}

@@ -294,6 +294,10 @@ func (c *Client) Send(ctx context.Context, up *chunkupv1.Upload, r io.Reader) er
 	return newUploader(c, up, nil).send(ctx, r)
 }
 
+// Transient reports whether err, an error the SDK returned after its retries, may pass
+// by itself: trying again later (resuming the upload) may get past it.
+func Transient(err error) bool { return transient(err) }
+
 // transient reports whether an RPC error may pass by itself.
 func transient(err error) bool {
 	if err == nil {

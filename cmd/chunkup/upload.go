@@ -385,16 +385,14 @@ launch:
 		if res.err != nil {
 			failed++
 			msg := describe(res.err)
-			switch status.Code(res.err) {
-			case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
-				if res.resumable != "" {
-					// What to do is what an interrupted run does: the state has the upload.
-					when := "later"
-					if status.Code(res.err) == codes.Unavailable {
-						when = "once it is back"
-					}
-					msg += fmt.Sprintf("; upload %s keeps what the server has: %s, run the same command again to resume it", res.resumable, when)
+			// What to do after a failure that passes is what an interrupted run does:
+			// the state has the upload.
+			if res.resumable != "" && client.Transient(res.err) {
+				when := "later"
+				if status.Code(res.err) == codes.Unavailable {
+					when = "once it is back"
 				}
+				msg += fmt.Sprintf("; upload %s keeps what the server has: %s, run the same command again to resume it", res.resumable, when)
 			}
 			fmt.Fprintf(r.stderr, "chunkup: %s: %s\n", todo[i].name, msg)
 			continue
