@@ -20,7 +20,6 @@ import (
 
 	"github.com/chunkup/chunkup/httpdoor"
 	"github.com/chunkup/chunkup/internal/fault"
-	"github.com/chunkup/chunkup/staging"
 	"github.com/chunkup/chunkup/upload"
 )
 
@@ -173,12 +172,7 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request) {
 		if etag == "" { // not written yet: the upload's id stands for it
 			etag = `"` + up.ID + `"`
 		}
-		status := up.Status
-		if status == staging.StatusActive {
-			// Every byte is in: the completer has the upload, it just has not taken it
-			// yet (ACTIVE would read as an upload awaiting bytes).
-			status = staging.StatusCompleting
-		}
+		status := httpdoor.Shown(httpdoor.State(up.Status), true) // every byte is in
 		location := h.location(up.Bucket, up.Key)
 		w.Header().Set("ETag", etag)
 		w.Header().Set("Location", location)

@@ -635,13 +635,19 @@ func statusJSON(up Upload, st summary) uploadJSON {
 	}
 	if st.complete {
 		j.CRC32C = &st.crc
-		// Every byte is in and the completion is due: until the completer takes it,
-		// the core still says ACTIVE, which would read as an upload awaiting bytes.
-		if j.State == StateActive {
-			j.State = StateCompleting
-		}
 	}
+	j.State = Shown(up.State, st.complete)
 	return j
+}
+
+// Shown is the state an upload in state s is shown in, complete when every byte is in:
+// its completion is then due, and until the completer takes it the core still says
+// ACTIVE, which would read as an upload awaiting bytes.
+func Shown(s State, complete bool) State {
+	if complete && s == StateActive {
+		return StateCompleting
+	}
+	return s
 }
 
 // delete answers tus termination and IETF cancellation: 204, and the upload is
